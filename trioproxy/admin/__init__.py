@@ -1,0 +1,1 @@
+"""The admin server (Quart-Trio) and the small stats and readiness servers."""

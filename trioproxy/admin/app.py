@@ -1,0 +1,41 @@
+"""The admin server: ``/ui``, ``/config_dump`` and (tracing) ``/debug/trace``.
+
+Quart-Trio, because the admin is a small web application (pages, JSON, server-sent events)
+where a framework's routing and response helpers pay off; the data plane stays raw ASGI.
+It binds to loopback by default (``config.adminAddr``): nothing here is authenticated.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from quart import Response, redirect
+from quart_trio import QuartTrio
+
+from ..config.dump import config_dump
+from ..gateway import Runtime
+
+
+def _static(name: str) -> bytes:
+    return resources.files("trioproxy.admin").joinpath("static", name).read_bytes()
+
+
+def create_admin_app(runtime: Runtime) -> QuartTrio:
+    app = QuartTrio("trioproxy.admin")
+    app.config["JSON_SORT_KEYS"] = False
+    app.json.sort_keys = False  # keep config order (binds, listeners, routes as written)
+
+    @app.get("/")
+    async def index() -> Response:
+        return redirect("/ui")
+
+    @app.get("/ui")
+    @app.get("/ui/")
+    async def ui() -> Response:
+        return Response(_static("ui.html"), content_type="text/html; charset=utf-8")
+
+    @app.get("/config_dump")
+    async def dump() -> Response:
+        return app.json.response(config_dump(runtime.state.config))
+
+    return app

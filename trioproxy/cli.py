@@ -1,0 +1,68 @@
+"""``trioproxy``: run the gateway, or one of its tools (CONTRACT §1).
+
+Every user-facing failure ends as one line on stderr naming its place and a non-zero exit;
+``main`` is the only place that turns exceptions into exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+import trio
+
+from . import __version__
+from .config import ConfigError, load_config
+from .server import StartupError, run_until_signalled
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trioproxy",
+        description="A gateway proxy on Trio: routes, policies, LLM token limits and tracing.",
+    )
+    parser.add_argument("-f", "--config", metavar="FILE", help="gateway config (standalone YAML)")
+    parser.add_argument("--validate-only", action="store_true", help="load and validate the config, then exit")
+    parser.add_argument("--drain-timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="on SIGINT/SIGTERM, how long requests in flight may take to finish (default 10)")
+    parser.add_argument("--version", action="version", version=f"trioproxy {__version__}")
+    parser.set_defaults(handler=None)
+    return parser
+
+
+def _run_gateway(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if not args.config:
+        parser.error("--config FILE is required")
+    try:
+        config = load_config(args.config)
+    except ConfigError as error:
+        for problem in error.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 1
+    if args.validate_only:
+        print(f"{args.config}: valid ({len(config.binds)} binds, "
+              f"{sum(len(l.routes) for b in config.binds for l in b.listeners)} routes)")
+        return 0
+    logging.basicConfig(level=logging.WARNING, format="trioproxy: %(message)s")
+    failures: list[StartupError] = []
+    try:
+        trio.run(lambda: run_until_signalled(config, config_path=args.config, drain_timeout=args.drain_timeout))
+    except* StartupError as group:
+        failures.extend(group.exceptions)  # type: ignore[arg-type]
+    for error in failures:
+        print(f"error: {error}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.handler is not None:
+        return args.handler(args)
+    return _run_gateway(parser, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

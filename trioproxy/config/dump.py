@@ -1,0 +1,94 @@
+"""``/config_dump``: the effective config as JSON, keyed like traces, secrets redacted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from .model import Address, Config, Policies, TRACE_KINDS
+
+REDACTED = "<redacted>"
+SECRET_FIELDS = {"key", "secret", "password", "token"}
+
+
+def _plain(value: Any) -> Any:
+    """attrs values → JSON-able data; bytes decoded, regex patterns dropped, secrets hidden."""
+    if isinstance(value, Address):
+        return str(value)
+    if attrs.has(type(value)):
+        out = {}
+        for field in attrs.fields(type(value)):
+            if field.name == "pattern":
+                continue
+            item = getattr(value, field.name)
+            out[_camel(field.name)] = REDACTED if field.name in SECRET_FIELDS and item else _plain(item)
+        return out
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("latin-1")
+    return value
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def policies_by_kind(policies: Policies, phase: str) -> dict[str, Any]:
+    """Every policy kind of ``phase`` → its spec as data, ``None`` when unset (trace shape)."""
+    out: dict[str, Any] = {}
+    for kind, attribute in TRACE_KINDS[phase]:
+        value = getattr(policies, attribute) if attribute else None
+        out[kind] = _plain(value) if value not in (None, ()) else None
+    return out
+
+
+def config_dump(config: Config) -> dict[str, Any]:
+    return {
+        "config": {
+            "adminAddr": str(config.servers.admin),
+            "statsAddr": str(config.servers.stats),
+            "readinessAddr": str(config.servers.readiness),
+        },
+        "binds": [
+            {
+                "key": bind.key,
+                "port": bind.port,
+                "listeners": [
+                    {
+                        "key": listener.key,
+                        "name": listener.name,
+                        "protocol": listener.protocol,
+                        "hostname": listener.hostname,
+                        "policies": policies_by_kind(listener.policies, "gateway"),
+                        "routes": [
+                            {
+                                "key": route.key,
+                                "name": route.name,
+                                "namespace": route.namespace,
+                                "hostnames": list(route.hostnames),
+                                "matches": _plain(route.matches),
+                                "policies": policies_by_kind(route.policies, "route"),
+                                "backends": [
+                                    {
+                                        "name": backend.name,
+                                        "type": backend.kind,
+                                        "target": str(backend.target),
+                                        "weight": backend.weight,
+                                        "ai": _plain(backend.ai),
+                                        "policies": policies_by_kind(backend.policies, "backend"),
+                                    }
+                                    for backend in route.backends
+                                ],
+                            }
+                            for route in listener.routes
+                        ],
+                    }
+                    for listener in bind.listeners
+                ],
+            }
+            for bind in config.binds
+        ],
+    }

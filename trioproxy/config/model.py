@@ -1,0 +1,217 @@
+"""The effective configuration as frozen values, built once by the loader.
+
+Everything the data plane needs per request is precomputed here (lowercased names, compiled
+regexes, resolved ports), so the hot path only reads. A reload builds a new ``Config`` and
+swaps it in whole; nothing is mutated.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import attrs
+from attrs import frozen
+
+PathKind = Literal["exact", "pathPrefix", "regex"]
+MatchKind = Literal["exact", "regex"]
+
+
+@frozen
+class Address:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@frozen
+class ServerAddrs:
+    """Where the admin, stats and readiness servers listen (``config:`` section)."""
+
+    admin: Address = Address("localhost", 15000)
+    stats: Address = Address("0.0.0.0", 15020)
+    readiness: Address = Address("0.0.0.0", 15021)
+
+
+@frozen
+class PathMatch:
+    kind: PathKind
+    value: str
+    pattern: re.Pattern[str] | None = None
+
+    def matches(self, path: str) -> bool:
+        if self.kind == "exact":
+            return path == self.value
+        if self.kind == "pathPrefix":
+            # Gateway API prefix semantics: element-wise, "/v1" matches "/v1" and "/v1/x", not "/v10".
+            if self.value == "/" or path == self.value:
+                return True
+            prefix = self.value.rstrip("/")
+            return path.startswith(prefix) and (len(path) == len(prefix) or path[len(prefix)] == "/")
+        assert self.pattern is not None
+        return self.pattern.fullmatch(path) is not None
+
+
+@frozen
+class ValueMatch:
+    """A header or query parameter condition."""
+
+    name: str
+    kind: MatchKind
+    value: str
+    pattern: re.Pattern[str] | None = None
+
+    def matches(self, actual: str | None) -> bool:
+        if actual is None:
+            return False
+        if self.kind == "exact":
+            return actual == self.value
+        assert self.pattern is not None
+        return self.pattern.fullmatch(actual) is not None
+
+
+@frozen
+class RouteMatch:
+    path: PathMatch = PathMatch("pathPrefix", "/")
+    method: str | None = None
+    headers: tuple[ValueMatch, ...] = ()
+    query: tuple[ValueMatch, ...] = ()
+
+
+@frozen
+class HeaderModifier:
+    add: tuple[tuple[bytes, bytes], ...] = ()
+    set: tuple[tuple[bytes, bytes], ...] = ()
+    remove: tuple[bytes, ...] = ()
+
+
+@frozen
+class TimeoutPolicy:
+    request_timeout: float | None = None
+    backend_request_timeout: float | None = None
+
+
+@frozen
+class DirectResponsePolicy:
+    status: int
+    body: str = ""
+
+
+@frozen
+class BackendAuth:
+    key: str = attrs.field(repr=False)
+
+
+@frozen
+class Policies:
+    """Policies attached at one level (listener, route or backend); ``None``/empty = unset.
+
+    ``TRACE_KINDS`` names every kind a phase can hold, in the order traces list them, so
+    ``policySelection.effectivePolicy`` shows unset kinds as ``null``.
+    """
+
+    local_rate_limit: tuple[Any, ...] = ()
+    request_header_modifier: HeaderModifier | None = None
+    response_header_modifier: HeaderModifier | None = None
+    timeout: TimeoutPolicy | None = None
+    direct_response: DirectResponsePolicy | None = None
+    backend_auth: BackendAuth | None = None
+
+    def is_empty(self) -> bool:
+        return self == EMPTY_POLICIES
+
+
+EMPTY_POLICIES = Policies()
+
+# camelCase kind -> attribute, per phase, in trace order.
+TRACE_KINDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "gateway": (
+        ("jwtAuth", ""),
+        ("authorization", ""),
+        ("cors", ""),
+        ("localRateLimit", "local_rate_limit"),
+        ("remoteRateLimit", ""),
+    ),
+    "route": (
+        ("jwtAuth", ""),
+        ("authorization", ""),
+        ("cors", ""),
+        ("localRateLimit", "local_rate_limit"),
+        ("remoteRateLimit", ""),
+        ("requestHeaderModifier", "request_header_modifier"),
+        ("responseHeaderModifier", "response_header_modifier"),
+        ("timeout", "timeout"),
+        ("retry", ""),
+        ("directResponse", "direct_response"),
+    ),
+    "backend": (
+        ("backendAuth", "backend_auth"),
+        ("requestHeaderModifier", "request_header_modifier"),
+        ("responseHeaderModifier", "response_header_modifier"),
+    ),
+}
+
+
+@frozen
+class AIBackend:
+    """An OpenAI-compatible LLM provider reached at ``target``."""
+
+    name: str
+    provider: str
+    model: str | None
+    path_override: str | None
+
+
+@frozen
+class Backend:
+    name: str
+    target: Address
+    weight: int = 1
+    policies: Policies = EMPTY_POLICIES
+    ai: AIBackend | None = None
+
+    @property
+    def kind(self) -> str:
+        return "ai" if self.ai is not None else "host"
+
+
+@frozen
+class Route:
+    key: str
+    name: str
+    namespace: str
+    hostnames: tuple[str, ...]
+    matches: tuple[RouteMatch, ...]
+    policies: Policies
+    backends: tuple[Backend, ...]
+    index: int
+
+
+@frozen
+class Listener:
+    key: str
+    name: str
+    protocol: str
+    hostname: str | None
+    policies: Policies
+    routes: tuple[Route, ...]
+
+
+@frozen
+class Bind:
+    port: int
+    listeners: tuple[Listener, ...]
+
+    @property
+    def key(self) -> str:
+        return f"bind/{self.port}"
+
+
+@frozen
+class Config:
+    servers: ServerAddrs
+    binds: tuple[Bind, ...]
+    gateway_names: tuple[str, ...] = ("default",)
+    source: str = ""

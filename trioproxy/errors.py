@@ -1,0 +1,123 @@
+"""The one error tree of the data plane, and the one place that turns an error into a response.
+
+    ProxyError                      (any answer the gateway makes instead of the backend's)
+    ├── BadRequest                  400
+    ├── HeaderTooLarge              431 too many or too large request headers
+    ├── RouteNotFound               404 route not found
+    ├── AuthenticationFailed        401 authentication failure: <reason>
+    ├── AuthorizationDenied         403 authorization failed
+    ├── RateLimited                 429 rate limit exceeded
+    ├── RateLimitFailed             500 rate limit failed
+    ├── DirectResponse              any status chosen by a directResponse policy
+    ├── TimeoutError_
+    │   ├── RequestTimeout          504 request timeout
+    │   └── UpstreamTimeout         504 upstream call timeout
+    └── UpstreamError
+        ├── BackendUnreachable      503 (connect refused, DNS, reset before the request was sent)
+        └── BadUpstreamResponse     502 (the backend answered something that is not HTTP/1.1)
+
+Stages raise these; ``gateway.py`` catches ``ProxyError`` once and calls ``error_response``.
+Config errors are a different tree (``trioproxy.config.ConfigError``): they never reach a client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+Header = tuple[bytes, bytes]
+
+
+class ProxyError(Exception):
+    """An answer made by the gateway itself. ``message`` is the text/plain body."""
+
+    status: int = 500
+    default_message: str = "internal error"
+
+    def __init__(self, message: str | None = None, *, headers: Sequence[Header] = ()) -> None:
+        self.message = message if message is not None else self.default_message
+        self.headers = list(headers)
+        super().__init__(self.message)
+
+
+class BadRequest(ProxyError):
+    status = 400
+    default_message = "bad request"
+
+
+class HeaderTooLarge(ProxyError):
+    status = 431
+    default_message = "request header fields too large"
+
+
+class RouteNotFound(ProxyError):
+    status = 404
+    default_message = "route not found"
+
+
+class AuthenticationFailed(ProxyError):
+    status = 401
+    default_message = "authentication failure"
+
+    def __init__(self, reason: str, *, headers: Sequence[Header] = ()) -> None:
+        super().__init__(f"authentication failure: {reason}", headers=headers)
+
+
+class AuthorizationDenied(ProxyError):
+    status = 403
+    default_message = "authorization failed"
+
+
+class RateLimited(ProxyError):
+    status = 429
+    default_message = "rate limit exceeded"
+
+
+class RateLimitFailed(ProxyError):
+    status = 500
+    default_message = "rate limit failed"
+
+
+class DirectResponse(ProxyError):
+    """Not a failure: a ``directResponse`` policy answering in the backend's place."""
+
+    def __init__(self, status: int, body: str, *, headers: Sequence[Header] = ()) -> None:
+        self.status = status
+        super().__init__(body, headers=headers)
+
+
+class TimeoutError_(ProxyError):
+    status = 504
+
+
+class RequestTimeout(TimeoutError_):
+    default_message = "request timeout"
+
+
+class UpstreamTimeout(TimeoutError_):
+    default_message = "upstream call timeout"
+
+
+class UpstreamError(ProxyError):
+    status = 502
+    default_message = "upstream error"
+
+
+class BackendUnreachable(UpstreamError):
+    status = 503
+    default_message = "upstream connect error"
+
+
+class BadUpstreamResponse(UpstreamError):
+    status = 502
+    default_message = "invalid upstream response"
+
+
+def error_response(error: ProxyError) -> tuple[int, list[Header], bytes]:
+    """The (status, headers, body) a client receives for ``error``."""
+    body = error.message.encode()
+    headers: list[Header] = [
+        (b"content-type", b"text/plain"),
+        (b"content-length", str(len(body)).encode()),
+        *error.headers,
+    ]
+    return error.status, headers, body

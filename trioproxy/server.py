@@ -1,0 +1,221 @@
+"""The root nursery: every bind, the admin, stats and readiness servers, and the config watcher.
+
+Sockets are bound here, before any server starts, so a busy port is a one-line error naming
+the config place instead of a traceback from inside a server task, and so port 0 (tests)
+resolves to a real port that callers learn through ``task_status``. Each server is
+``hypercorn``'s trio worker on those sockets; on shutdown (SIGINT/SIGTERM or ``shutdown``)
+readiness turns 503 first, then each bind stops accepting and lets requests in flight finish
+until the drain deadline (hypercorn's graceful pattern).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.config import Sockets
+from hypercorn.trio.run import worker_serve
+from hypercorn.utils import wrap_app
+
+from .config import ConfigError, load_config
+from .config.model import Address, Config
+from .gateway import Gateway, Runtime
+
+log = logging.getLogger("trioproxy")
+
+
+class StartupError(Exception):
+    """A server could not start; the message names the config place."""
+
+
+@attrs.define
+class ServerInfo:
+    """What a started gateway tells its caller (tests, the CLI)."""
+
+    runtime: Runtime
+    ports: dict[int, int]  # configured bind port -> listening port
+    admin: Address
+    stats: Address
+    readiness: Address
+    shutdown: trio.Event
+
+
+def _listen(address: Address, where: str) -> socket.socket:
+    host = "127.0.0.1" if address.host == "localhost" else address.host
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, address.port))
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
+            reason = f"address not available ({exc})"
+        raise StartupError(f"{where}: cannot listen on {host}:{address.port}: {reason}") from None
+    sock.setblocking(False)
+    return sock
+
+
+def hypercorn_config(*, graceful_timeout: float) -> HypercornConfig:
+    config = HypercornConfig()
+    config.accesslog = None
+    config.loglevel = "WARNING"
+    config.include_server_header = False
+    config.include_date_header = True
+    config.graceful_timeout = graceful_timeout
+    config.keep_alive_timeout = 60.0
+    config.read_timeout = 60  # a client that sends nothing for this long is closed
+    config.h11_max_incomplete_size = 32 * 1024  # request line + headers; larger → 400/431 by h11
+    config.keep_alive_max_requests = 100_000
+    return config
+
+
+async def _serve(app: Any, sock: socket.socket, graceful: float, shutdown: trio.Event,
+                 task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    config = hypercorn_config(graceful_timeout=graceful)
+    sockets = Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[])
+    await worker_serve(wrap_app(app, config.wsgi_max_body_size, "asgi"), config, sockets=sockets,
+                       shutdown_trigger=shutdown.wait, task_status=task_status)
+
+
+def _address_of(sock: socket.socket) -> Address:
+    host, port = sock.getsockname()[:2]
+    return Address(host, port)
+
+
+async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0) -> None:
+    """Reload the config file when it changes; an invalid one is reported and ignored."""
+    last = _stamp(path)
+    while True:
+        await trio.sleep(interval)
+        stamp = _stamp(path)
+        if stamp == last:
+            continue
+        last = stamp
+        try:
+            config = load_config(path)
+        except ConfigError as error:
+            for problem in error.problems:
+                log.error("config reload rejected, keeping the previous config: %s", problem)
+            continue
+        old_ports = {b.port for b in runtime.state.config.binds}
+        new_ports = {b.port for b in config.binds}
+        if old_ports != new_ports:
+            log.warning("config reload: bind ports changed (%s → %s); restart to listen on new ports",
+                        sorted(old_ports), sorted(new_ports))
+        runtime.apply(config)
+        log.warning("config reloaded from %s", path)
+
+
+def _stamp(path: Path) -> tuple[float, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_mtime, st.st_size)
+
+
+async def serve_gateway(
+    config: Config,
+    *,
+    bind_host: str = "0.0.0.0",
+    drain_timeout: float = 10.0,
+    config_path: str | os.PathLike[str] | None = None,
+    shutdown: trio.Event | None = None,
+    extra_tasks: Callable[[trio.Nursery, ServerInfo], Awaitable[None]] | None = None,
+    task_status: trio.TaskStatus[ServerInfo] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run a gateway until ``shutdown`` is set; report a ``ServerInfo`` once every bind listens."""
+    from .admin.app import create_admin_app
+    from .admin.servers import readiness_app, stats_app
+
+    shutdown = shutdown if shutdown is not None else trio.Event()
+    runtime = Runtime(config)
+    servers = config.servers
+    # Bind every socket up front: errors name the place, and nothing runs half-started.
+    sockets: list[socket.socket] = []
+    try:
+        bind_socks = {}
+        for i, bind in enumerate(config.binds):
+            bind_socks[bind.port] = _listen(Address(bind_host, bind.port), f"binds[{i}].port")
+            sockets.append(bind_socks[bind.port])
+        admin_sock = _listen(servers.admin, "config.adminAddr")
+        sockets.append(admin_sock)
+        stats_sock = _listen(servers.stats, "config.statsAddr")
+        sockets.append(stats_sock)
+        ready_sock = _listen(servers.readiness, "config.readinessAddr")
+        sockets.append(ready_sock)
+    except StartupError:
+        for sock in sockets:
+            sock.close()
+        raise
+    info = ServerInfo(
+        runtime=runtime,
+        ports={port: _address_of(sock).port for port, sock in bind_socks.items()},
+        admin=_address_of(admin_sock),
+        stats=_address_of(stats_sock),
+        readiness=_address_of(ready_sock),
+        shutdown=shutdown,
+    )
+    ready = {"value": False}
+    async with trio.open_nursery() as servers_nursery:
+        def start_server(app: Any, sock: socket.socket, graceful: float) -> Awaitable[Any]:
+            return servers_nursery.start(_serve, app, sock, graceful, shutdown)
+
+        await start_server(readiness_app(lambda: ready["value"] and not shutdown.is_set()), ready_sock, 1.0)
+        await start_server(stats_app(runtime.metrics), stats_sock, 1.0)
+        await start_server(create_admin_app(runtime), admin_sock, 1.0)
+        for port, sock in bind_socks.items():
+            await start_server(Gateway(runtime, port), sock, drain_timeout)
+        async with trio.open_nursery() as background:
+            if config_path is not None:
+                background.start_soon(_watch_config, Path(config_path), runtime)
+            if extra_tasks is not None:
+                await extra_tasks(background, info)
+            ready["value"] = True
+            task_status.started(info)
+            await shutdown.wait()
+            background.cancel_scope.cancel()
+        # Leaving the outer block waits for every server to drain (hypercorn's grace deadline).
+    runtime.pool.close_idle()
+
+
+async def run_until_signalled(config: Config, *, config_path: str | None, drain_timeout: float) -> None:
+    """The CLI's main: serve until SIGINT/SIGTERM, then drain; a second signal stops at once."""
+    shutdown = trio.Event()
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            async def on_signals() -> None:
+                async for _ in signals:
+                    if shutdown.is_set():
+                        nursery.cancel_scope.cancel()
+                        return
+                    print("trioproxy: shutting down, draining requests in flight", file=sys.stderr, flush=True)
+                    shutdown.set()
+
+            async def gateway(task_status: trio.TaskStatus[ServerInfo] = trio.TASK_STATUS_IGNORED) -> None:
+                try:
+                    await serve_gateway(config, config_path=config_path, drain_timeout=drain_timeout,
+                                        shutdown=shutdown, task_status=task_status)
+                finally:
+                    nursery.cancel_scope.cancel()  # drained: stop listening for signals
+
+            nursery.start_soon(on_signals)
+            info = await nursery.start(gateway)
+            for port, actual in info.ports.items():
+                print(f"trioproxy: bind {port} listening on http://0.0.0.0:{actual}", file=sys.stderr, flush=True)
+            print(f"trioproxy: admin listening on http://{info.admin}", file=sys.stderr, flush=True)
+            print(f"trioproxy: stats listening on http://{info.stats}", file=sys.stderr, flush=True)
+            print(f"trioproxy: readiness listening on http://{info.readiness}", file=sys.stderr, flush=True)
