@@ -100,10 +100,12 @@ class Runtime:
         self.state = GatewayState(config)
         self.pool = pool or UpstreamPool()
         self.metrics = metrics or Metrics(open_upstream_connections=lambda: self.pool.open_connections)
+        self.reload_errors: list[str] = []  # problems of the last rejected reload, [] after a good one
 
     def apply(self, config: Config) -> None:
         """Swap in a new config; requests in flight finish on the state they started with."""
         self.state = GatewayState(config)
+        self.reload_errors = []
 
 
 def _header_value(headers: list[Header], name: bytes) -> bytes | None:
@@ -264,7 +266,7 @@ class Gateway:
                 deadline=min(deadline, trio.current_time() + backend_timeout) if backend_timeout else deadline
             ) as backend_scope:
                 response = await self.runtime.pool.request(
-                    backend.target, scope["method"].encode(), target, upstream_headers, body
+                    backend.target, scope["method"].encode(), target, upstream_headers, body, nursery=x.nursery
                 )
         if backend_scope.cancelled_caught and not request_scope.cancelled_caught and not x.disconnected:
             raise UpstreamTimeout()
@@ -283,7 +285,7 @@ class _Exchange:
     """One request/response on the ASGI side: body reading, disconnect watch, sending."""
 
     __slots__ = ("scope", "receive", "send", "nursery", "status", "started", "finished", "disconnected", "route_key",
-                 "_body_done")
+                 "_body_done", "_body_claimed")
 
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.scope = scope
@@ -296,6 +298,7 @@ class _Exchange:
         self.disconnected = False
         self.route_key = ""
         self._body_done = False
+        self._body_claimed = False  # someone (the upload) reads the body; nobody else may
 
     def _watch_disconnect(self) -> None:
         """Called once the body is read: from now on ``receive`` only reports disconnects."""
@@ -333,6 +336,7 @@ class _Exchange:
         return b"".join(chunks)
 
     async def _stream_body(self) -> AsyncIterator[bytes]:
+        self._body_claimed = True
         while True:
             message = await self.receive()
             if message["type"] == "http.disconnect":
@@ -364,7 +368,7 @@ class _Exchange:
             # Headers are gone already: ending here makes the server close the connection,
             # which the client sees as a truncated response rather than a wrong one.
             return
-        if not self._body_done and self.scope.get("method") not in ("GET", "HEAD"):
+        if not self._body_claimed and self.scope.get("method") not in ("GET", "HEAD"):
             # Drain a small unread body so the connection stays usable; past the cap the server
             # closes the connection after the answer instead.
             drained = 0

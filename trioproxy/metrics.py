@@ -38,6 +38,10 @@ class Metrics:
             registry=self.registry,
         )
         self.upstream_connections.set_function(open_upstream_connections)
+        self.config_reloads = Counter(
+            "trioproxy_config_reloads", "Config file reloads, applied or rejected (the old config kept serving).",
+            ["result"], registry=self.registry,
+        )
         self._requests: dict[tuple[str, str, int], Callable[[], None]] = {}
         self._durations: dict[tuple[str, str], Callable[[float], None]] = {}
 

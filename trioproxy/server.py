@@ -109,6 +109,8 @@ async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0) 
         except ConfigError as error:
             for problem in error.problems:
                 log.error("config reload rejected, keeping the previous config: %s", problem)
+            runtime.reload_errors = error.problems
+            runtime.metrics.config_reloads.labels("rejected").inc()
             continue
         old_ports = {b.port for b in runtime.state.config.binds}
         new_ports = {b.port for b in config.binds}
@@ -116,6 +118,7 @@ async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0) 
             log.warning("config reload: bind ports changed (%s → %s); restart to listen on new ports",
                         sorted(old_ports), sorted(new_ports))
         runtime.apply(config)
+        runtime.metrics.config_reloads.labels("applied").inc()
         log.warning("config reloaded from %s", path)
 
 
@@ -170,25 +173,27 @@ async def serve_gateway(
         shutdown=shutdown,
     )
     ready = {"value": False}
-    async with trio.open_nursery() as servers_nursery:
-        def start_server(app: Any, sock: socket.socket, graceful: float) -> Awaitable[Any]:
-            return servers_nursery.start(_serve, app, sock, graceful, shutdown)
-
-        await start_server(readiness_app(lambda: ready["value"] and not shutdown.is_set()), ready_sock, 1.0)
-        await start_server(stats_app(runtime.metrics), stats_sock, 1.0)
-        await start_server(create_admin_app(runtime), admin_sock, 1.0)
-        for port, sock in bind_socks.items():
-            await start_server(Gateway(runtime, port), sock, drain_timeout)
-        async with trio.open_nursery() as background:
-            if config_path is not None:
-                background.start_soon(_watch_config, Path(config_path), runtime)
-            if extra_tasks is not None:
-                await extra_tasks(background, info)
-            ready["value"] = True
-            task_status.started(info)
-            await shutdown.wait()
-            background.cancel_scope.cancel()
-        # Leaving the outer block waits for every server to drain (hypercorn's grace deadline).
+    drained = trio.Event()  # the binds finished draining: now the admin side may stop too
+    async with trio.open_nursery() as aux:
+        await aux.start(_serve, readiness_app(lambda: ready["value"] and not shutdown.is_set()), ready_sock, 1.0, drained)
+        await aux.start(_serve, stats_app(runtime.metrics), stats_sock, 1.0, drained)
+        await aux.start(_serve, create_admin_app(runtime), admin_sock, 1.0, drained)
+        try:
+            async with trio.open_nursery() as binds:
+                for port, sock in bind_socks.items():
+                    await binds.start(_serve, Gateway(runtime, port), sock, drain_timeout, shutdown)
+                async with trio.open_nursery() as background:
+                    if config_path is not None:
+                        background.start_soon(_watch_config, Path(config_path), runtime)
+                    if extra_tasks is not None:
+                        await extra_tasks(background, info)
+                    ready["value"] = True
+                    task_status.started(info)
+                    await shutdown.wait()
+                    background.cancel_scope.cancel()
+                # Leaving this block waits for every bind to drain (hypercorn's grace deadline).
+        finally:
+            drained.set()
     runtime.pool.close_idle()
 
 

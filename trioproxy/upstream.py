@@ -35,7 +35,7 @@ def _is_readable(stream: trio.SocketStream) -> bool:
 
 
 class UpstreamConnection:
-    __slots__ = ("stream", "h11", "target", "idle_since", "reused", "got_bytes")
+    __slots__ = ("stream", "h11", "target", "idle_since", "reused", "got_bytes", "closed")
 
     def __init__(self, stream: trio.SocketStream, target: Address) -> None:
         self.stream = stream
@@ -44,13 +44,41 @@ class UpstreamConnection:
         self.idle_since = 0.0
         self.reused = False
         self.got_bytes = False  # in the current exchange; a dead reused socket shows none
+        self.closed = False
+
+
+class _Upload:
+    """Sends a streamed request body while the response is read (full duplex, as Envoy does):
+    a backend that answers while it still reads, such as a mirror, must not deadlock us."""
+
+    def __init__(self, pool: "UpstreamPool", conn: UpstreamConnection, body: AsyncIterator[bytes]) -> None:
+        self.pool = pool
+        self.conn = conn
+        self.body = body
+        self.error: BaseException | None = None
+        self.done = trio.Event()
+
+    async def run(self) -> None:
+        conn = self.conn
+        try:
+            async for chunk in self.body:
+                if chunk:
+                    await self.pool._send(conn, conn.h11.send(h11.Data(data=chunk)))
+            await self.pool._send(conn, conn.h11.send(h11.EndOfMessage()))
+        except Exception as exc:  # noqa: BLE001 - handed to the reader, which re-raises it
+            self.error = exc
+            self.pool._close_now(conn)  # wakes the reader with ClosedResourceError
+        finally:
+            self.done.set()
 
 
 class UpstreamResponse:
     """A response whose body is still on the wire; iterate ``body()`` once, or ``aclose()``."""
 
-    def __init__(self, pool: "UpstreamPool", conn: UpstreamConnection, event: h11.Response) -> None:
+    def __init__(self, pool: "UpstreamPool", conn: UpstreamConnection, event: h11.Response,
+                 upload: _Upload | None = None) -> None:
         self.pool = pool
+        self._upload = upload
         self.status: int = event.status_code
         self.headers: list[Header] = list(event.headers)
         self.reason: bytes = event.reason
@@ -62,12 +90,22 @@ class UpstreamResponse:
         assert conn is not None, "body() already consumed"
         try:
             while True:
-                event = await self.pool._next_event(conn)
+                try:
+                    event = await self.pool._next_event(conn)
+                except BadUpstreamResponse:
+                    if self._upload is not None and self._upload.error is not None:
+                        raise self._upload.error from None
+                    raise
                 if type(event) is h11.Data:
                     yield event.data
                 elif type(event) is h11.EndOfMessage:
                     self._conn = None
-                    self.pool._release(conn)
+                    upload = self._upload
+                    for _ in range(3):  # an upload that is only finishing its last write
+                        if upload is None or upload.done.is_set():
+                            break
+                        await trio.lowlevel.checkpoint()
+                    self.pool._release(conn)  # not DONE both ways → closed, not pooled
                     return
                 else:  # pragma: no cover - h11 yields nothing else after Response
                     raise BadUpstreamResponse(f"unexpected upstream event {type(event).__name__}")
@@ -136,6 +174,9 @@ class UpstreamPool:
         self._close_now(conn)
 
     def _close_now(self, conn: UpstreamConnection) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
         self.open_connections -= 1
         try:
             conn.stream.socket.close()
@@ -164,7 +205,7 @@ class UpstreamPool:
                 return event
             try:
                 data = await conn.stream.receive_some(READ_SIZE)
-            except (trio.BrokenResourceError, OSError) as exc:
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 raise BadUpstreamResponse(f"upstream connection reset: {exc}") from None
             if data:
                 conn.got_bytes = True
@@ -183,17 +224,20 @@ class UpstreamPool:
         path: bytes,
         headers: Sequence[Header],
         body: bytes | AsyncIterator[bytes] = b"",
+        *,
+        nursery: trio.Nursery | None = None,
     ) -> UpstreamResponse:
         """Send one request and return once the response headers arrived.
 
-        A buffered body (``bytes``) can be replayed, so a reused connection that turns out to be
+        With a ``nursery``, a streamed body is uploaded by a task of it while the response is
+        read; without one, it is sent before reading. A buffered body (``bytes``) can be replayed, so a reused connection that turns out to be
         dead before any response byte is retried once on a fresh one; a streamed body cannot.
         """
         replayable = isinstance(body, bytes)
         conn = self._take_idle(target) or await self._connect(target)
         while True:
             try:
-                return await self._exchange(conn, method, path, headers, body)
+                return await self._exchange(conn, method, path, headers, body, nursery)
             except (BackendUnreachable, BadUpstreamResponse):
                 await self._discard(conn)
                 if not (replayable and conn.reused and not conn.got_bytes):
@@ -204,25 +248,34 @@ class UpstreamPool:
                 raise
 
     async def _exchange(
-        self, conn: UpstreamConnection, method: bytes, path: bytes, headers: Sequence[Header], body: bytes | AsyncIterator[bytes]
+        self, conn: UpstreamConnection, method: bytes, path: bytes, headers: Sequence[Header],
+        body: bytes | AsyncIterator[bytes], nursery: trio.Nursery | None,
     ) -> UpstreamResponse:
         try:
             head = conn.h11.send(h11.Request(method=method, target=path, headers=headers))
         except h11.LocalProtocolError as exc:
             raise BadUpstreamResponse(f"cannot forward request: {exc}") from None
+        upload = None
         if isinstance(body, bytes):
             data = head + (conn.h11.send(h11.Data(data=body)) if body else b"") + conn.h11.send(h11.EndOfMessage())
             await self._send(conn, data)
         else:
             await self._send(conn, head)
-            async for chunk in body:
-                if chunk:
-                    await self._send(conn, conn.h11.send(h11.Data(data=chunk)))
-            await self._send(conn, conn.h11.send(h11.EndOfMessage()))
-        while True:
-            event = await self._next_event(conn)
-            if type(event) is h11.Response:
-                return UpstreamResponse(self, conn, event)
-            if type(event) is h11.InformationalResponse:
-                continue
-            raise BadUpstreamResponse(f"unexpected upstream event {type(event).__name__}")  # pragma: no cover
+            upload = _Upload(self, conn, body)
+            if nursery is None:
+                await upload.run()
+                if upload.error is not None:
+                    raise upload.error
+            else:
+                nursery.start_soon(upload.run)
+        try:
+            while True:
+                event = await self._next_event(conn)
+                if type(event) is h11.Response:
+                    return UpstreamResponse(self, conn, event, upload)
+                if type(event) is not h11.InformationalResponse:  # pragma: no cover
+                    raise BadUpstreamResponse(f"unexpected upstream event {type(event).__name__}")
+        except BadUpstreamResponse:
+            if upload is not None and upload.error is not None:
+                raise upload.error from None
+            raise

@@ -1,0 +1,77 @@
+"""Shared fixtures: real servers on 127.0.0.1, port 0, inside the test's own nursery."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from functools import partial
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from fixtures.echo_backend import EchoBackend
+from trioproxy.config import parse_config
+from trioproxy.server import ServerInfo, serve_gateway
+
+ROOT = Path(__file__).resolve().parent.parent
+LOOPBACK_SERVERS = {"ADMIN_ADDR": "127.0.0.1:0", "STATS_ADDR": "127.0.0.1:0", "READINESS_ADDR": "127.0.0.1:0"}
+
+
+def free_port() -> int:
+    """A port that was free a moment ago (for configs whose keys must show a real port)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+async def backend(nursery: trio.Nursery) -> EchoBackend:
+    return await nursery.start(EchoBackend().serve)
+
+
+class Gateway:
+    """An in-process gateway and a client pointed at one of its binds."""
+
+    def __init__(self, info: ServerInfo, port: int) -> None:
+        self.info = info
+        self.port = port
+        self.url = f"http://127.0.0.1:{info.ports[port]}"
+        self.admin_url = f"http://{info.admin}"
+
+    def client(self, **kwargs) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.url, timeout=10, **kwargs)
+
+
+async def start_gateway(nursery: trio.Nursery, config_yaml: str, *, drain_timeout: float = 5.0,
+                        config_path: str | None = None, **fmt) -> Gateway:
+    """Start a gateway from YAML text (``{name}`` placeholders filled from ``fmt``)."""
+    text = textwrap.dedent(config_yaml).format(**fmt)
+    config = parse_config(text, env={**os.environ, **LOOPBACK_SERVERS})
+    info = await nursery.start(partial(serve_gateway, config, bind_host="127.0.0.1",
+                                       drain_timeout=drain_timeout, config_path=config_path))
+    return Gateway(info, config.binds[0].port)
+
+
+SIMPLE = """
+binds:
+- port: {port}
+  listeners:
+  - routes:
+    - name: echo
+      backends: [{{host: "127.0.0.1:{backend}"}}]
+"""
+
+
+@pytest.fixture
+async def gateway(nursery: trio.Nursery, backend: EchoBackend) -> Gateway:
+    return await start_gateway(nursery, SIMPLE, port=free_port(), backend=backend.port)
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trioproxy", *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout)

@@ -1,0 +1,150 @@
+"""The ``trioproxy`` command as users run it: a subprocess, real ports, real signals."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+
+import httpx
+import trio
+
+from .conftest import LOOPBACK_SERVERS, ROOT, free_port, run_cli, start_gateway
+
+
+def write(tmp_path, text: str, name: str = "gw.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def test_validate_only_accepts_the_bundled_example():
+    result = run_cli("--config", "fixtures/configs/local.yaml", "--validate-only")
+    assert result.returncode == 0, result.stderr
+    assert "valid" in result.stdout
+
+
+def test_validate_only_prints_every_problem_and_fails(tmp_path):
+    path = write(tmp_path, """
+        binds:
+        - port: notaport
+        - port: 3000
+          listeners:
+          - routes:
+            - backends: [{host: nope}]
+    """)
+    result = run_cli("-f", path, "--validate-only")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "error: binds[0].port: expected an integer, got 'notaport'",
+        "error: binds[1].listeners[0].routes[0].backends[0].host: expected HOST:PORT, got 'nope'",
+    ]
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_config_file_and_missing_flag():
+    missing = run_cli("--config", "/nonexistent/gw.yaml")
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == "error: /nonexistent/gw.yaml: cannot read config file: No such file or directory"
+    no_flag = run_cli()
+    assert no_flag.returncode == 2
+    assert "--config FILE is required" in no_flag.stderr
+
+
+def test_busy_port_is_one_line_error(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        path = write(tmp_path, f"binds:\n- port: {port}\n")
+        result = run_cli("--config", path, env=LOOPBACK_SERVERS)
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"error: binds[0].port: cannot listen on 0.0.0.0:{port}: Address already in use"
+
+
+async def _wait_ports(proc: subprocess.Popen) -> dict[str, int]:
+    """Read the startup lines (``... listening on http://HOST:PORT``) from stderr."""
+    ports = {}
+    while "readiness" not in ports:
+        line = await trio.to_thread.run_sync(proc.stderr.readline)
+        if not line:
+            raise AssertionError("gateway exited before it was ready")
+        found = re.match(r"trioproxy: (bind \d+|admin|stats|readiness) listening on http://[^:]+:(\d+)", line)
+        if found:
+            ports[found.group(1)] = int(found.group(2))
+    return ports
+
+
+async def test_sigterm_drains_the_request_in_flight_and_exits_0(tmp_path, backend):
+    port = free_port()
+    path = write(tmp_path, f"""
+        binds:
+        - port: {port}
+          listeners:
+          - routes:
+            - backends: [{{host: "127.0.0.1:{backend.port}"}}]
+    """)
+    proc = subprocess.Popen([sys.executable, "-m", "trioproxy", "--config", path], cwd=ROOT, text=True,
+                            stderr=subprocess.PIPE, env={**os.environ, **LOOPBACK_SERVERS})
+    try:
+        with trio.fail_after(20):
+            ports = await _wait_ports(proc)
+            assert ports[f"bind {port}"] == port
+            results = {}
+
+            async def slow() -> None:
+                async with httpx.AsyncClient() as client:
+                    results["slow"] = await client.get(f"http://127.0.0.1:{port}/slow?ms=700")
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(slow)
+                while backend.requests == 0:
+                    await trio.sleep(0.01)
+                proc.send_signal(signal.SIGTERM)
+            code = await trio.to_thread.run_sync(proc.wait)
+        assert results["slow"].status_code == 200
+        assert code == 0
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_reload_applies_a_valid_config_and_keeps_serving_on_an_invalid_one(tmp_path, nursery, backend):
+    port = free_port()
+    template = """
+        binds:
+        - port: {port}
+          listeners:
+          - routes:
+            - matches: [{{path: {{pathPrefix: {prefix}}}}}]
+              backends: [{{host: "127.0.0.1:{backend}"}}]
+    """
+    path = write(tmp_path, template.format(port=port, prefix="/old", backend=backend.port))
+    gw = await start_gateway(nursery, template, config_path=path, port=port, prefix="/old", backend=backend.port)
+    state = gw.info.runtime.state
+
+    async def wait_for_new_state() -> None:
+        nonlocal state
+        with trio.fail_after(10):
+            while gw.info.runtime.state is state:
+                await trio.sleep(0.05)
+        state = gw.info.runtime.state
+
+    async with gw.client() as client:
+        assert (await client.get("/old")).status_code == 200
+        write(tmp_path, template.format(port=port, prefix="/new", backend=backend.port))
+        await wait_for_new_state()
+        assert (await client.get("/new")).status_code == 200
+        assert (await client.get("/old")).status_code == 404
+        write(tmp_path, "binds:\n- port: broken\n")
+        with trio.fail_after(10):
+            while not gw.info.runtime.reload_errors:
+                await trio.sleep(0.05)
+        assert gw.info.runtime.reload_errors == ["binds[0].port: expected an integer, got 'broken'"]
+        assert gw.info.runtime.state is state
+        assert (await client.get("/new")).status_code == 200
