@@ -76,7 +76,11 @@ def test_json_usage_variants():
     no_total = completion(usage={"prompt_tokens": 3, "completion_tokens": 4})
     assert read("application/json", [no_total]).total_tokens == 7
     responses_api = json.dumps(
-        {"object": "response", "model": "m", "usage": {"input_tokens": 5, "output_tokens": 6, "total_tokens": 11}}
+        {
+            "object": "response",
+            "model": "m",
+            "usage": {"input_tokens": 5, "output_tokens": 6, "total_tokens": 11},
+        }
     ).encode()
     assert read("application/json", [responses_api]) == Usage(5, 6, 11, "m")
     bogus = completion(usage={"total_tokens": "many", "prompt_tokens": True})
@@ -202,7 +206,8 @@ def test_reader_activity():
 
 
 def chat(**extra):
-    return json.dumps({"model": "client-model", "messages": [{"role": "user", "content": "hi"}], **extra}).encode()
+    messages = [{"role": "user", "content": "hi"}]
+    return json.dumps({"model": "client-model", "messages": messages, **extra}).encode()
 
 
 def test_plain_request_is_passed_through_untouched():
@@ -255,7 +260,8 @@ def test_non_streaming_requests_get_no_stream_options():
 
 
 def test_unicode_survives_rewrite():
-    body = json.dumps({"model": "m", "stream": True, "messages": [{"content": "héllo ✓"}]}, ensure_ascii=False).encode()
+    request = {"model": "m", "stream": True, "messages": [{"content": "héllo ✓"}]}
+    body = json.dumps(request, ensure_ascii=False).encode()
     out, _ = prepare_request_body(body, model_override=None)
     assert json.loads(out)["messages"][0]["content"] == "héllo ✓"
 
