@@ -1,0 +1,314 @@
+"""LLM traffic helpers, pure: request rewriting and usage reading for OpenAI-style APIs.
+
+``prepare_request_body`` rewrites a chat request before it goes upstream (model override,
+``stream_options.include_usage`` so that streams report usage). ``UsageReader`` watches a
+response body as the gateway forwards it and yields the ``usage`` object at the end; it
+only observes the chunks, so forwarding never waits for it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from typing import Any
+
+import attrs
+
+__all__ = [
+    "DEFAULT_MAX_BODY",
+    "LlmRequestInfo",
+    "Usage",
+    "UsageReader",
+    "prepare_request_body",
+    "usage_from_response",
+]
+
+#: Largest JSON response body (or single SSE event) buffered to find ``usage``.
+DEFAULT_MAX_BODY = 4 * 1024 * 1024
+
+
+@attrs.frozen
+class LlmRequestInfo:
+    """What the gateway learns from a chat request (for traces and accounting)."""
+
+    model: str | None
+    streaming: bool
+
+
+@attrs.frozen
+class Usage:
+    """Token counts of one response, from its ``usage`` object."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    model: str | None = None
+
+
+def prepare_request_body(
+    body: bytes, *, model_override: str | None = None
+) -> tuple[bytes, LlmRequestInfo | None]:
+    """Apply the provider's model override and ask streams to report usage.
+
+    For ``"stream": true`` the request gets ``stream_options.include_usage = true``, keeping
+    any other ``stream_options`` keys the client sent. The body is re-serialised only when
+    something changed, so ``result is body`` tells the caller that content-length still
+    holds. A body that is not a JSON object is passed through with info ``None``.
+    """
+    try:
+        obj = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return body, None
+    if not isinstance(obj, dict):
+        return body, None
+    changed = False
+    if model_override is not None and obj.get("model") != model_override:
+        obj["model"] = model_override
+        changed = True
+    streaming = obj.get("stream") is True
+    if streaming:
+        options = obj.get("stream_options")
+        if not isinstance(options, dict):
+            options = {}
+        if options.get("include_usage") is not True:
+            obj["stream_options"] = {**options, "include_usage": True}
+            changed = True
+    model = obj.get("model")
+    info = LlmRequestInfo(model=model if isinstance(model, str) else None, streaming=streaming)
+    if not changed:
+        return body, info
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode(), info
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def usage_from_response(obj: Any) -> Usage | None:
+    """``Usage`` from a parsed chat completion (or chunk), or None if it carries none.
+
+    Accepts ``prompt_tokens``/``completion_tokens`` and the Responses API's
+    ``input_tokens``/``output_tokens`` (also under ``response.usage``); a missing
+    ``total_tokens`` is their sum.
+    """
+    if not isinstance(obj, dict):
+        return None
+    usage = obj.get("usage")
+    if not isinstance(usage, dict) and isinstance(obj.get("response"), dict):
+        obj = obj["response"]
+        usage = obj.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    prompt = _count(usage.get("prompt_tokens", usage.get("input_tokens")))
+    completion = _count(usage.get("completion_tokens", usage.get("output_tokens")))
+    total = _count(usage.get("total_tokens"))
+    if total is None:
+        if prompt is None and completion is None:
+            return None
+        total = (prompt or 0) + (completion or 0)
+    model = obj.get("model")
+    return Usage(
+        prompt_tokens=prompt or 0,
+        completion_tokens=completion or 0,
+        total_tokens=total,
+        model=model if isinstance(model, str) else None,
+    )
+
+
+# A JSON text can only contain the bytes `"usage"` as a key or a string value (quotes inside
+# strings are escaped), so this finds events with a usage *object* without parsing them;
+# OpenAI streams carry `"usage":null` in every chunk but the last.
+_USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
+_NEWLINE = re.compile(rb"\r\n?|\n")
+
+
+class _SseUsage:
+    """Incremental text/event-stream parser that keeps the last ``usage`` seen.
+
+    Holds at most the current partial line and the data lines of the current event, each
+    event bounded by ``max_event``; an over-long event is skipped, not buffered.
+    """
+
+    __slots__ = ("usage", "_max", "_partial", "_data", "_size", "_skip_lf", "_drop_line", "_drop_event")
+
+    def __init__(self, max_event: int) -> None:
+        self.usage: Usage | None = None
+        self._max = max_event
+        self._partial = b""  # incomplete last line
+        self._data: list[bytes] = []  # data lines of the current event
+        self._size = 0
+        self._skip_lf = False  # previous chunk ended in CR: a leading LF is the same line end
+        self._drop_line = False  # skipping the rest of an over-long line
+        self._drop_event = False  # skipping the rest of an over-long event
+
+    def feed(self, chunk: bytes) -> None:
+        if self._skip_lf and chunk:
+            self._skip_lf = False
+            if chunk[0] == 0x0A:
+                chunk = chunk[1:]
+        if self._drop_line:
+            end = _NEWLINE.search(chunk)
+            if end is None:
+                return
+            self._drop_line = False
+            self._skip_lf = end.group() == b"\r" and end.end() == len(chunk)
+            chunk = chunk[end.end() :]
+        if not chunk:
+            return
+        buf = self._partial + chunk if self._partial else chunk
+        lines = buf.splitlines()  # bytes.splitlines breaks on \n, \r\n and \r only
+        last = buf[-1]
+        if last == 0x0D:
+            self._skip_lf = True
+            self._partial = b""
+        elif last == 0x0A:
+            self._partial = b""
+        else:
+            self._partial = lines.pop()
+            if len(self._partial) > self._max:
+                self._partial = b""
+                self._drop_line = True
+                self._drop_event = True
+        for line in lines:
+            self._line(line)
+
+    def _line(self, line: bytes) -> None:
+        if not line:
+            self._dispatch()
+        elif line.startswith(b"data:") and not self._drop_event:
+            value = line[6:] if line[5:6] == b" " else line[5:]
+            self._size += len(value) + 1
+            if self._size > self._max:
+                self._drop_event = True
+                self._data.clear()
+            else:
+                self._data.append(value)
+        # Other fields (event:, id:, retry:) and comments do not matter here.
+
+    def _dispatch(self) -> None:
+        data = self._data
+        self._data, self._size, self._drop_event = [], 0, False
+        if not data:
+            return
+        text = data[0] if len(data) == 1 else b"\n".join(data)
+        if _USAGE_OBJECT.search(text) is None:  # also skips [DONE]
+            return
+        try:
+            usage = usage_from_response(json.loads(text))
+        except ValueError:
+            return
+        if usage is not None:
+            self.usage = usage
+
+    def finish(self) -> Usage | None:
+        # Be lenient with a stream that ends without the final blank line.
+        if self._partial and not self._drop_line:
+            self._line(self._partial)
+        self._partial = b""
+        if not self._drop_event:
+            self._dispatch()
+        return self.usage
+
+
+class _JsonUsage:
+    """Buffers a JSON body up to ``max_body`` bytes and parses it once at the end."""
+
+    __slots__ = ("_max", "_chunks", "_size")
+
+    def __init__(self, max_body: int) -> None:
+        self._max = max_body
+        self._chunks: list[bytes] | None = []  # None once over the cap
+        self._size = 0
+
+    def feed(self, chunk: bytes) -> None:
+        if self._chunks is None:
+            return
+        self._size += len(chunk)
+        if self._size > self._max:
+            self._chunks = None
+        else:
+            self._chunks.append(chunk)
+
+    def finish(self) -> Usage | None:
+        if not self._chunks:
+            return None
+        try:
+            return usage_from_response(json.loads(b"".join(self._chunks)))
+        except (ValueError, UnicodeDecodeError):
+            return None
+        finally:
+            self._chunks = None
+
+
+class UsageReader:
+    """Reads ``usage`` from a response body as it passes through the gateway.
+
+    ``feed`` every chunk right after (or before) forwarding it, unchanged; call ``finish``
+    once the body is complete. It never modifies the bytes. ``content_type`` selects the
+    parser: ``text/event-stream`` → incremental SSE (only events whose text holds a
+    ``"usage"`` object are JSON-parsed, the last one wins); JSON types or a missing type →
+    buffered up to ``max_body`` bytes and parsed at ``finish``; anything else → no usage.
+    ``gzip``/``deflate`` bodies are inflated for reading; other encodings give no usage.
+    """
+
+    __slots__ = ("_parser", "_inflate", "_max")
+
+    def __init__(
+        self,
+        content_type: str | bytes | None,
+        *,
+        content_encoding: str | bytes | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
+    ) -> None:
+        self._max = max_body
+        media = _lower_str(content_type).partition(";")[0].strip()
+        if media == "text/event-stream":
+            self._parser: _SseUsage | _JsonUsage | None = _SseUsage(max_body)
+        elif media in ("", "application/json") or media.endswith("+json"):
+            self._parser = _JsonUsage(max_body)
+        else:
+            self._parser = None
+        encoding = _lower_str(content_encoding).strip()
+        self._inflate = None
+        if encoding in ("gzip", "x-gzip", "deflate"):
+            # 32 + MAX_WBITS: accept gzip or zlib framing (what "deflate" means on the wire).
+            self._inflate = zlib.decompressobj(32 + zlib.MAX_WBITS)
+        elif encoding not in ("", "identity"):
+            self._parser = None
+
+    @property
+    def active(self) -> bool:
+        """False when this response cannot carry readable usage (feeding is then a no-op)."""
+        return self._parser is not None
+
+    def feed(self, chunk: bytes) -> None:
+        parser = self._parser
+        if parser is None or not chunk:
+            return
+        if self._inflate is None:
+            parser.feed(chunk)
+            return
+        try:
+            data = self._inflate.decompress(chunk, self._max)
+            while True:
+                parser.feed(data)
+                tail = self._inflate.unconsumed_tail
+                if not tail:
+                    break
+                data = self._inflate.decompress(tail, self._max)
+        except zlib.error:
+            self._parser = None
+
+    def finish(self) -> Usage | None:
+        """The usage of the whole response, or None if it carried none (or was too big)."""
+        parser, self._parser = self._parser, None
+        return parser.finish() if parser is not None else None
+
+
+def _lower_str(value: str | bytes | None) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    return value.lower()

@@ -1,0 +1,258 @@
+"""Local (in-process) rate limiting: token buckets for requests and LLM tokens.
+
+Pure decision objects, no I/O and no clock of their own: every method takes ``now``
+(seconds, e.g. ``trio.current_time()``), so tests drive time explicitly or through
+``trio.testing.MockClock``.
+
+Concurrency: the gateway runs in one Trio thread and none of these methods awaits, so each
+call is atomic with respect to other requests. ``LocalRateLimiter.admit`` checks every
+bucket and then commits in the same synchronous call, which is what guarantees that many
+concurrent requests never admit more than the budget. Do not put an ``await`` between a
+check and its commit.
+
+Semantics follow agentgateway's local limiter (a fork of the pelikan ``ratelimit`` crate,
+itself modelled on Envoy's token bucket): the bucket starts full, and ``tokens_per_fill``
+tokens are added at discrete instants ``start + k * fill_interval`` (not continuously),
+capped at ``max_tokens``. One difference, required by the contract: charging LLM usage
+after a response may drive a bucket below zero, and the overshoot is kept until refills
+pay it back (agentgateway saturates at zero).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Literal
+
+import attrs
+
+__all__ = ["Decision", "LocalRateLimitSpec", "LocalRateLimiter", "TokenBucket", "UNIT_SECONDS"]
+
+Kind = Literal["requests", "tokens"]
+
+#: ProxyPolicy ``local[].unit`` → fill interval in seconds (CONTRACT §3).
+UNIT_SECONDS: dict[str, float] = {"Seconds": 1.0, "Minutes": 60.0, "Hours": 3600.0}
+
+# Float slack when converting elapsed time to a number of whole fill intervals, so that
+# ``now == start + k * interval`` computed in floating point counts k fills, not k - 1.
+_EPSILON = 1e-9
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive_int(name: str):
+    def check(_inst, _attr, value):
+        if not _is_int(value) or value < 1:
+            raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+
+    return check
+
+
+def _positive_interval(_inst, _attr, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"fillInterval: must be a positive duration, got {value!r}")
+    if math.isinf(value):
+        raise ValueError("fillInterval: must be finite")
+
+
+def _kind(_inst, _attr, value):
+    if value not in ("requests", "tokens"):
+        raise ValueError(f"type: expected requests or tokens, got {value!r}")
+
+
+@attrs.frozen
+class LocalRateLimitSpec:
+    """One ``localRateLimit`` entry, validated at config load (messages use wire names)."""
+
+    max_tokens: int = attrs.field(validator=_positive_int("maxTokens"))
+    tokens_per_fill: int = attrs.field(validator=_positive_int("tokensPerFill"))
+    fill_interval: float = attrs.field(converter=float, validator=_positive_interval)
+    kind: Kind = attrs.field(default="requests", validator=_kind)
+
+    def __attrs_post_init__(self) -> None:
+        # Same rule as agentgateway: a fill larger than the bucket would be silently lost.
+        if self.max_tokens < self.tokens_per_fill:
+            raise ValueError(
+                f"maxTokens: must be at least tokensPerFill ({self.tokens_per_fill}),"
+                f" got {self.max_tokens}"
+            )
+
+    @classmethod
+    def from_policy(
+        cls,
+        *,
+        requests: int | None = None,
+        tokens: int | None = None,
+        unit: str,
+        burst: int | None = None,
+    ) -> LocalRateLimitSpec:
+        """Map a ProxyPolicy ``traffic.rateLimit.local[]`` entry (CONTRACT §3).
+
+        ``maxTokens = n + burst``, ``tokensPerFill = n``, ``fillInterval`` = 1 s / 60 s / 1 h.
+        Exactly one of ``requests``/``tokens``; ``burst`` only with ``requests``.
+        """
+        if (requests is None) == (tokens is None):
+            raise ValueError("local: exactly one of requests or tokens is required")
+        if unit not in UNIT_SECONDS:
+            raise ValueError(f"unit: expected Seconds, Minutes or Hours, got {unit!r}")
+        if burst is not None and tokens is not None:
+            raise ValueError("burst: only allowed together with requests")
+        kind: Kind = "requests" if requests is not None else "tokens"
+        n = requests if requests is not None else tokens
+        if not _is_int(n) or n < 1:
+            raise ValueError(f"{kind}: must be a positive integer, got {n!r}")
+        if burst is not None and (not _is_int(burst) or burst < 0):
+            raise ValueError(f"burst: must be a non-negative integer, got {burst!r}")
+        return cls(
+            max_tokens=n + (burst or 0),
+            tokens_per_fill=n,
+            fill_interval=UNIT_SECONDS[unit],
+            kind=kind,
+        )
+
+
+@attrs.frozen
+class Decision:
+    """Outcome of one check, with what the ``x-ratelimit-*`` headers report.
+
+    ``remaining`` is never negative (an overshot bucket reports 0); ``reset_seconds`` is the
+    time to the next refill rounded up to whole seconds, so a client that waits that long
+    always sees the refill.
+    """
+
+    allowed: bool
+    limit: int
+    remaining: int
+    reset_seconds: int
+
+
+class TokenBucket:
+    """Runtime state of one spec: a bucket that starts full at ``start``."""
+
+    __slots__ = ("spec", "_start", "_fills", "_tokens")
+
+    def __init__(self, spec: LocalRateLimitSpec, start: float) -> None:
+        self.spec = spec
+        self._start = start
+        self._fills = 0  # fill instants already credited
+        self._tokens = spec.max_tokens  # may be negative after an overshooting charge
+
+    @property
+    def tokens(self) -> int:
+        """Raw balance, negative while an overshoot is being paid back (for tests, traces)."""
+        return self._tokens
+
+    def _refill(self, now: float) -> None:
+        spec = self.spec
+        due = math.floor((now - self._start) / spec.fill_interval + _EPSILON)
+        if due > self._fills:
+            gained = (due - self._fills) * spec.tokens_per_fill
+            self._tokens = min(spec.max_tokens, self._tokens + gained)
+            self._fills = due
+
+    def _decision(self, now: float, allowed: bool) -> Decision:
+        next_fill = self._start + (self._fills + 1) * self.spec.fill_interval
+        return Decision(
+            allowed=allowed,
+            limit=self.spec.max_tokens,
+            remaining=max(0, self._tokens),
+            reset_seconds=max(0, math.ceil(next_fill - now - _EPSILON)),
+        )
+
+    def try_acquire(self, now: float, cost: int = 1) -> Decision:
+        """Take ``cost`` tokens if all are there; otherwise take none (requests limits)."""
+        self._refill(now)
+        allowed = self._tokens >= cost
+        if allowed:
+            self._tokens -= cost
+        return self._decision(now, allowed)
+
+    def peek(self, now: float) -> Decision:
+        """Current state without consuming; ``allowed`` says whether a request would pass."""
+        self._refill(now)
+        return self._decision(now, self._tokens >= 1)
+
+    def has_capacity(self, now: float) -> Decision:
+        """Admission for tokens limits: the cost is unknown until the response, so admit
+        while at least one token is left (agentgateway does the same)."""
+        return self.peek(now)
+
+    def charge(self, now: float, cost: int) -> Decision:
+        """Charge a known cost after the fact; never refuses, may overshoot below zero.
+
+        The returned ``allowed`` says whether the next request would still pass.
+        """
+        self._refill(now)
+        self._tokens -= cost
+        return self._decision(now, self._tokens >= 1)
+
+
+def _most_constrained(decisions: Iterable[Decision]) -> Decision:
+    """Rejections first, then the lowest remaining, then the latest reset (a client that
+    honours it will not come back before the constraining bucket has refilled), then the
+    smallest limit, so the choice is deterministic."""
+    return min(decisions, key=lambda d: (d.allowed, d.remaining, -d.reset_seconds, d.limit))
+
+
+class LocalRateLimiter:
+    """The buckets of one ``localRateLimit`` list (a route's, or a listener's shared one).
+
+    Entries are independent; a request must pass all of them. All methods are synchronous
+    and therefore atomic within the gateway's single Trio thread (see the module docstring).
+    """
+
+    __slots__ = ("buckets", "_token_buckets")
+
+    def __init__(self, specs: Iterable[LocalRateLimitSpec], now: float) -> None:
+        self.buckets: tuple[TokenBucket, ...] = tuple(TokenBucket(s, now) for s in specs)
+        if not self.buckets:
+            raise ValueError("localRateLimit: at least one entry is required")
+        self._token_buckets = tuple(b for b in self.buckets if b.spec.kind == "tokens")
+
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether responses must be read for ``usage`` (some entry limits tokens)."""
+        return bool(self._token_buckets)
+
+    def admit(self, now: float) -> Decision:
+        """Admit one request or reject it without consuming anything.
+
+        Requests buckets consume 1; tokens buckets only need one token left. Check all,
+        then commit, so a rejection by one entry leaves every other entry untouched.
+        """
+        checks = [b.peek(now) for b in self.buckets]
+        if not all(d.allowed for d in checks):
+            return _most_constrained(checks)
+        return _most_constrained(
+            b.try_acquire(now) if b.spec.kind == "requests" else d
+            for b, d in zip(self.buckets, checks)
+        )
+
+    def charge_tokens(self, now: float, total_tokens: int) -> Decision | None:
+        """Charge an LLM response's ``usage.total_tokens`` to every tokens bucket.
+
+        Returns the most constrained tokens bucket afterwards (for traces), or None when
+        no entry limits tokens.
+        """
+        if not self._token_buckets:
+            return None
+        return _most_constrained(b.charge(now, total_tokens) for b in self._token_buckets)
+
+    def peek(self, now: float) -> Decision:
+        """Most constrained entry right now, consuming nothing."""
+        return _most_constrained(b.peek(now) for b in self.buckets)
+
+    @staticmethod
+    def headers(decision: Decision) -> list[tuple[bytes, bytes]]:
+        """``x-ratelimit-*`` response headers; a rejection also carries ``retry-after``."""
+        reset = str(decision.reset_seconds).encode()
+        headers = [
+            (b"x-ratelimit-limit", str(decision.limit).encode()),
+            (b"x-ratelimit-remaining", str(decision.remaining).encode()),
+            (b"x-ratelimit-reset", reset),
+        ]
+        if not decision.allowed:
+            headers.append((b"retry-after", reset))
+        return headers
