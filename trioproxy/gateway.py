@@ -1,177 +1,68 @@
 """The data plane: a plain ASGI app per bind, independent of Quart and of the server hosting it.
 
-One request walks these stages, in this order (agentgateway's order):
+One request walks these stages, in this fixed order (agentgateway's order):
 
- 1. admission      header count limit, listener by Host
- 2. gateway phase  listener policies
- 3. routing        route table of the listener → 404 ``route not found``
- 4. route phase    route policies; ``directResponse`` answers here
- 5. backend        weighted choice; backend policies (backendAuth, header modifiers)
- 6. upstream       h11 pool, under the backend and request timeouts; request body streamed
- 7. response       response header modifiers, body streamed back chunk by chunk
+ 1. admission      header count limit; the listener by Host
+ 2. gateway phase  listener policies: localRateLimit (one budget shared by the listener's routes)
+ 3. routing        the listener's route table → 404 ``route not found``
+ 4. route phase    localRateLimit; requestHeaderModifier; directResponse answers here
+ 5. backend        weighted choice; backendAuth, requestHeaderModifier; ``ai`` backends get
+                   their JSON body rewritten (model override, ``stream_options.include_usage``)
+ 6. upstream       h11 pool, under backendRequestTimeout and requestTimeout; body streamed
+ 7. response       response header modifiers and ``x-ratelimit-*``; the body streamed back
+                   chunk by chunk while its ``usage`` is read; token limits charged at the end
 
-Any stage may raise ``ProxyError``; ``handle`` turns it into a response in one place
-(``errors.error_response``). Once the request body is read, a watcher task waits for
-``http.disconnect`` and cancels the request's scope, so an abandoned request stops its
-upstream call at once (hypercorn only tells a raw ASGI app through ``receive``).
+Any stage may raise ``ProxyError``; ``handle`` hands it to ``Exchange.respond_error``, the one
+place errors become responses. Once the request body is read, a watcher task waits for
+``http.disconnect`` and cancels the request's scope, so an abandoned request stops its upstream
+call at once (hypercorn tells a raw ASGI app only through ``receive``).
+
+Tracing: when a ``/debug/trace`` watcher claims the request, ``x.tracer`` records the events of
+each stage (CONTRACT §5); otherwise every ``if tr`` below is the whole cost.
 """
 
 from __future__ import annotations
 
-import bisect
-import random
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from itertools import accumulate
+from collections.abc import AsyncIterator, MutableMapping
 from typing import Any
 
 import trio
 
-from .config.model import Backend, Config, HeaderModifier, Route
+from .config.dump import policies_by_kind
+from .config.model import Backend, Route
 from .errors import (
     BackendUnreachable,
-    BadRequest,
     DirectResponse,
     HeaderTooLarge,
     ProxyError,
+    RateLimited,
     RequestTimeout,
     RouteNotFound,
     UpstreamError,
     UpstreamTimeout,
-    error_response,
 )
-from .metrics import Metrics
-from .routing import BindTable, Request, host_without_port
-from .upstream import UpstreamPool
+from .exchange import ClientDisconnected, Exchange, Receive, Send
+from .llm import UsageReader, prepare_request_body
+from .policies.headers import (
+    apply_modifier,
+    forwarded_request_headers,
+    header_value,
+    request_framing,
+    without_hop_by_hop,
+)
+from .policies.ratelimit_local import LocalRateLimiter
+from .routing import Request
+from .runtime import GatewayState, Runtime
+from .trace import BodyCapture, duration_string, headers_map
+from .upstream import UpstreamResponse
 
 Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 Header = tuple[bytes, bytes]
 
 MAX_REQUEST_HEADERS = 100
-DRAIN_LIMIT = 64 * 1024
-# RFC 9110 §7.6.1 hop-by-hop fields, plus framing that the next hop recomputes.
-HOP_BY_HOP = frozenset(
-    {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"te", b"trailer", b"upgrade",
-     b"proxy-authenticate", b"proxy-authorization"}
-)
+MAX_LLM_REQUEST_BODY = 16 * 1024 * 1024
 
-
-class ClientDisconnected(Exception):
-    """The client went away; nobody is left to answer."""
-
-
-class CompiledRoute:
-    """A route plus what choosing among its backends needs, computed once."""
-
-    __slots__ = ("route", "backends", "cumulative")
-
-    def __init__(self, route: Route) -> None:
-        self.route = route
-        self.backends = tuple(b for b in route.backends if b.weight > 0)
-        self.cumulative = list(accumulate(b.weight for b in self.backends))
-
-    def choose_backend(self) -> Backend | None:
-        if not self.backends:
-            return None
-        if len(self.backends) == 1:
-            return self.backends[0]
-        return self.backends[bisect.bisect_right(self.cumulative, random.randrange(self.cumulative[-1]))]
-
-
-class GatewayState:
-    """Everything compiled from one ``Config``; replaced whole on reload."""
-
-    def __init__(self, config: Config) -> None:
-        self.config = config
-        self.binds = {bind.port: BindTable(bind) for bind in config.binds}
-        self.routes = {
-            route.key: CompiledRoute(route)
-            for bind in config.binds
-            for listener in bind.listeners
-            for route in listener.routes
-        }
-
-
-class Runtime:
-    """Shared by every bind of one gateway process: current state, upstream pool, metrics."""
-
-    def __init__(self, config: Config, *, pool: UpstreamPool | None = None, metrics: Metrics | None = None) -> None:
-        self.state = GatewayState(config)
-        self.pool = pool or UpstreamPool()
-        self.metrics = metrics or Metrics(open_upstream_connections=lambda: self.pool.open_connections)
-        self.reload_errors: list[str] = []  # problems of the last rejected reload, [] after a good one
-
-    def apply(self, config: Config) -> None:
-        """Swap in a new config; requests in flight finish on the state they started with."""
-        self.state = GatewayState(config)
-        self.reload_errors = []
-
-
-def _header_value(headers: list[Header], name: bytes) -> bytes | None:
-    for key, value in headers:
-        if key == name:
-            return value
-    return None
-
-
-def _apply_modifier(headers: list[Header], modifier: HeaderModifier | None) -> list[Header]:
-    if modifier is None:
-        return headers
-    drop = {name for name, _ in modifier.set} | set(modifier.remove)
-    if drop:
-        headers = [h for h in headers if h[0] not in drop]
-    return headers + list(modifier.set) + list(modifier.add)
-
-
-def upstream_request_headers(scope: Scope, backend: Backend, route: Route) -> list[Header]:
-    """The client's headers minus hop-by-hop ones, plus forwarding headers and policies."""
-    connection_tokens: set[bytes] = set()
-    out: list[Header] = []
-    forwarded_for = None
-    framing: Header | None = None
-    for name, value in scope["headers"]:
-        if name in HOP_BY_HOP:
-            if name == b"connection":
-                connection_tokens.update(t.strip().lower() for t in value.split(b","))
-            elif name == b"transfer-encoding":
-                framing = (b"transfer-encoding", b"chunked")
-            continue
-        if name == b"x-forwarded-for":
-            forwarded_for = value
-            continue
-        if name == b"content-length":
-            framing = (name, value)
-            continue
-        out.append((name, value))
-    if connection_tokens:
-        out = [h for h in out if h[0] not in connection_tokens]
-    client = scope.get("client")
-    if client:
-        address = client[0].encode()
-        out.append((b"x-forwarded-for", forwarded_for + b", " + address if forwarded_for else address))
-    elif forwarded_for:
-        out.append((b"x-forwarded-for", forwarded_for))
-    out.append((b"x-forwarded-proto", scope.get("scheme", "http").encode()))
-    if framing is not None:
-        out.append(framing)
-    out = _apply_modifier(out, route.policies.request_header_modifier)
-    out = _apply_modifier(out, backend.policies.request_header_modifier)
-    if backend.policies.backend_auth is not None:
-        out = [h for h in out if h[0] != b"authorization"]
-        out.append((b"authorization", b"Bearer " + backend.policies.backend_auth.key.encode()))
-    if _header_value(out, b"host") is None:
-        out.append((b"host", str(backend.target).encode()))
-    return out
-
-
-def downstream_response_headers(headers: list[Header], route: Route, backend: Backend) -> list[Header]:
-    connection_tokens = {
-        t.strip().lower() for name, value in headers if name == b"connection" for t in value.split(b",")
-    }
-    out = [h for h in headers if h[0] not in HOP_BY_HOP and h[0] not in connection_tokens]
-    out = _apply_modifier(out, backend.policies.response_header_modifier)
-    return _apply_modifier(out, route.policies.response_header_modifier)
+__all__ = ["Gateway", "GatewayState", "Runtime"]
 
 
 class Gateway:
@@ -198,188 +89,251 @@ class Gateway:
             await send({"type": "websocket.close", "code": 1003})
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        started_at = trio.current_time()
-        metrics = self.runtime.metrics
+        runtime = self.runtime
+        x = Exchange(scope, receive, send, trio.current_time())
+        if runtime.trace.watchers:
+            x.tracer = runtime.trace.claim(x.arrival, x.activation)
+        metrics = runtime.metrics
         metrics.in_flight.inc()
-        exchange = _Exchange(scope, receive, send)
-        route_key = ""
         try:
             async with trio.open_nursery() as nursery:
-                exchange.nursery = nursery
+                x.nursery = nursery
                 try:
-                    route_key = await self._proxy(exchange)
+                    await self._proxy(x)
                 except ProxyError as error:
-                    route_key = exchange.route_key
                     if isinstance(error, UpstreamError):
-                        metrics.upstream_error(self.bind_key, route_key, type(error).__name__)
-                    await exchange.respond_error(error)
+                        metrics.upstream_error(self.bind_key, x.route.key if x.route else "", type(error).__name__)
+                    await x.respond_error(error)
                 except ClientDisconnected:
-                    route_key = exchange.route_key
+                    pass
                 nursery.cancel_scope.cancel()
         finally:
             metrics.in_flight.dec()
-            status = exchange.status if not exchange.disconnected else 499
-            metrics.observe(self.bind_key, route_key or exchange.route_key, status, trio.current_time() - started_at)
+            status = 499 if x.disconnected else x.status
+            if x.disconnected:
+                x.error = x.error or "client disconnected"
+            metrics.observe(self.bind_key, x.route.key if x.route else "", status, trio.current_time() - x.arrival)
+            if x.tracer is not None:
+                x.tracer.finish(status, x.error)
 
-    async def _proxy(self, x: "_Exchange") -> str:
+    async def _proxy(self, x: Exchange) -> None:
+        tr = x.tracer
         scope = x.scope
         state = self.runtime.state
+
         # 1. admission
-        headers = scope["headers"]
-        if len(headers) > MAX_REQUEST_HEADERS:
+        if tr:
+            tr.event("requestStarted")
+            tr.event("requestSnapshot", stage="initial request", requestState=x.state())
+        if len(x.headers) > MAX_REQUEST_HEADERS:
             raise HeaderTooLarge(f"too many request headers (limit {MAX_REQUEST_HEADERS})")
-        raw_host = _header_value(headers, b"host")
-        host = host_without_port(raw_host.decode("latin-1")) if raw_host else ""
         bind = state.binds.get(self.port)
-        found = bind.listener_for(host) if bind is not None else None
+        found = bind.listener_for(x.host) if bind is not None else None
         if found is None:
+            if tr:
+                tr.event("routeSelection", severity="warn", selectedRoute=None, evaluatedRoutes=[])
             raise RouteNotFound()
         listener, table = found
-        # 2. gateway phase: listener policies (added by later stages: jwt, authorization, limits)
+        x.listener = listener
+
+        # 2. gateway phase
+        if tr:
+            tr.event("policySelection", phase="gateway", effectivePolicy=policies_by_kind(listener.policies, "gateway"))
+        self._local_limit(x, state.listener_limiter(listener))
+        if tr:
+            tr.event("requestSnapshot", stage="gateway policies", requestState=x.state())
+
         # 3. routing
-        selection = table.select(Request(scope["method"], scope["path"], host, headers, scope.get("query_string", b"")))
+        selection = table.select(Request(scope["method"], scope["path"], x.host, x.headers,
+                                         scope.get("query_string", b"")))
+        if tr:
+            tr.event("routeSelection", severity="info" if selection.route else "warn",
+                     selectedRoute=selection.route.key if selection.route else None,
+                     evaluatedRoutes=list(selection.evaluated))
         if selection.route is None:
             raise RouteNotFound()
-        route = selection.route
-        x.route_key = route.key
+        route = x.route = selection.route
         compiled = state.routes[route.key]
+
         # 4. route phase
-        if route.policies.direct_response is not None:
-            policy = route.policies.direct_response
-            raise DirectResponse(policy.status, policy.body)
+        policies = route.policies
+        if tr:
+            tr.event("policySelection", phase="route", effectivePolicy=policies_by_kind(policies, "route"))
+        self._local_limit(x, compiled.limiter)
+        if policies.request_header_modifier is not None:
+            x.headers = apply_modifier(x.headers, policies.request_header_modifier)
+            if tr:
+                tr.event("requestSnapshot", stage="requestHeaderModifier", requestState=x.state())
+        if policies.direct_response is not None:
+            if tr:
+                tr.event("policy", kind="directResponse", result="responded", status=policies.direct_response.status)
+            raise DirectResponse(policies.direct_response.status, policies.direct_response.body)
+        if tr:
+            tr.event("requestSnapshot", stage="route policies", requestState=x.state())
+
         # 5. backend
-        backend = compiled.choose_backend()
+        backend = x.backend = compiled.choose_backend()
         if backend is None:
             raise BackendUnreachable(f"no backend available for route {route.name}")
-        timeout = route.policies.timeout
-        request_timeout = timeout.request_timeout if timeout else None
-        backend_timeout = timeout.backend_request_timeout if timeout else None
+        if tr:
+            tr.event("policySelection", phase="backend", effectivePolicy=policies_by_kind(backend.policies, "backend"))
+        if backend.policies.request_header_modifier is not None:
+            x.headers = apply_modifier(x.headers, backend.policies.request_header_modifier)
+            if tr:
+                tr.event("requestSnapshot", stage="requestHeaderModifier", requestState=x.state())
+        if backend.policies.backend_auth is not None:
+            x.headers = [h for h in x.headers if h[0] != b"authorization"]
+            x.headers.append((b"authorization", b"Bearer " + backend.policies.backend_auth.key.encode()))
+            if tr:
+                tr.event("requestSnapshot", stage="backendAuth", requestState=x.state())
+        if tr:
+            x.request_capture = BodyCapture(tr.body_limit)
+        if backend.ai is not None:
+            body: bytes | AsyncIterator[bytes] = await self._prepare_llm_request(x, backend)
+            framing: Header | None = (b"content-length", str(len(body)).encode()) if body or x.has_body() else None
+        else:
+            body = x.request_body()
+            framing = request_framing(scope["headers"])
+        client = scope.get("client")
+        upstream_headers = forwarded_request_headers(
+            x.headers, client=client[0] if client else None, scheme=scope.get("scheme", "http"), framing=framing)
+        if backend.ai is not None:
+            upstream_headers = [h for h in upstream_headers if h[0] != b"host"] + [(b"host", str(backend.target).encode())]
+        if tr:
+            tr.event("requestSnapshot", stage="final request", requestState=x.state(headers=upstream_headers))
+
         # 6. upstream
-        path = scope.get("raw_path") or scope["path"].encode()
         query = scope.get("query_string", b"")
-        target = path + b"?" + query if query else path
-        upstream_headers = upstream_request_headers(scope, backend, route)
-        body = x.request_body()
-        deadline = trio.current_time() + request_timeout if request_timeout else float("inf")
-        with trio.CancelScope(deadline=deadline) as request_scope:
-            with trio.CancelScope(
-                deadline=min(deadline, trio.current_time() + backend_timeout) if backend_timeout else deadline
-            ) as backend_scope:
-                response = await self.runtime.pool.request(
-                    backend.target, scope["method"].encode(), target, upstream_headers, body, nursery=x.nursery
-                )
-        if backend_scope.cancelled_caught and not request_scope.cancelled_caught and not x.disconnected:
-            raise UpstreamTimeout()
-        if request_scope.cancelled_caught and not x.disconnected:
-            raise RequestTimeout()
-        if x.disconnected:
-            raise ClientDisconnected()
+        path = x.upstream_path.encode() if x.upstream_path else (scope.get("raw_path") or scope["path"].encode())
+        response = await self._call_backend(x, route, backend, path + b"?" + query if query else path,
+                                            upstream_headers, body)
+
         # 7. response
-        out_headers = downstream_response_headers(response.headers, route, backend)
-        await x.start_response(response.status, out_headers)
-        await x.stream_body(response.body())
-        return route.key
+        await self._respond(x, route, backend, response)
 
+    # --- stages ---------------------------------------------------------------------------------
 
-class _Exchange:
-    """One request/response on the ASGI side: body reading, disconnect watch, sending."""
-
-    __slots__ = ("scope", "receive", "send", "nursery", "status", "started", "finished", "disconnected", "route_key",
-                 "_body_done", "_body_claimed")
-
-    def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self.scope = scope
-        self.receive = receive
-        self.send = send
-        self.nursery: trio.Nursery | None = None
-        self.status = 0
-        self.started = False
-        self.finished = False
-        self.disconnected = False
-        self.route_key = ""
-        self._body_done = False
-        self._body_claimed = False  # someone (the upload) reads the body; nobody else may
-
-    def _watch_disconnect(self) -> None:
-        """Called once the body is read: from now on ``receive`` only reports disconnects."""
-        self._body_done = True
-        assert self.nursery is not None
-        self.nursery.start_soon(self._disconnect_watcher)
-
-    async def _disconnect_watcher(self) -> None:
-        while True:
-            message = await self.receive()
-            if message["type"] == "http.disconnect":
-                if not self.finished:  # after a complete response a close is just the client leaving
-                    self.disconnected = True
-                    assert self.nursery is not None
-                    self.nursery.cancel_scope.cancel()
-                return
-
-    def request_body(self) -> bytes | AsyncIterator[bytes]:
-        """The body as an async iterator for the upstream call; ``b""`` when it has none."""
-        has_body = any(name in (b"content-length", b"transfer-encoding") for name, _ in self.scope["headers"])
-        if not has_body:
-            self._watch_disconnect()
-            return b""
-        return self._stream_body()
-
-    async def read_body(self, limit: int) -> bytes:
-        """Buffer the whole body (for stages that must rewrite it); 413 above ``limit``."""
-        chunks = []
-        size = 0
-        async for chunk in self._stream_body():
-            size += len(chunk)
-            if size > limit:
-                raise BadRequest(f"request body larger than {limit} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-    async def _stream_body(self) -> AsyncIterator[bytes]:
-        self._body_claimed = True
-        while True:
-            message = await self.receive()
-            if message["type"] == "http.disconnect":
-                self.disconnected = True
-                raise ClientDisconnected()
-            chunk = message.get("body", b"")
-            more = message.get("more_body", False)
-            if not more:
-                self._watch_disconnect()
-            if chunk:
-                yield chunk
-            if not more:
-                return
-
-    async def start_response(self, status: int, headers: list[Header]) -> None:
-        self.status = status
-        self.started = True
-        await self.send({"type": "http.response.start", "status": status, "headers": headers})
-
-    async def stream_body(self, chunks: AsyncIterator[bytes]) -> None:
-        send = self.send
-        async for chunk in chunks:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        self.finished = True
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    async def respond_error(self, error: ProxyError) -> None:
-        if self.started:
-            # Headers are gone already: ending here makes the server close the connection,
-            # which the client sees as a truncated response rather than a wrong one.
+    def _local_limit(self, x: Exchange, limiter: LocalRateLimiter | None) -> None:
+        """Admit against one limiter (all its entries), or reject with 429 before any upstream call."""
+        if limiter is None:
             return
-        if not self._body_claimed and self.scope.get("method") not in ("GET", "HEAD"):
-            # Drain a small unread body so the connection stays usable; past the cap the server
-            # closes the connection after the answer instead.
-            drained = 0
-            try:
-                async for chunk in self._stream_body():
-                    drained += len(chunk)
-                    if drained > DRAIN_LIMIT:
-                        break
-            except ClientDisconnected:
-                return
-        status, headers, body = error_response(error)
-        await self.start_response(status, headers)
-        self.finished = True
-        await self.send({"type": "http.response.body", "body": body, "more_body": False})
+        decision = limiter.admit(trio.current_time())
+        if x.tracer:
+            x.tracer.event("policy", severity="info" if decision.allowed else "warn", kind="localRateLimit",
+                           result="allowed" if decision.allowed else "rejected",
+                           limit=decision.limit, remaining=decision.remaining, reset=decision.reset_seconds)
+        if not decision.allowed:
+            raise RateLimited(headers=LocalRateLimiter.headers(decision))
+        x.limits.append((limiter, decision))
+
+    async def _prepare_llm_request(self, x: Exchange, backend: Backend) -> bytes:
+        """Buffer and rewrite an OpenAI-style JSON body; the path may be overridden."""
+        assert backend.ai is not None
+        original = await x.read_body(MAX_LLM_REQUEST_BODY)
+        body, info = prepare_request_body(original, model_override=backend.ai.model)
+        x.llm = {"provider": backend.ai.provider, "model": info.model if info else None,
+                 "streaming": info.streaming if info else False}
+        if backend.ai.path_override:
+            x.upstream_path = backend.ai.path_override
+        if x.request_capture is not None and body is not original:
+            x.request_capture = BodyCapture(x.request_capture.limit)
+            x.request_capture.feed(body)
+        return body
+
+    async def _call_backend(self, x: Exchange, route: Route, backend: Backend, target: bytes,
+                            headers: list[Header], body: bytes | AsyncIterator[bytes]) -> UpstreamResponse:
+        tr = x.tracer
+        timeout = route.policies.timeout
+        now = trio.current_time()
+        deadline = x.arrival + timeout.request_timeout if timeout and timeout.request_timeout else float("inf")
+        backend_deadline = min(deadline, now + timeout.backend_request_timeout) \
+            if timeout and timeout.backend_request_timeout else deadline
+        if tr:
+            tr.event("backendCallStart", target=str(backend.target))
+        if isinstance(body, bytes) and x.request_capture is not None and not x.request_capture.size:
+            x.request_capture.feed(body)
+        response = None
+        try:
+            with trio.CancelScope(deadline=deadline) as request_scope:
+                with trio.CancelScope(deadline=backend_deadline) as backend_scope:
+                    response = await self.runtime.pool.request(
+                        backend.target, x.scope["method"].encode(), target, headers, body, nursery=x.nursery)
+            if x.disconnected:
+                raise ClientDisconnected()
+            if response is None and request_scope.cancelled_caught:
+                raise RequestTimeout()
+            if response is None and backend_scope.cancelled_caught:
+                raise UpstreamTimeout()
+        except ProxyError as error:
+            if tr:
+                tr.body("final request", x.request_capture)
+                tr.event("backendCallResult", start=now, severity="error", status=None, error=error.message)
+            raise
+        assert response is not None
+        x.scope["trioproxy.upstream_started"] = now
+        if tr:
+            tr.body("final request", x.request_capture)
+            tr.event("backendCallResult", start=now, severity="success" if response.status < 400 else "warn",
+                     status=response.status, error=None)
+        return response
+
+    async def _respond(self, x: Exchange, route: Route, backend: Backend, response: UpstreamResponse) -> None:
+        tr = x.tracer
+        if tr:
+            now = trio.current_time()
+            tr.event("responseSnapshot", stage="raw response", requestState=x.state(
+                response={"code": response.status, "headers": headers_map(response.headers)},
+                proxy={"requestProcessingDuration": duration_string(now - x.arrival),
+                       "upstreamDuration": duration_string(now - x.scope["trioproxy.upstream_started"])}))
+        headers = apply_modifier(without_hop_by_hop(response.headers), backend.policies.response_header_modifier)
+        if tr:
+            tr.event("responseSnapshot", stage="backend response ready", requestState=x.state(
+                response={"code": response.status, "headers": headers_map(headers)}))
+        headers = apply_modifier(headers, route.policies.response_header_modifier)
+        if x.limits:
+            headers += LocalRateLimiter.headers(_most_constrained(x.limits))
+        if tr:
+            tr.event("responseSnapshot", stage="final response", requestState=x.state(
+                response={"code": response.status, "headers": headers_map(headers)}))
+
+        token_limiters = [limiter for limiter, _ in x.limits if limiter.counts_tokens]
+        usage_reader = None
+        if token_limiters or backend.ai is not None:
+            usage_reader = UsageReader(header_value(response.headers, b"content-type"),
+                                       content_encoding=header_value(response.headers, b"content-encoding"))
+            if not usage_reader.active:
+                usage_reader = None
+        capture = BodyCapture(tr.body_limit) if tr else None
+
+        await x.start_response(response.status, headers)
+        async for chunk in response.body():
+            if usage_reader is not None:
+                usage_reader.feed(chunk)
+            if capture is not None:
+                capture.feed(chunk)
+            await x.send_body(chunk)
+        await x.end_body()
+
+        if usage_reader is not None:
+            usage = usage_reader.finish()
+            if usage is not None:
+                self._charge_tokens(x, token_limiters, usage)
+        if tr and capture is not None:
+            tr.body("response", capture)
+
+    def _charge_tokens(self, x: Exchange, limiters: list[LocalRateLimiter], usage: Any) -> None:
+        """After the response: token budgets pay for what the response used (may overshoot)."""
+        if x.llm is not None:
+            x.llm.update(inputTokens=usage.prompt_tokens, outputTokens=usage.completion_tokens,
+                         totalTokens=usage.total_tokens)
+        now = trio.current_time()
+        for limiter in limiters:
+            decision = limiter.charge_tokens(now, usage.total_tokens)
+            if x.tracer and decision is not None:
+                x.tracer.event("policy", kind="localRateLimit", result="charged", tokens=usage.total_tokens,
+                               limit=decision.limit, remaining=decision.remaining, reset=decision.reset_seconds)
+
+
+def _most_constrained(limits: list[tuple[LocalRateLimiter, Any]]) -> Any:
+    """The decision to report in ``x-ratelimit-*`` when several limiters applied."""
+    return min((decision for _, decision in limits), key=lambda d: (d.remaining, -d.reset_seconds))

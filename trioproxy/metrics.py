@@ -42,6 +42,10 @@ class Metrics:
             "trioproxy_config_reloads", "Config file reloads, applied or rejected (the old config kept serving).",
             ["result"], registry=self.registry,
         )
+        self.trace_events_dropped = Counter(
+            "trioproxy_trace_events_dropped", "Trace events dropped because a trace reader was too slow.",
+            registry=self.registry,
+        )
         self._requests: dict[tuple[str, str, int], Callable[[], None]] = {}
         self._durations: dict[tuple[str, str], Callable[[float], None]] = {}
 

@@ -29,7 +29,8 @@ from hypercorn.utils import wrap_app
 
 from .config import ConfigError, load_config
 from .config.model import Address, Config
-from .gateway import Gateway, Runtime
+from .gateway import Gateway
+from .runtime import Runtime
 
 log = logging.getLogger("trioproxy")
 

@@ -13,14 +13,28 @@ from quart import Response, redirect
 from quart_trio import QuartTrio
 
 from ..config.dump import config_dump
-from ..gateway import Runtime
+from ..runtime import Runtime
+from .trace_stream import serve_trace
 
 
 def _static(name: str) -> bytes:
     return resources.files("trioproxy.admin").joinpath("static", name).read_bytes()
 
 
-def create_admin_app(runtime: Runtime) -> QuartTrio:
+def create_admin_app(runtime: Runtime):
+    """The admin ASGI app: ``/debug/trace`` handled raw, everything else by Quart."""
+    quart = _quart_app(runtime)
+
+    async def app(scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/debug/trace":
+            await serve_trace(scope, receive, send, runtime.trace, runtime.metrics)
+        else:
+            await quart(scope, receive, send)
+
+    return app
+
+
+def _quart_app(runtime: Runtime) -> QuartTrio:
     app = QuartTrio("trioproxy.admin")
     app.config["JSON_SORT_KEYS"] = False
     app.json.sort_keys = False  # keep config order (binds, listeners, routes as written)

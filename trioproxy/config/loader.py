@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from ..policies.ratelimit_local import LocalRateLimitSpec
 from . import model as m
 
 SIMPLE_ENV = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*)|(\$))")
@@ -239,6 +240,31 @@ def _parse_backend_auth(w: _Walker, value: Any, path: str) -> m.BackendAuth | No
     return m.BackendAuth(key) if key is not None else None
 
 
+def _parse_local_rate_limit(w: _Walker, value: Any, path: str) -> tuple[LocalRateLimitSpec, ...] | None:
+    """``[{maxTokens, tokensPerFill, fillInterval, type: requests|tokens}]``, each independent."""
+    specs = []
+    for i, raw in enumerate(w.list(value, path, allow_empty=False) or []):
+        where = f"{path}[{i}]"
+        entry = w.mapping(raw, where, {"maxTokens", "tokensPerFill", "fillInterval", "type"},
+                          {"maxTokens", "tokensPerFill", "fillInterval"})
+        if entry is None:
+            continue
+        max_tokens = w.integer(entry["maxTokens"], f"{where}.maxTokens", 1, 2**62)
+        per_fill = w.integer(entry["tokensPerFill"], f"{where}.tokensPerFill", 1, 2**62)
+        interval = w.duration(entry["fillInterval"], f"{where}.fillInterval")
+        kind = entry.get("type", "requests")
+        if kind not in ("requests", "tokens"):
+            w.p.add(f"{where}.type", f"expected requests or tokens, got {_describe(kind)}")
+            continue
+        if None in (max_tokens, per_fill, interval):
+            continue
+        try:
+            specs.append(LocalRateLimitSpec(max_tokens, per_fill, interval, kind))
+        except ValueError as exc:  # the spec names the wire field first: "maxTokens: ..."
+            w.p.add(f"{where}.{exc}".split(": ", 1)[0], str(exc).split(": ", 1)[1])
+    return tuple(specs) if specs else None
+
+
 def _not_supported(w: _Walker, value: Any, path: str) -> None:
     w.p.add(path, "policy is not supported by this version of trioproxy")
 
@@ -250,7 +276,7 @@ POLICY_PARSERS: dict[str, tuple[str, PolicyParser]] = {
     "timeout": ("timeout", _parse_timeout),
     "directResponse": ("direct_response", _parse_direct_response),
     "backendAuth": ("backend_auth", _parse_backend_auth),
-    "localRateLimit": ("", _not_supported),
+    "localRateLimit": ("local_rate_limit", _parse_local_rate_limit),
     "remoteRateLimit": ("", _not_supported),
     "jwtAuth": ("", _not_supported),
     "authorization": ("", _not_supported),

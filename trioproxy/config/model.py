@@ -13,6 +13,8 @@ from typing import Any, Literal
 import attrs
 from attrs import frozen
 
+from ..policies.ratelimit_local import LocalRateLimitSpec
+
 PathKind = Literal["exact", "pathPrefix", "regex"]
 MatchKind = Literal["exact", "regex"]
 
@@ -112,7 +114,7 @@ class Policies:
     ``policySelection.effectivePolicy`` shows unset kinds as ``null``.
     """
 
-    local_rate_limit: tuple[Any, ...] = ()
+    local_rate_limit: tuple[LocalRateLimitSpec, ...] = ()
     request_header_modifier: HeaderModifier | None = None
     response_header_modifier: HeaderModifier | None = None
     timeout: TimeoutPolicy | None = None

@@ -1,0 +1,75 @@
+"""``/debug/trace``: server-sent events of the next request that matches (CONTRACT §5).
+
+Raw ASGI rather than a Quart view: the stream must notice a reader that goes away (to stop
+offering it requests) and must never hold a request up, so it owns its ``receive`` and its
+timing. Framing: ``: ready``, then ``data: <event>`` each followed by a blank line, ``: keepalive``
+every second (``TraceHub.keepalive``) while waiting; the response ends after ``requestFinished``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import parse_qs
+
+import trio
+
+from ..cel import CelError, compile_expression
+from ..metrics import Metrics
+from ..trace import TraceHub
+
+
+async def _answer(send: Any, status: int, text: str) -> None:
+    body = text.encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def serve_trace(scope: dict[str, Any], receive: Any, send: Any, hub: TraceHub, metrics: Metrics) -> None:
+    if scope["method"] not in ("GET", "POST"):
+        await _answer(send, 405, "method not allowed: use POST or GET")
+        return
+    # A POST body is not used; read it so the request is complete.
+    message = await receive()
+    while message["type"] == "http.request" and message.get("more_body"):
+        message = await receive()
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    matches = None
+    if query.get("expression", [""])[0].strip():
+        try:
+            matches = compile_expression(query["expression"][0]).matches
+        except CelError as error:
+            await _answer(send, 400, f"invalid expression: {error}")
+            return
+    watcher = hub.watch(matches)
+    try:
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]})
+        await send({"type": "http.response.body", "body": b": ready\n\n", "more_body": True})
+        async with trio.open_nursery() as nursery:
+            async def reader_gone() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(reader_gone)
+            while True:
+                with trio.move_on_after(hub.keepalive) as waiting:
+                    try:
+                        event = await watcher.receive.receive()
+                    except trio.EndOfChannel:
+                        break
+                if waiting.cancelled_caught:
+                    await send({"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True})
+                    continue
+                data = json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode()
+                await send({"type": "http.response.body", "body": b"data: " + data + b"\n\n", "more_body": True})
+            tail = b""
+            if watcher.dropped:
+                metrics.trace_events_dropped.inc(watcher.dropped)
+                tail = f": dropped {watcher.dropped} events (reader too slow)\n\n".encode()
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
+            nursery.cancel_scope.cancel()
+    finally:
+        hub.forget(watcher)

@@ -1,0 +1,90 @@
+"""What a config compiles into, and the state shared by every bind of one gateway process."""
+
+from __future__ import annotations
+
+import bisect
+import random
+from itertools import accumulate
+
+import trio
+
+from .config.model import Backend, Config, Listener, Route
+from .metrics import Metrics
+from .policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
+from .routing import BindTable
+from .trace import TraceHub
+from .upstream import UpstreamPool
+
+
+def _limiter(specs: tuple[LocalRateLimitSpec, ...], key: str, previous: "GatewayState | None") -> LocalRateLimiter | None:
+    """A limiter for ``specs``; the previous config's one when unchanged, so a reload keeps budgets."""
+    if not specs:
+        return None
+    if previous is not None:
+        old = previous.limiters.get(key)
+        if old is not None and old[0] == specs:
+            return old[1]
+    return LocalRateLimiter(specs, trio.current_time())
+
+
+class CompiledRoute:
+    """A route plus what choosing among its backends and limiting it need, computed once."""
+
+    __slots__ = ("route", "backends", "cumulative", "limiter")
+
+    def __init__(self, route: Route, limiter: LocalRateLimiter | None) -> None:
+        self.route = route
+        self.backends = tuple(b for b in route.backends if b.weight > 0)
+        self.cumulative = list(accumulate(b.weight for b in self.backends))
+        self.limiter = limiter
+
+    def choose_backend(self) -> Backend | None:
+        if not self.backends:
+            return None
+        if len(self.backends) == 1:
+            return self.backends[0]
+        return self.backends[bisect.bisect_right(self.cumulative, random.randrange(self.cumulative[-1]))]
+
+
+class GatewayState:
+    """Everything compiled from one ``Config``; replaced whole on reload."""
+
+    def __init__(self, config: Config, previous: "GatewayState | None" = None) -> None:
+        self.config = config
+        self.binds = {bind.port: BindTable(bind) for bind in config.binds}
+        # key -> (specs, limiter): listener limiters are shared by all routes of the listener.
+        self.limiters: dict[str, tuple[tuple[LocalRateLimitSpec, ...], LocalRateLimiter]] = {}
+        self.listener_limiters: dict[str, LocalRateLimiter | None] = {}
+        self.routes: dict[str, CompiledRoute] = {}
+        for bind in config.binds:
+            for listener in bind.listeners:
+                self.listener_limiters[listener.key] = self._limit(listener.key, listener.policies.local_rate_limit, previous)
+                for route in listener.routes:
+                    self.routes[route.key] = CompiledRoute(
+                        route, self._limit(route.key, route.policies.local_rate_limit, previous))
+
+    def _limit(self, key: str, specs: tuple[LocalRateLimitSpec, ...], previous: "GatewayState | None") -> LocalRateLimiter | None:
+        limiter = _limiter(specs, key, previous)
+        if limiter is not None:
+            self.limiters[key] = (specs, limiter)
+        return limiter
+
+    def listener_limiter(self, listener: Listener) -> LocalRateLimiter | None:
+        return self.listener_limiters.get(listener.key)
+
+
+class Runtime:
+    """Shared by every bind of one gateway process: current state, upstream pool, metrics, tracing."""
+
+    def __init__(self, config: Config, *, pool: UpstreamPool | None = None, metrics: Metrics | None = None,
+                 trace: TraceHub | None = None) -> None:
+        self.state = GatewayState(config)
+        self.pool = pool or UpstreamPool()
+        self.metrics = metrics or Metrics(open_upstream_connections=lambda: self.pool.open_connections)
+        self.trace = trace or TraceHub()
+        self.reload_errors: list[str] = []  # problems of the last rejected reload, [] after a good one
+
+    def apply(self, config: Config) -> None:
+        """Swap in a new config; requests in flight finish on the state they started with."""
+        self.state = GatewayState(config, self.state)
+        self.reload_errors = []
