@@ -65,7 +65,7 @@ class TraceApp:
             output=output,
         )
         self.app.ttimeoutlen = 0.05  # a lone Esc quits without half a second's wait
-        self.source_done: asyncio.Event | None = None
+        self.source_done = asyncio.Event()  # set when the source ends or fails (tests wait on it)
 
     def _handler(self, command: str) -> Callable[[KeyPressEvent], None]:
         def handle(event: KeyPressEvent) -> None:
@@ -92,7 +92,6 @@ class TraceApp:
         self.view.notice = f"copied {len(text.splitlines())} lines to the clipboard (OSC 52)"
 
     async def _pump(self) -> None:
-        assert self.source_done is not None
         try:
             if self.source is not None:
                 async for event in self.source:
@@ -109,7 +108,6 @@ class TraceApp:
 
     async def run(self) -> int:
         """Run until the user quits; the terminal is restored by prompt-toolkit on exit."""
-        self.source_done = asyncio.Event()
         pump = asyncio.create_task(self._pump())
         try:
             return await self.app.run_async()
