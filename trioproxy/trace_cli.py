@@ -11,9 +11,7 @@ follow it and the ``--`` separator, which is what lets ``trace gateway/x --port 
 POST`` work without argparse mistaking the URL for the gateway or ``-X`` for its own option.
 ``run`` then splits ``rest`` at the first ``--`` itself: the words before are re-parsed as options
 (into the same namespace, so options on either side of ``gateway/NAME`` count) plus at most one
-``gateway/NAME``; the words after are the URL and curl arguments, passed on untouched. Should an
-argparse version drop the ``--``, a word after ``gateway/NAME`` that is not ``gateway/...`` starts
-the URL.
+``gateway/NAME``; the words after are the URL and curl arguments, passed on untouched.
 """
 
 from __future__ import annotations
@@ -82,11 +80,7 @@ def _split_rest(args: argparse.Namespace) -> Options:
     ns = inner.parse_intermixed_args(before, namespace=args)
     words: list[str] = list(ns.words)
     del ns.words
-    target = None
-    if words and (words[0].startswith("gateway/") or words[0].startswith("gateways/") or not after):
-        target = words.pop(0)
-    if words and not after:  # argparse dropped the "--": the rest is the request
-        after, words = words, []
+    target = words.pop(0) if words else None
     if words:
         raise UsageError(f"unexpected arguments: {' '.join(words)}")
     return Options(target, after)
