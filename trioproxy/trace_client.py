@@ -88,7 +88,13 @@ class Injection:
             *cmd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
         )
-        _, err = await proc.communicate()
+        try:
+            _, err = await proc.communicate()
+        except asyncio.CancelledError:  # trace over or UI closed: do not leave curl behind
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise
         if proc.returncode:
             msg = err.decode(errors="replace").strip().splitlines()
             raise TraceError(f"curl failed (exit {proc.returncode}): {msg[-1] if msg else ''}".rstrip())
