@@ -3,13 +3,22 @@
 import asyncio
 import base64
 import io
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
 
 from prompt_toolkit.data_structures import Size
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 from prompt_toolkit.output.vt100 import Vt100_Output
 
-from tests.fake_trace_gateway import canned_events
+from tests.fake_trace_gateway import FakeGateway, canned_events
 from tui.app import TraceApp
 from tui.state import TraceView
 
@@ -114,3 +123,86 @@ def test_follow_view_shows_request_list():
     assert app.view.focus == "requests" and app.view.selected_request == 0
     screen = buf.getvalue()
     assert "Requests" in screen and "/second" in screen and "DELETE" in screen
+
+
+# -- end to end in a real terminal (tmux) ---------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Tmux:
+    """One private tmux server (own socket), so the test never touches the user's sessions."""
+
+    def __init__(self, command: str) -> None:
+        self.socket = f"trioproxy-test-{uuid.uuid4().hex[:8]}"
+        self._tmux("new-session", "-d", "-x", "160", "-y", "40", "-s", "t", command)
+
+    def _tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, *args], check=True, capture_output=True,
+                              text=True).stdout
+
+    def keys(self, *keys: str) -> None:
+        self._tmux("send-keys", "-t", "t", *keys)
+
+    def screen(self) -> str:
+        return self._tmux("capture-pane", "-p", "-t", "t")
+
+    def wait_for(self, predicate, what: str, timeout: float = 10.0) -> str:
+        """Poll the screen (bounded) until ``predicate(screen)``; fail with the last screen."""
+        deadline = time.monotonic() + timeout
+        while True:
+            screen = self.screen()
+            if predicate(screen):
+                return screen
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; screen:\n{screen}")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+
+
+def _details(screen: str) -> list[str]:
+    """Right-hand pane text: what follows the border between the two frames of the top line."""
+    lines = screen.splitlines()
+    split = lines[0].index("┐┌") + 2
+    return [line[split:] for line in lines]
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+def test_tmux_end_to_end_inject(tmp_path):
+    with FakeGateway() as gw:
+        cmd = [sys.executable, "-m", "trioproxy.trace_cli", "--local", "--proxy-admin-port", str(gw.admin_port),
+               "--port", str(gw.listener_port), "--", "http://api.example.com/v1/chat", "-d", "hi there"]
+        script = (f"cd {shlex.quote(str(ROOT))} && PYTHONPATH=. TERM=xterm-256color {shlex.join(cmd)}; "
+                  "echo TRACE-EXIT=$?; exec sleep 60")
+        tmux = Tmux(f"sh -c {shlex.quote(script)}")
+        try:
+            screen = tmux.wait_for(lambda s: "stream complete, press q to exit" in s, "the trace")
+            assert "Raw Event" in screen and "Request Done" in screen and "request finished status=200" in screen
+            assert 'Route          selected "default/default/bind/3000/listener0/' in screen
+            assert "type: requestFinished" in screen  # follows the newest row
+            assert gw.traced[0]["headers"]["host"] == "api.example.com" and gw.traced[0]["body"] == b"hi there"
+
+            tmux.keys("s")
+            screen = tmux.wait_for(lambda s: " Snapshot " in s and "stage: final response" in s, "snapshot")
+            assert "hello from backend" in screen  # decoded response body
+            tmux.keys("d")
+            tmux.wait_for(lambda s: "Snapshot Diff" in s and "final response → final response" in s, "diff")
+            tmux.keys("e")
+            tmux.wait_for(lambda s: "type: requestFinished" in s, "raw event again")
+
+            tmux.keys("Up", "Up")  # two rows up: the response snapshot 'final response'
+            tmux.wait_for(lambda s: "stage: final response" in "\n".join(_details(s)), "row selection")
+
+            before = _details(tmux.screen())
+            tmux.keys("Tab", "Down", "Down", "Down")  # arrows now scroll the details pane
+            tmux.wait_for(lambda s: _details(s)[1:5] != before[1:5], "details scroll")
+            tmux.keys("Tab", "Up")
+            tmux.wait_for(lambda s: "stage: backend response ready" in "\n".join(_details(s)), "row up")
+
+            tmux.keys("q")
+            screen = tmux.wait_for(lambda s: "TRACE-EXIT=" in s, "exit")
+            assert "TRACE-EXIT=0" in screen and "Traceback" not in screen
+        finally:
+            tmux.close()

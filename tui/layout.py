@@ -5,6 +5,7 @@ Only drawing lives here; every decision about what to show is made by ``tui.stat
 
 from __future__ import annotations
 
+from prompt_toolkit.application import get_app
 from prompt_toolkit.data_structures import Point
 from prompt_toolkit.filters import Condition
 from prompt_toolkit.formatted_text import StyleAndTextTuples
@@ -47,6 +48,12 @@ _KIND_WIDTH = 14
 DEFAULT_PAGE = 10
 
 
+def _legend_height() -> Dimension:
+    """Lines the wrapped key legend needs at the current terminal width (inside the frame)."""
+    width = max(10, get_app().output.get_size().columns - 2)
+    return Dimension.exact(-(-len(keys.legend_text()) // width))
+
+
 class TraceLayout:
     """Holds the windows so the app can ask for their rendered heights (page size)."""
 
@@ -64,7 +71,7 @@ class TraceLayout:
             [
                 Window(FormattedTextControl(self._status), height=1),
                 Window(FormattedTextControl([("class:legend", keys.legend_text())]), wrap_lines=True,
-                       height=Dimension(min=1, max=3)),
+                       height=_legend_height),
             ]
         )
         requests = Frame(
@@ -74,8 +81,10 @@ class TraceLayout:
         events = Frame(
             HSplit([Window(FormattedTextControl(self._event_header), height=1), self.events_window]),
             title=lambda: self._title("events", "Events"),
+            width=Dimension(weight=55),  # a fixed split, not one sized by the content
         )
-        details = Frame(self.details_window, title=lambda: self._title("details", view.details_title()))
+        details = Frame(self.details_window, title=lambda: self._title("details", view.details_title()),
+                        width=Dimension(weight=45))
         self.container = HSplit(
             [
                 ConditionalContainer(requests, filter=Condition(lambda: view.show_requests)),
