@@ -180,7 +180,7 @@ def test_tmux_end_to_end_inject(tmp_path):
         try:
             screen = tmux.wait_for(lambda s: "stream complete, press q to exit" in s, "the trace")
             assert "Raw Event" in screen and "Request Done" in screen and "request finished status=200" in screen
-            assert 'Route          selected "default/default/bind/3000/listener0/' in screen
+            assert 'Route           selected "default/default/bind/3000/listener0/' in screen
             assert "type: requestFinished" in screen  # follows the newest row
             assert gw.traced[0]["headers"]["host"] == "api.example.com" and gw.traced[0]["body"] == b"hi there"
 
@@ -188,7 +188,7 @@ def test_tmux_end_to_end_inject(tmp_path):
             screen = tmux.wait_for(lambda s: " Snapshot " in s and "stage: final response" in s, "snapshot")
             assert "hello from backend" in screen  # decoded response body
             tmux.keys("d")
-            tmux.wait_for(lambda s: "Snapshot Diff" in s and "final response → final response" in s, "diff")
+            tmux.wait_for(lambda s: "Snapshot Diff" in s and "final response → response body" in s, "diff")
             tmux.keys("e")
             tmux.wait_for(lambda s: "type: requestFinished" in s, "raw event again")
 

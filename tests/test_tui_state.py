@@ -125,7 +125,7 @@ def test_view_modes_titles_focus_and_scroll():
     assert view.details_title() == "Snapshot Diff"
     # last row: the response body snapshot, diffed against the final response snapshot
     lines = view.details_lines()
-    assert lines[0] == ("diff.caption", "final response → final response")
+    assert lines[0] == ("diff.caption", "final response → response body")
     assert ("diff.add", "+  body: |") in lines
     assert view.panes() == ("events", "details")
     view.focus_next()

@@ -44,7 +44,7 @@ STYLE = Style.from_dict(
     }
 )
 
-_KIND_WIDTH = 14
+_KIND_WIDTH = 15
 DEFAULT_PAGE = 10
 
 

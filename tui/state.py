@@ -178,6 +178,11 @@ class RequestTrace:
         """Indexes of the events that change the request/response snapshot."""
         return [i for i, ev in enumerate(self.events) if _message(ev).get("type") in SNAPSHOT_TYPES]
 
+    def _point_label(self, index: int) -> str:
+        msg = _message(self.events[index])
+        suffix = " body" if msg.get("type") == "bodySnapshot" else ""
+        return f"{msg.get('stage')}{suffix}"
+
     def snapshot_at(self, index: int) -> dict[str, Any] | None:
         """Latest request/response snapshot up to event ``index``, bodies base64-decoded.
 
@@ -214,15 +219,12 @@ class RequestTrace:
             return "no snapshot yet", []
         cur = self.snapshot_at(points[-1])
         prev = self.snapshot_at(points[-2]) if len(points) > 1 else None
-        caption = f"{_stage(prev)} → {_stage(cur)}"
+        before = self._point_label(points[-2]) if len(points) > 1 else "(nothing)"
+        caption = f"{before} → {self._point_label(points[-1])}"
         lines = difflib.unified_diff(render(prev, fmt), render(cur, fmt), lineterm="", n=3)
         out = [(line[:1] if line[:1] in "+-@" else " ", line) for line in lines]
         out = [(t, l) for t, l in out if not l.startswith(("+++", "---"))]
         return caption, out
-
-
-def _stage(snapshot: dict[str, Any] | None) -> str:
-    return "(nothing)" if snapshot is None else str(snapshot.get("stage"))
 
 
 @dataclass
