@@ -91,7 +91,8 @@ class FakeGateway:
         self.admin = ThreadingHTTPServer(("127.0.0.1", 0), self._admin_handler())
         self.listener = ThreadingHTTPServer(("127.0.0.1", 0), self._listener_handler())
         self.admin.daemon_threads = self.listener.daemon_threads = True
-        self._threads = [threading.Thread(target=s.serve_forever, args=(0.05,), daemon=True) for s in (self.admin, self.listener)]
+        self._threads = [threading.Thread(target=s.serve_forever, args=(0.05,), daemon=True)
+                         for s in (self.admin, self.listener)]
 
     @property
     def admin_port(self) -> int:

@@ -78,7 +78,8 @@ def test_inject_raw_sends_our_request_and_traces_only_it(gw, sender, capsys):
     assert ours["headers"]["x-a"] == "b"
     assert ours["headers"]["content-type"] == "application/x-www-form-urlencoded"
     trace_id = ours["headers"][TRACE_HEADER]
-    assert gw.expressions == [f'"{TRACE_HEADER}" in request.headers && request.headers["{TRACE_HEADER}"] == "{trace_id}"']
+    header = f'request.headers["{TRACE_HEADER}"]'
+    assert gw.expressions == [f'"{TRACE_HEADER}" in request.headers && {header} == "{trace_id}"']
     events = raw_events(out)
     assert [e["message"]["type"] for e in events] == [
         e["message"]["type"] for e in canned_events(body=b"hello")]
@@ -92,7 +93,8 @@ def test_inject_raw_sends_our_request_and_traces_only_it(gw, sender, capsys):
     [
         (["--json", '{"a": 1}'], {"method": "POST", "body": b'{"a": 1}', "content-type": "application/json",
                                   "accept": "application/json"}),
-        (["-u", "alice:s3cret"], {"method": "GET", "authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()}),
+        (["-u", "alice:s3cret"], {"method": "GET",
+                                  "authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()}),
         (["-X", "PUT", "--data-raw", "@literal"], {"method": "PUT", "body": b"@literal"}),
         (["--data-binary", "@{file}"], {"method": "POST", "body": b"line1\nline2\n"}),
         (["-d", "@{file}", "-d", "b=2"], {"method": "POST", "body": b"line1line2&b=2"}),

