@@ -164,7 +164,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="trioproxy trace", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="trioproxy trace",
+        description="Trace the next request of a gateway (with --follow, each request).",
+        epilog="examples:\n  trioproxy trace --local\n"
+        "  trioproxy trace gateway/default --port 3000 -- http://api.example.com/v1 -H 'x-a: b' -d hi",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     configure_parser(parser)
     return parser
 
