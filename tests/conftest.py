@@ -29,6 +29,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.fixture(autouse=True)
+def private_runtime_dir(tmp_path, monkeypatch):
+    """Gateways started by a test register themselves here, not in the user's runtime dir."""
+    monkeypatch.setenv("TRIOPROXY_RUNTIME_DIR", str(tmp_path / "runtime"))
+
+
 @pytest.fixture
 async def backend(nursery: trio.Nursery) -> EchoBackend:
     return await nursery.start(EchoBackend().serve)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import trio
 
-from . import __version__
+from . import __version__, trace_cli
 from .config import ConfigError, load_config
 from .server import StartupError, run_until_signalled
 
@@ -29,6 +29,18 @@ def build_parser() -> argparse.ArgumentParser:
                         help="on SIGINT/SIGTERM, how long requests in flight may take to finish (default 10)")
     parser.add_argument("--version", action="version", version=f"trioproxy {__version__}")
     parser.set_defaults(handler=None)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    proxy = commands.add_parser("proxy", help="commands about a running gateway (proxy trace)")
+    proxy_commands = proxy.add_subparsers(dest="proxy_command", metavar="COMMAND", required=True)
+    for trace in (
+        proxy_commands.add_parser("trace", help="trace the next request a gateway handles",
+                                  description=trace_cli.DESCRIPTION, epilog=trace_cli.EPILOG,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter),
+        commands.add_parser("trace", help="same as 'proxy trace'", description=trace_cli.DESCRIPTION,
+                            epilog=trace_cli.EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter),
+    ):
+        trace_cli.configure_parser(trace)
+        trace.set_defaults(handler=trace_cli.run)
     return parser
 
 

@@ -29,6 +29,7 @@ from hypercorn.utils import wrap_app
 
 from .config import ConfigError, load_config
 from .config.model import Address, Config
+from . import registry
 from .gateway import Gateway
 from .runtime import Runtime
 
@@ -188,9 +189,12 @@ async def serve_gateway(
                         background.start_soon(_watch_config, Path(config_path), runtime)
                     if extra_tasks is not None:
                         await extra_tasks(background, info)
-                    ready["value"] = True
-                    task_status.started(info)
-                    await shutdown.wait()
+                    # Let `trioproxy trace gateway/NAME` find this gateway's admin server.
+                    admin_host = "127.0.0.1" if info.admin.host in ("0.0.0.0", "::") else info.admin.host
+                    with registry.register(config.gateway_names, f"{admin_host}:{info.admin.port}"):
+                        ready["value"] = True
+                        task_status.started(info)
+                        await shutdown.wait()
                     background.cancel_scope.cancel()
                 # Leaving this block waits for every bind to drain (hypercorn's grace deadline).
         finally:

@@ -163,14 +163,14 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
+DESCRIPTION = "Trace the next request of a gateway (with --follow, each request)."
+EPILOG = ("examples:\n  trioproxy trace --local\n"
+          "  trioproxy trace gateway/default --port 3000 -- http://api.example.com/v1 -H 'x-a: b' -d hi")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="trioproxy trace",
-        description="Trace the next request of a gateway (with --follow, each request).",
-        epilog="examples:\n  trioproxy trace --local\n"
-        "  trioproxy trace gateway/default --port 3000 -- http://api.example.com/v1 -H 'x-a: b' -d hi",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = argparse.ArgumentParser(prog="trioproxy trace", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     configure_parser(parser)
     return parser
 
