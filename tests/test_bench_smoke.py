@@ -1,0 +1,41 @@
+"""Smoke test for bench/proxy_compare.py: a --quick run (direct and trioproxy, 1 s per run) works.
+
+No timing assertions: only that the script runs, cleans up and prints the table with a trioproxy row.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk not installed (apt-get install wrk)"),
+    pytest.mark.skipif(NGINX is None, reason="nginx not installed (apt-get install nginx)"),
+    pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset not installed"),
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc"),
+]
+
+
+def test_quick_bench_prints_a_table_with_trioproxy(tmp_path: Path) -> None:
+    out_json = tmp_path / "last.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "bench/proxy_compare.py", "--quick", "--json", str(out_json)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("| target") and "req/s" in line and "CPU ms/req" in line for line in lines), done.stdout
+    rows = [line for line in lines if line.startswith("| trioproxy ")]
+    assert len(rows) == 2, done.stdout  # N connections and 1 connection
+    assert any(line.startswith("| direct ") for line in lines), done.stdout
+    assert out_json.exists()
