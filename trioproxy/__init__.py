@@ -1,4 +1,31 @@
-"""trioproxy: a gateway proxy built on Trio structured concurrency."""
+"""trioproxy: a gateway proxy built on Trio structured concurrency.
+
+The public API for embedding the gateway (tests do exactly this)::
+
+    config = trioproxy.load_config("gateway.yaml")
+    info = await nursery.start(trioproxy.serve_gateway, config)
+"""
+
+from .config import Config, ConfigError, load_config, parse_config
+from .errors import ProxyError
+from .gateway import Gateway
+from .runtime import Runtime
+from .server import ServerInfo, StartupError, serve_gateway
+from .trace import TraceHub
 
 __version__ = "0.1.0"
-__all__ = ["__version__"]
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "Gateway",
+    "ProxyError",
+    "Runtime",
+    "ServerInfo",
+    "StartupError",
+    "TraceHub",
+    "__version__",
+    "load_config",
+    "parse_config",
+    "serve_gateway",
+]

@@ -28,6 +28,7 @@ from typing import Any
 
 import trio
 
+from .asgi import serve_lifespan
 from .config.dump import policies_by_kind
 from .config.model import Backend, Route
 from .errors import (
@@ -78,13 +79,7 @@ class Gateway:
         if kind == "http":
             await self.handle(scope, receive, send)
         elif kind == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await serve_lifespan(receive, send)
         elif kind == "websocket":
             await send({"type": "websocket.close", "code": 1003})
 

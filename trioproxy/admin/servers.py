@@ -5,50 +5,36 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..asgi import send_text, serve_lifespan
 from ..metrics import Metrics
-
-
-async def _lifespan_or_reject(scope: dict[str, Any], receive: Any, send: Any) -> bool:
-    """Handle non-HTTP scopes; True when the caller should go on with an HTTP request."""
-    if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return False
-    return scope["type"] == "http"
-
-
-async def _answer(send: Any, status: int, body: bytes, content_type: bytes = b"text/plain") -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
 
 
 def stats_app(metrics: Metrics):
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if not await _lifespan_or_reject(scope, receive, send):
+        if scope["type"] == "lifespan":
+            await serve_lifespan(receive, send)
+        elif scope["type"] != "http":
             return
-        if scope["path"] != "/metrics":
-            await _answer(send, 404, b"not found: try /metrics")
-            return
-        body, content_type = metrics.exposition()
-        await _answer(send, 200, body, content_type.encode())
+        elif scope["path"] != "/metrics":
+            await send_text(send, 404, "not found: try /metrics")
+        else:
+            body, content_type = metrics.exposition()
+            await send_text(send, 200, body, content_type.encode())
 
     return app
 
 
 def readiness_app(is_ready: Callable[[], bool]):
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if not await _lifespan_or_reject(scope, receive, send):
+        if scope["type"] == "lifespan":
+            await serve_lifespan(receive, send)
+        elif scope["type"] != "http":
             return
-        if scope["path"] != "/healthz/ready":
-            await _answer(send, 404, b"not found: try /healthz/ready")
+        elif scope["path"] != "/healthz/ready":
+            await send_text(send, 404, "not found: try /healthz/ready")
         elif is_ready():
-            await _answer(send, 200, b"ready")
+            await send_text(send, 200, "ready")
         else:
-            await _answer(send, 503, b"not ready")
+            await send_text(send, 503, "not ready")
 
     return app

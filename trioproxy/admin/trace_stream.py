@@ -14,21 +14,15 @@ from urllib.parse import parse_qs
 
 import trio
 
+from ..asgi import send_text
 from ..cel import CelError, compile_expression
 from ..metrics import Metrics
 from ..trace import TraceHub
 
 
-async def _answer(send: Any, status: int, text: str) -> None:
-    body = text.encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
-
-
 async def serve_trace(scope: dict[str, Any], receive: Any, send: Any, hub: TraceHub, metrics: Metrics) -> None:
     if scope["method"] not in ("GET", "POST"):
-        await _answer(send, 405, "method not allowed: use POST or GET")
+        await send_text(send, 405, "method not allowed: use POST or GET")
         return
     # A POST body is not used; read it so the request is complete.
     message = await receive()
@@ -40,7 +34,7 @@ async def serve_trace(scope: dict[str, Any], receive: Any, send: Any, hub: Trace
         try:
             matches = compile_expression(query["expression"][0]).matches
         except CelError as error:
-            await _answer(send, 400, f"invalid expression: {error}")
+            await send_text(send, 400, f"invalid expression: {error}")
             return
     watcher = hub.watch(matches)
     try:

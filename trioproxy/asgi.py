@@ -1,0 +1,24 @@
+"""The few raw-ASGI chores the gateway's own apps share (data plane, stats, readiness, traces)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+async def serve_lifespan(receive: Any, send: Any) -> None:
+    """Acknowledge startup and shutdown: these apps hold no state that needs either."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def send_text(send: Any, status: int, body: str | bytes, content_type: bytes = b"text/plain") -> None:
+    """A complete response with a fixed body."""
+    data = body.encode() if isinstance(body, str) else body
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type), (b"content-length", str(len(data)).encode())]})
+    await send({"type": "http.response.body", "body": data})
