@@ -385,3 +385,38 @@ async def test_graceful_shutdown_finishes_request_in_flight(nursery, backend):
             pass
         else:
             raise AssertionError("gateway still accepting after shutdown")
+
+
+async def test_idle_and_slow_clients_are_closed(gateway, mock_clock):
+    """A client that stops mid-headers, or idles between requests, is disconnected after 60 s."""
+    port = gateway.info.ports[gateway.port]
+    slow = await trio.open_tcp_stream("127.0.0.1", port)
+    await slow.send_all(b"GET / HTTP/1.1\r\nHost: x\r\n")  # and nothing more
+    idle = await trio.open_tcp_stream("127.0.0.1", port)
+    await idle.send_all(b"GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
+    first = b""
+    while b"body_sha256" not in first:
+        first += await idle.receive_some(65536)
+    assert first.startswith(b"HTTP/1.1 200")
+    await trio.testing.wait_all_tasks_blocked()
+    assert not _closed(slow) and not _closed(idle)
+    mock_clock.jump(59)
+    await trio.testing.wait_all_tasks_blocked()
+    assert not _closed(slow) and not _closed(idle)
+    mock_clock.jump(2)
+    await trio.testing.wait_all_tasks_blocked()
+    assert _closed(slow) and _closed(idle)
+
+
+def _closed(stream: trio.SocketStream) -> bool:
+    """Non-blocking: has the peer closed this connection (EOF or reset waiting)?"""
+    import select
+    import socket
+
+    fd = stream.socket.fileno()
+    if not select.select([fd], [], [], 0)[0]:
+        return False
+    try:
+        return stream.socket._sock.recv(1, socket.MSG_PEEK) == b""  # noqa: SLF001 - a peek, not a read
+    except ConnectionResetError:
+        return True

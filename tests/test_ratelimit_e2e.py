@@ -259,9 +259,14 @@ async def test_rate_limit_decisions_are_traced(nursery, backend, mock_clock):
         await client.get("/")
         rejected_trace = await nursery.start(TraceReader(gw).run)
         await client.get("/")
-    allowed = [e["message"] for e in await allowed_trace.events() if e["message"]["type"] == "policy"]
+    allowed_events = await allowed_trace.events()
+    allowed = [e["message"] for e in allowed_events if e["message"]["type"] == "policy"]
     assert allowed == [{"type": "policy", "kind": "localRateLimit", "result": "allowed", "limit": 1,
                         "remaining": 0, "reset": 60}]
+    stages = [(e["message"]["type"], e["message"].get("stage", e["message"].get("phase"))) for e in allowed_events]
+    # the applied route policy gets its own snapshot, between the route's selection and its summary
+    assert stages[stages.index(("policySelection", "route")):stages.index(("requestSnapshot", "route policies"))] == [
+        ("policySelection", "route"), ("policy", None), ("requestSnapshot", "localRateLimit")]
     rejected = await rejected_trace.events()
     policy = [e for e in rejected if e["message"]["type"] == "policy"]
     assert policy[0]["message"]["result"] == "rejected" and policy[0]["severity"] == "warn"

@@ -220,6 +220,8 @@ class Gateway:
         if not decision.allowed:
             raise RateLimited(headers=LocalRateLimiter.headers(decision))
         x.limits.append((limiter, decision))
+        if x.tracer:
+            x.tracer.event("requestSnapshot", stage="localRateLimit", requestState=x.state())
 
     async def _prepare_llm_request(self, x: Exchange, backend: Backend) -> bytes:
         """Buffer and rewrite an OpenAI-style JSON body; the path may be overridden."""

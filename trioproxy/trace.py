@@ -14,6 +14,7 @@ counted (``Tracer.dropped``, reported by the endpoint and in metrics), except th
 from __future__ import annotations
 
 import base64
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -22,9 +23,15 @@ import trio
 Header = tuple[bytes, bytes]
 REDACTED = "<redacted>"
 CREDENTIAL_HEADERS = frozenset({b"authorization", b"proxy-authorization", b"cookie", b"set-cookie", b"x-api-key"})
-DEFAULT_BODY_LIMIT = 2 * 1024 * 1024
+DEFAULT_BODY_LIMIT = 2 * 1024 * 1024  # env TRIOPROXY_TRACE_BODY_LIMIT (bytes) overrides
 DEFAULT_BUFFER = 256
 KEEPALIVE_SECONDS = 1.0
+
+
+def body_limit_from_env() -> int:
+    """``TRIOPROXY_TRACE_BODY_LIMIT``: bytes of each body a trace keeps (default 2 MiB)."""
+    raw = os.environ.get("TRIOPROXY_TRACE_BODY_LIMIT", "")
+    return int(raw) if raw.strip().isdigit() else DEFAULT_BODY_LIMIT
 
 
 def headers_map(headers: Iterable[Header]) -> dict[str, str]:
@@ -150,11 +157,11 @@ class Watcher:
 class TraceHub:
     """The watchers waiting for a request, oldest first."""
 
-    def __init__(self, *, body_limit: int = DEFAULT_BODY_LIMIT, buffer: int = DEFAULT_BUFFER,
+    def __init__(self, *, body_limit: int | None = None, buffer: int = DEFAULT_BUFFER,
                  keepalive: float = KEEPALIVE_SECONDS) -> None:
         self.watchers: list[Watcher] = []
         self.keepalive = keepalive
-        self.body_limit = body_limit
+        self.body_limit = body_limit if body_limit is not None else body_limit_from_env()
         self.buffer = buffer
         self.traced = 0
         self.dropped = 0
