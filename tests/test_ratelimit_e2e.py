@@ -288,3 +288,16 @@ async def test_llm_details_and_token_charge_appear_in_the_trace(nursery, mock_cl
     charged = [e["message"] for e in events if e["message"].get("result") == "charged"]
     assert charged == [{"type": "policy", "kind": "localRateLimit", "result": "charged", "tokens": 42,
                         "limit": 100, "remaining": 58, "reset": 3}]
+
+
+async def test_an_abandoned_llm_stream_stops_upstream(nursery):
+    """The client leaves mid-stream: the gateway drops the upstream call, the provider stops generating."""
+    mock = await start_mock(nursery)
+    gw = await start_gateway(nursery, TOKEN_LIMIT, port=free_port(), mock=mock.port)
+    async with gw.client() as client:
+        async with client.stream("POST", "/chat", json={**CHAT, "stream": True},
+                                 headers={"x-mock-chunks": "1000", "x-mock-chunk-delay-ms": "20"}) as response:
+            chunks = response.aiter_raw()
+            await chunks.__anext__()  # the stream is flowing
+    with trio.fail_after(5):
+        await mock.wait_until(lambda m: m.disconnects == 1)
