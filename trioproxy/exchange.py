@@ -31,7 +31,7 @@ class Exchange:
 
     __slots__ = (
         "scope", "receive", "send", "arrival", "nursery", "tracer", "host", "headers", "listener", "route",
-        "backend", "limits", "llm", "upstream_path", "request_capture", "status", "started", "finished",
+        "backend", "limits", "llm", "upstream_path", "upstream_started", "request_capture", "status", "started", "finished",
         "disconnected", "error", "_body_done", "_body_claimed",
     )
 
@@ -51,6 +51,7 @@ class Exchange:
         self.limits: list[tuple[LocalRateLimiter, Decision]] = []
         self.llm: dict[str, Any] | None = None
         self.upstream_path: str | None = None
+        self.upstream_started = 0.0
         self.request_capture: BodyCapture | None = None
         self.status = 0
         self.started = False

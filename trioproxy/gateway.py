@@ -247,8 +247,6 @@ class Gateway:
             if timeout and timeout.backend_request_timeout else deadline
         if tr:
             tr.event("backendCallStart", target=str(backend.target))
-        if isinstance(body, bytes) and x.request_capture is not None and not x.request_capture.size:
-            x.request_capture.feed(body)
         response = None
         try:
             with trio.CancelScope(deadline=deadline) as request_scope:
@@ -267,7 +265,7 @@ class Gateway:
                 tr.event("backendCallResult", start=now, severity="error", status=None, error=error.message)
             raise
         assert response is not None
-        x.scope["trioproxy.upstream_started"] = now
+        x.upstream_started = now
         if tr:
             tr.body("final request", x.request_capture)
             tr.event("backendCallResult", start=now, severity="success" if response.status < 400 else "warn",
@@ -281,7 +279,7 @@ class Gateway:
             tr.event("responseSnapshot", stage="raw response", requestState=x.state(
                 response={"code": response.status, "headers": headers_map(response.headers)},
                 proxy={"requestProcessingDuration": duration_string(now - x.arrival),
-                       "upstreamDuration": duration_string(now - x.scope["trioproxy.upstream_started"])}))
+                       "upstreamDuration": duration_string(now - x.upstream_started)}))
         headers = apply_modifier(without_hop_by_hop(response.headers), backend.policies.response_header_modifier)
         if tr:
             tr.event("responseSnapshot", stage="backend response ready", requestState=x.state(
