@@ -63,6 +63,12 @@ async def start_gateway(nursery: trio.Nursery, config_yaml: str, *, drain_timeou
     return Gateway(info, config.binds[0].port)
 
 
+async def start_routes(nursery: trio.Nursery, routes_yaml: str, **fmt) -> Gateway:
+    """A gateway with one bind (``{port}``) and one listener holding ``routes_yaml``."""
+    routes = textwrap.indent(textwrap.dedent(routes_yaml).strip("\n"), "    ")
+    return await start_gateway(nursery, "binds:\n- port: {port}\n  listeners:\n  - routes:\n" + routes + "\n", **fmt)
+
+
 SIMPLE = """
 binds:
 - port: {port}

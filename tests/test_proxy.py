@@ -9,7 +9,7 @@ import h11
 import httpx
 import trio
 
-from .conftest import free_port, start_gateway
+from .conftest import free_port, start_routes
 
 
 async def test_get_forwards_method_path_query_and_headers(gateway, backend):
@@ -139,11 +139,7 @@ async def test_backend_status_is_passed_through(gateway):
 
 
 async def test_no_route_is_404(nursery, backend):
-    gw = await start_gateway(nursery, """
-        binds:
-        - port: {port}
-          listeners:
-          - routes:
+    gw = await start_routes(nursery, """
             - matches: [{{path: {{pathPrefix: /api}}}}]
               backends: [{{host: "127.0.0.1:{backend}"}}]
         """, port=free_port(), backend=backend.port)
@@ -155,11 +151,7 @@ async def test_no_route_is_404(nursery, backend):
 
 
 async def test_unreachable_backend_is_503(nursery):
-    gw = await start_gateway(nursery, """
-        binds:
-        - port: {port}
-          listeners:
-          - routes:
+    gw = await start_routes(nursery, """
             - backends: [{{host: "127.0.0.1:{dead}"}}]
         """, port=free_port(), dead=free_port())
     async with gw.client() as client:
@@ -186,11 +178,7 @@ async def test_truncated_upstream_body_truncates_the_client_response(gateway):
 
 
 async def test_backend_timeout_is_504(nursery, backend):
-    gw = await start_gateway(nursery, """
-        binds:
-        - port: {port}
-          listeners:
-          - routes:
+    gw = await start_routes(nursery, """
             - name: backend-limited
               matches: [{{headers: [{{name: x-limit, value: {{exact: backend}}}}]}}]
               policies: {{timeout: {{backendRequestTimeout: 200ms}}}}
@@ -239,11 +227,7 @@ async def test_oversized_header_block_is_rejected(gateway):
 
 
 async def test_header_modifiers_direct_response_and_backend_auth(nursery, backend):
-    gw = await start_gateway(nursery, """
-        binds:
-        - port: {port}
-          listeners:
-          - routes:
+    gw = await start_routes(nursery, """
             - name: direct
               matches: [{{path: {{exact: /direct}}}}]
               policies: {{directResponse: {{status: 202, body: "hello there"}}}}
@@ -275,11 +259,7 @@ async def test_weighted_backends_split_traffic(nursery):
     heavy = await nursery.start(EchoBackend().serve)
     light = await nursery.start(EchoBackend().serve)
     zero = await nursery.start(EchoBackend().serve)
-    gw = await start_gateway(nursery, """
-        binds:
-        - port: {port}
-          listeners:
-          - routes:
+    gw = await start_routes(nursery, """
             - backends:
               - {{host: "127.0.0.1:{heavy}", weight: 9}}
               - {{host: "127.0.0.1:{light}", weight: 1}}
@@ -297,11 +277,7 @@ async def test_hostname_routing_and_listener_hostnames(nursery, backend):
     from fixtures.echo_backend import EchoBackend
 
     other = await nursery.start(EchoBackend().serve)
-    gw = await start_gateway(nursery, """
-        binds:
-        - port: {port}
-          listeners:
-          - routes:
+    gw = await start_routes(nursery, """
             - name: exact
               hostnames: [api.example.com]
               backends: [{{host: "127.0.0.1:{backend}"}}]
@@ -338,11 +314,7 @@ async def test_readiness_metrics_config_dump_and_ui(gateway):
 
 
 async def test_config_dump_redacts_secrets(nursery, backend):
-    gw = await start_gateway(nursery, """
-        binds:
-        - port: {port}
-          listeners:
-          - routes:
+    gw = await start_routes(nursery, """
             - backends:
               - host: "127.0.0.1:{backend}"
                 policies: {{backendAuth: {{key: top-secret}}}}
@@ -354,11 +326,7 @@ async def test_config_dump_redacts_secrets(nursery, backend):
 
 
 async def test_graceful_shutdown_finishes_request_in_flight(nursery, backend):
-    gw = await start_gateway(nursery, """
-        binds:
-        - port: {port}
-          listeners:
-          - routes:
+    gw = await start_routes(nursery, """
             - backends: [{{host: "127.0.0.1:{backend}"}}]
         """, port=free_port(), backend=backend.port)
     results = {}

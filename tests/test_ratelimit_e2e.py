@@ -15,7 +15,7 @@ import trio
 
 from fixtures.mock_openai import MockOpenAI
 
-from .conftest import free_port, start_gateway
+from .conftest import free_port, start_gateway, start_routes
 from .test_trace import TraceReader
 
 CHAT = {"model": "client-model", "messages": [{"role": "user", "content": "hello there gateway"}]}
@@ -78,11 +78,7 @@ async def test_burst_raises_the_ceiling(nursery, backend, mock_clock):
 
 
 async def test_several_entries_are_independent_and_all_must_pass(nursery, backend, mock_clock):
-    gw = await start_gateway(nursery, """
-        binds:
-        - port: {port}
-          listeners:
-          - routes:
+    gw = await start_routes(nursery, """
             - policies:
                 localRateLimit:
                 - {{maxTokens: 10, tokensPerFill: 10, fillInterval: 60s}}
@@ -213,11 +209,7 @@ async def test_token_budget_sse_stream_is_charged_not_cut(nursery, mock_clock):
 
 async def test_token_limit_on_plain_host_backend_reads_sse_usage(nursery, mock_clock):
     mock = await start_mock(nursery)
-    gw = await start_gateway(nursery, """
-        binds:
-        - port: {port}
-          listeners:
-          - routes:
+    gw = await start_routes(nursery, """
             - policies:
                 localRateLimit: [{{maxTokens: 50, tokensPerFill: 50, fillInterval: 1h, type: tokens}}]
               backends: [{{host: "127.0.0.1:{mock}"}}]

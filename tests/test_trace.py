@@ -10,7 +10,7 @@ import httpx
 import pytest
 import trio
 
-from .conftest import SIMPLE, free_port, start_gateway
+from .conftest import free_port, start_routes
 
 GET_SEQUENCE = [
     ("requestStarted", None),
@@ -170,11 +170,7 @@ async def test_body_snapshots_are_truncated_at_the_limit(nursery, gateway):
 
 
 async def test_no_route_ends_with_final_response_and_finished(nursery, backend):
-    gw = await start_gateway(nursery, """
-        binds:
-        - port: {port}
-          listeners:
-          - routes:
+    gw = await start_routes(nursery, """
             - matches: [{{path: {{exact: /only}}}}]
               backends: [{{host: "127.0.0.1:{backend}"}}]
         """, port=free_port(), backend=backend.port)
@@ -194,11 +190,7 @@ async def test_no_route_ends_with_final_response_and_finished(nursery, backend):
 
 
 async def test_backend_down_sets_backend_call_result_error(nursery):
-    gw = await start_gateway(nursery, """
-        binds:
-        - port: {port}
-          listeners:
-          - routes:
+    gw = await start_routes(nursery, """
             - backends: [{{host: "127.0.0.1:{dead}"}}]
         """, port=free_port(), dead=free_port())
     reader = await watch(nursery, gw)

@@ -8,7 +8,7 @@ swaps it in whole; nothing is mutated.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Literal
 
 import attrs
 from attrs import frozen
