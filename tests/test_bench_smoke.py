@@ -1,6 +1,6 @@
-"""Smoke test for bench/proxy_compare.py: a --quick run (direct and trioproxy, 1 s per run) works.
+"""Smoke tests for bench/proxy_compare.py and bench/policy_overhead.py: their --quick runs work.
 
-No timing assertions: only that the script runs, cleans up and prints the table with a trioproxy row.
+No timing assertions: only that the scripts run, clean up and print their tables.
 """
 
 from __future__ import annotations
@@ -38,4 +38,25 @@ def test_quick_bench_prints_a_table_with_trioproxy(tmp_path: Path) -> None:
     rows = [line for line in lines if line.startswith("| trioproxy ")]
     assert len(rows) == 2, done.stdout  # N connections and 1 connection
     assert any(line.startswith("| direct ") for line in lines), done.stdout
+    assert out_json.exists()
+
+
+def test_quick_policy_overhead_prints_every_variant(tmp_path: Path) -> None:
+    """bench/policy_overhead.py --quick: 6 trioproxy variants (limiter, token limiter, idle tracing,
+    SSE pass-through), 1 s each, one run. Only that it works and prints the rows, no timings."""
+    out_json = tmp_path / "policy.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "bench/policy_overhead.py", "--quick", "--json", str(out_json)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    lines = done.stdout.splitlines()
+    heads = [line for line in lines if line.startswith("| variant") and "CPU ms/req" in line and "req/s" in line]
+    assert len(heads) == 2, done.stdout  # the policy table and the SSE table
+    for variant in ("plain", "limited", "token-limited", "tracing-idle", "sse-unlimited", "sse-token-limited"):
+        assert sum(line.startswith(f"| {variant} ") for line in lines) == 1, (variant, done.stdout)
+    assert any(line.startswith("token-limited vs plain:") for line in lines), done.stdout
+    assert any(line.startswith("sse-token-limited vs sse-unlimited:") for line in lines), done.stdout
     assert out_json.exists()

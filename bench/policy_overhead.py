@@ -1,0 +1,525 @@
+#!/usr/bin/env python3
+"""What do trioproxy's local rate limiter, usage reading and idle tracing cost per request?
+
+    python bench/policy_overhead.py [--duration 10] [--repeats 3] [--parts policy,sse] [--quick]
+
+Reuses proxy_compare.py's processes, nginx backend, wrk runner and /proc CPU accounting. Every
+variant is its own ``python -m trioproxy`` process pinned to the proxy core; all of them are
+started up front and measured interleaved (plain, limited, token-limited, tracing-idle, plain,
+...) ``--repeats`` times; the table shows the median of the runs.
+
+Part ``policy`` (nginx backend, ``GET /usage`` answers a small ``application/json`` body with
+a ``usage`` object; wrk at ``--connections``, default 50):
+
+* ``plain``         - one route, no policies (the baseline; no trace watcher either)
+* ``limited``       - the route has ``localRateLimit`` (requests, 10^9 per second: never rejects,
+                      every response gets ``x-ratelimit-*``)
+* ``token-limited`` - ``localRateLimit`` ``type: tokens`` (10^9 per second): every JSON response is
+                      buffered for its ``usage``, parsed, and the tokens are charged
+* ``tracing-idle``  - ``plain`` while a ``/debug/trace`` watcher is connected whose CEL expression
+                      never matches: every request builds the CEL activation and evaluates it
+
+``--baseline-ref REF[,REF...]`` adds ``plain@REF``: the same plain config run by the trioproxy of
+a git commit (exported with ``git archive`` into the temp dir), interleaved with the others, e.g.
+the commits just before and at the one that added tracing, to measure tracing with no watcher.
+
+Part ``sse`` (backend ``python -m fixtures.mock_openai``, wrk ``-s`` POSTs a streaming chat
+completion with ``stream_options.include_usage`` and ``x-mock-chunks``; ``--sse-connections``,
+default 10):
+
+* ``sse-unlimited``     - one route to the mock, no policies
+* ``sse-token-limited`` - the same with ``localRateLimit`` ``type: tokens`` (10^9 per second): the
+                          stream is parsed as it passes and the usage chunk is charged
+
+Before measuring, each variant is checked once with a real request (the limiter headers are
+there, tokens are charged, the watcher saw ``: ready``). ``tracing-idle`` gets a fresh watcher
+for each warm-up + run (the gateway's hypercorn ``read_timeout`` of 60 s ends a trace stream whose
+reader sends nothing for that long), which must still be connected afterwards with no event.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import ContextManager
+from pathlib import Path
+from urllib.parse import quote
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import proxy_compare as pc  # noqa: E402
+
+RESULTS = pc.ROOT / "bench" / "results" / "policy_overhead.json"
+HUGE = 1_000_000_000  # maxTokens = tokensPerFill per 1 s: never rejects
+LIMIT_REQUESTS = f"{{localRateLimit: [{{maxTokens: {HUGE}, tokensPerFill: {HUGE}, fillInterval: 1s}}]}}"
+LIMIT_TOKENS = (f"{{localRateLimit: [{{maxTokens: {HUGE}, tokensPerFill: {HUGE}, fillInterval: 1s, "
+                f"type: tokens}}]}}")
+NEVER = 'request.headers["x-never"] == "1"'
+USAGE_PATH = "/usage"
+USAGE_BODY = json.dumps({"id": "bench", "object": "chat.completion", "model": "bench",
+                         "usage": {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30}},
+                        separators=(",", ":"))
+USAGE_LOCATION = f"""\
+        location = {USAGE_PATH} {{
+            default_type application/json;
+            return 200 '{USAGE_BODY}';
+        }}"""
+CHAT_PATH = "/v1/chat/completions"
+PROMPT = " ".join(f"word{i}" for i in range(60))  # the mock echoes it, split over the chunks
+
+# Issue 5's targets.
+MAX_LIMITER_DELTA_MS = 0.05
+MAX_SSE_RATIO = 1.10
+
+POLICY_VARIANTS = ["plain", "limited", "token-limited", "tracing-idle"]
+SSE_VARIANTS = ["sse-unlimited", "sse-token-limited"]
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+class TraceWatcher:
+    """A ``/debug/trace?expression=...`` reader kept open on a raw socket in a background thread."""
+
+    def __init__(self, port: int, expression: str) -> None:
+        self.port, self.expression = port, expression
+        self.sock: socket.socket | None = None
+        self.thread: threading.Thread | None = None
+        self.data = bytearray()
+        self.closed_by_server = False
+
+    def start(self, timeout: float = 10.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+        self.sock.sendall(f"POST /debug/trace?expression={quote(self.expression)} HTTP/1.1\r\n"
+                          f"Host: 127.0.0.1:{self.port}\r\nContent-Length: 0\r\n\r\n".encode())
+        deadline = time.monotonic() + timeout
+        while b": ready" not in self.data:
+            if time.monotonic() > deadline:
+                raise pc.BenchError(f"trace watcher: no ': ready' within {timeout:.0f}s: {bytes(self.data)!r}")
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise pc.BenchError(f"trace watcher: closed before ': ready': {bytes(self.data)!r}")
+            self.data += chunk
+        if not self.data.startswith(b"HTTP/1.1 200"):
+            raise pc.BenchError(f"trace watcher: unexpected answer {bytes(self.data[:200])!r}")
+        self.sock.settimeout(None)
+        self.thread = threading.Thread(target=self._read, name="trace-watcher", daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.sock is not None
+        with contextlib.suppress(OSError):
+            while chunk := self.sock.recv(65536):
+                self.data += chunk
+            self.closed_by_server = True
+
+    @property
+    def events(self) -> int:
+        return self.data.count(b"data:")
+
+    @property
+    def keepalives(self) -> int:
+        return self.data.count(b": keepalive")
+
+    def close(self) -> None:
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
+            self.sock.close()
+        if self.thread is not None:
+            self.thread.join(5)
+
+
+def request(port: int, method: str, path: str, body: bytes | None = None,
+            headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        data = response.read()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+    finally:
+        conn.close()
+
+
+def chat_body(stream: bool = True) -> bytes:
+    return json.dumps({"model": "mock-model", "stream": stream, "stream_options": {"include_usage": True},
+                       "messages": [{"role": "user", "content": PROMPT}]}, separators=(",", ":")).encode()
+
+
+def wrk_post_script(path: Path, chunks: int) -> Path:
+    body = chat_body().decode()
+    path.write_text(f"""\
+-- generated by bench/policy_overhead.py: POST a streaming chat completion
+wrk.method = "POST"
+wrk.body = [[{body}]]
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["x-mock-chunks"] = "{chunks}"
+""")
+    return path
+
+
+def check_limited(name: str, port: int, *, method: str = "GET", path: str = USAGE_PATH, body: bytes | None = None,
+                  headers: dict[str, str] | None = None, limited: bool, tokens: bool,
+                  min_events: int = 0) -> None:
+    """One or two real requests: 200, limiter headers present or absent, tokens charged."""
+    last_remaining = None
+    for attempt in range(10):
+        status, got, data = request(port, method, path, body, headers)
+        if status != 200:
+            raise pc.BenchError(f"{name}: check request answered {status}: {data[:200]!r}")
+        if min_events and data.count(b"data:") < min_events:
+            raise pc.BenchError(f"{name}: expected >= {min_events} SSE events, got {data.count(b'data:')}")
+        if not limited:
+            if "x-ratelimit-limit" in got:
+                raise pc.BenchError(f"{name}: unexpected x-ratelimit headers {got}")
+            return
+        if got.get("x-ratelimit-limit") != str(HUGE):
+            raise pc.BenchError(f"{name}: x-ratelimit-limit missing or wrong: {got}")
+        remaining = int(got["x-ratelimit-remaining"])
+        if not tokens:
+            return
+        # A token limit charges after the response: the next request sees fewer tokens (unless a
+        # refill - every second here - came in between; then try again).
+        if last_remaining is not None and remaining < last_remaining:
+            return
+        last_remaining = remaining
+    raise pc.BenchError(f"{name}: token usage never charged (x-ratelimit-remaining stayed {last_remaining})")
+
+
+@dataclass
+class Summary:
+    variant: str
+    part: str
+    connections: int
+    runs: int
+    rps: float  # medians over the runs
+    cpu_ms_per_req: float
+    backend_cpu_ms_per_req: float
+    p50_ms: float
+    p99_ms: float
+    cpu_runs: list[float]
+    rps_runs: list[float]
+    errors: int  # summed over the runs
+    delta_cpu_ms: float | None = None
+    cpu_ratio: float | None = None
+    rps_ratio: float | None = None
+
+
+def summarize(part: str, variant: str, rows: list[pc.Row]) -> Summary:
+    med = lambda attr: statistics.median(getattr(r, attr) for r in rows)  # noqa: E731
+    return Summary(variant=variant, part=part, connections=rows[0].connections, runs=len(rows), rps=med("rps"),
+                   cpu_ms_per_req=med("cpu_ms_per_req"), backend_cpu_ms_per_req=med("backend_cpu_ms_per_req"),
+                   p50_ms=med("p50_ms"), p99_ms=med("p99_ms"), cpu_runs=[r.cpu_ms_per_req for r in rows],
+                   rps_runs=[r.rps for r in rows], errors=sum(r.errors for r in rows))
+
+
+def compare(summaries: list[Summary], baseline: str) -> None:
+    base = next(s for s in summaries if s.variant == baseline)
+    for s in summaries:
+        s.delta_cpu_ms = s.cpu_ms_per_req - base.cpu_ms_per_req
+        s.cpu_ratio = s.cpu_ms_per_req / base.cpu_ms_per_req if base.cpu_ms_per_req else None
+        s.rps_ratio = s.rps / base.rps if base.rps else None
+
+
+def render(summaries: list[Summary], backend: str) -> str:
+    head = ["variant", "conns", "req/s", "CPU ms/req", "Δ CPU ms/req", "CPU ratio", "req/s ratio",
+            "CPU ms/req per run", f"{backend} CPU ms/req", "p50 ms", "errors"]
+    body = [[s.variant, str(s.connections), f"{s.rps:,.0f}", f"{s.cpu_ms_per_req:.3f}",
+             "-" if s.delta_cpu_ms is None or s.cpu_ratio == 1.0 and s.delta_cpu_ms == 0 else f"{s.delta_cpu_ms:+.3f}",
+             "-" if s.cpu_ratio is None else f"{s.cpu_ratio:.3f}", "-" if s.rps_ratio is None else f"{s.rps_ratio:.3f}",
+             " ".join(f"{v:.3f}" for v in s.cpu_runs), f"{s.backend_cpu_ms_per_req:.3f}", f"{s.p50_ms:.2f}",
+             str(s.errors)] for s in summaries]
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    line = lambda cells: "| " + " | ".join(  # noqa: E731
+        c.ljust(w) if i in (0, 7) else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))) + " |"
+    sep = "|" + "|".join("-" * (w + 2) if i in (0, 7) else "-" * (w + 1) + ":" for i, w in enumerate(widths)) + "|"
+    return "\n".join([line(head), sep, *(line(b) for b in body)])
+
+
+# --------------------------------------------------------------------------------------------
+# the two parts
+
+
+@dataclass
+class Variant:
+    name: str
+    port: int
+    proc: pc.Proc
+    conf: str
+
+
+def run_interleaved(variants: list[Variant], backend: pc.Proc, connections: int, args: argparse.Namespace,
+                    client_cpu: int | None, *, path: str, script: Path | None = None,
+                    around: dict[str, Callable[[], ContextManager[object]]] | None = None) -> dict[str, list[pc.Row]]:
+    """``around[name]()`` is entered around each warm-up + run of that variant."""
+    rows: dict[str, list[pc.Row]] = {v.name: [] for v in variants}
+    for rep in range(args.repeats):
+        for v in variants:
+            with (around or {}).get(v.name, contextlib.nullcontext)():
+                row = pc.measure(v.name, v.port, v.proc.pid, backend.pid, connections, args.duration, args.warmup,
+                                 client_cpu, path=path, script=script)
+            v.proc.check_alive()
+            rows[v.name].append(row)
+            print(f"   run {rep + 1}/{args.repeats} {v.name:<18} {row.rps:>9,.0f} req/s  "
+                  f"{row.cpu_ms_per_req:.3f} ms CPU/req  p50 {row.p50_ms:.2f} ms  errors {row.errors}",
+                  file=sys.stderr, flush=True)
+    return rows
+
+
+def part_policy(procs: pc.Processes, tmp: Path, args: argparse.Namespace, proxy_cpu: int | None,
+                client_cpu: int | None) -> tuple[list[Summary], list[str]]:
+    print("== policy: nginx backend, trioproxy variants", file=sys.stderr, flush=True)
+    backend_port = pc.free_port()
+    backend = pc.start_nginx(procs, tmp, "backend", pc.nginx_backend_conf(tmp, backend_port, USAGE_LOCATION),
+                             backend_port, client_cpu)
+    confs = {"plain": pc.trioproxy_conf(backend_port), "limited": pc.trioproxy_conf(backend_port, LIMIT_REQUESTS),
+             "token-limited": pc.trioproxy_conf(backend_port, LIMIT_TOKENS),
+             "tracing-idle": pc.trioproxy_conf(backend_port)}
+    variants: list[Variant] = []
+    admin_port = pc.free_port()
+    for name in POLICY_VARIANTS:
+        proc, port = pc.start_trioproxy(procs, tmp, backend_port, proxy_cpu, conf=confs[name],
+                                        name=f"trioproxy-{name}", probe_path=USAGE_PATH,
+                                        admin_port=admin_port if name == "tracing-idle" else 0)
+        variants.append(Variant(name, port, proc, confs[name]))
+    for ref in args.baseline_ref:
+        name = f"plain@{ref}"
+        proc, port = pc.start_trioproxy(procs, tmp, backend_port, proxy_cpu, conf=confs["plain"],
+                                        name=f"trioproxy-{len(variants)}", probe_path=USAGE_PATH,
+                                        root=export_ref(ref, tmp / f"tree-{len(variants)}"))
+        variants.append(Variant(name, port, proc, confs["plain"]))
+    by = {v.name: v for v in variants}
+    check_limited("plain", by["plain"].port, limited=False, tokens=False)
+    check_limited("limited", by["limited"].port, limited=True, tokens=False)
+    check_limited("token-limited", by["token-limited"].port, limited=True, tokens=True)
+    keepalives = []
+
+    @contextlib.contextmanager
+    def watching() -> Iterator[TraceWatcher]:
+        # A fresh watcher per run: the gateway's hypercorn read_timeout (60 s) ends a /debug/trace
+        # stream whose reader sends nothing for that long, and a full run takes longer.
+        watcher = TraceWatcher(admin_port, NEVER)
+        try:
+            watcher.start()
+            yield watcher
+            if watcher.closed_by_server or watcher.events:
+                raise pc.BenchError(f"trace watcher: expected an open stream with no events, got "
+                                    f"{watcher.events} events, closed={watcher.closed_by_server}")
+            keepalives.append(watcher.keepalives)
+        finally:
+            watcher.close()
+
+    with watching():
+        check_limited("tracing-idle", by["tracing-idle"].port, limited=False, tokens=False)
+    rows = run_interleaved(variants, backend, args.connections, args, client_cpu, path=USAGE_PATH,
+                           around={"tracing-idle": watching})
+    notes = [f"tracing-idle: a watcher was connected through each warm-up and run, stayed connected, "
+             f"received 0 events and {sum(keepalives[1:])} keepalives in all"]
+    for v in variants:
+        procs.stop(v.proc)
+    procs.stop(backend)
+    summaries = [summarize("policy", v.name, rows[v.name]) for v in variants]
+    compare(summaries, "plain")
+    return summaries, notes
+
+
+def export_ref(ref: str, dest: Path) -> Path:
+    """This repository's ``trioproxy/`` package at git ``ref``, extracted under ``dest``."""
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(pc.ROOT), "archive", "--format=tar", ref, "trioproxy"],
+                             capture_output=True)
+    if archive.returncode != 0:
+        raise pc.BenchError(f"git archive {ref}: {archive.stderr.decode(errors='replace').strip()}")
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    return dest
+
+
+def start_mock(procs: pc.Processes, cpu: int | None) -> tuple[pc.Proc, int]:
+    port = pc.free_port()
+    env = dict(os.environ)
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(pc.ROOT), env.get("PYTHONPATH")])), PYTHONUNBUFFERED="1")
+    proc = procs.start("mock-openai", [sys.executable, "-m", "fixtures.mock_openai", "--port", str(port)],
+                       cpu=cpu, env=env, cwd=pc.ROOT)
+    pc.wait_http(port, "/v1/models", proc)
+    return proc, port
+
+
+def part_sse(procs: pc.Processes, tmp: Path, args: argparse.Namespace, proxy_cpu: int | None,
+             client_cpu: int | None) -> tuple[list[Summary], list[str]]:
+    print("== sse: mock OpenAI backend, streaming chat completions", file=sys.stderr, flush=True)
+    mock, mock_port = start_mock(procs, client_cpu)
+    confs = {"sse-unlimited": pc.trioproxy_conf(mock_port),
+             "sse-token-limited": pc.trioproxy_conf(mock_port, LIMIT_TOKENS)}
+    variants = []
+    for name in SSE_VARIANTS:
+        proc, port = pc.start_trioproxy(procs, tmp, mock_port, proxy_cpu, conf=confs[name], name=f"trioproxy-{name}",
+                                        probe_path="/v1/models")
+        variants.append(Variant(name, port, proc, confs[name]))
+    headers = {"content-type": "application/json", "x-mock-chunks": str(args.chunks)}
+    # role chunk + content chunks + finish chunk + usage chunk + [DONE]
+    events = args.chunks + 4
+    for v in variants:
+        check_limited(v.name, v.port, method="POST", path=CHAT_PATH, body=chat_body(), headers=headers,
+                      limited=v.name == "sse-token-limited", tokens=True, min_events=events)
+    script = wrk_post_script(tmp / "post.lua", args.chunks)
+    rows = run_interleaved(variants, mock, args.sse_connections, args, client_cpu, path=CHAT_PATH, script=script)
+    for v in variants:
+        procs.stop(v.proc)
+    procs.stop(mock)
+    summaries = [summarize("sse", name, rows[name]) for name in SSE_VARIANTS]
+    compare(summaries, "sse-unlimited")
+    return summaries, [f"sse: {events} SSE events per response ({args.chunks} content chunks), "
+                       f"body {len(chat_body())} bytes POSTed"]
+
+
+def verdicts(summaries: list[Summary]) -> list[str]:
+    by = {s.variant: s for s in summaries}
+    out = []
+    for name in ("limited", "token-limited"):
+        if (s := by.get(name)) is not None and s.delta_cpu_ms is not None:
+            ok = s.delta_cpu_ms <= MAX_LIMITER_DELTA_MS
+            out.append(f"{name} vs plain: {s.delta_cpu_ms:+.3f} ms CPU/request ({s.cpu_ratio:.3f}x), "
+                       f"req/s {s.rps_ratio:.3f}x (issue 5 target: <= +{MAX_LIMITER_DELTA_MS} ms): "
+                       f"{'PASS' if ok else 'FAIL'}")
+    if (s := by.get("tracing-idle")) is not None and s.delta_cpu_ms is not None:
+        out.append(f"tracing-idle (a never-matching watcher connected) vs plain: {s.delta_cpu_ms:+.3f} ms "
+                   f"CPU/request ({s.cpu_ratio:.3f}x), req/s {s.rps_ratio:.3f}x (informational: the worst case "
+                   f"of idle tracing; with no watcher `plain` itself is the no-regression row)")
+    if (s := by.get("sse-token-limited")) is not None and s.cpu_ratio is not None:
+        ok = s.cpu_ratio <= MAX_SSE_RATIO and s.rps_ratio >= 1 / MAX_SSE_RATIO
+        out.append(f"sse-token-limited vs sse-unlimited: CPU/request {s.cpu_ratio:.3f}x ({s.delta_cpu_ms:+.3f} ms), "
+                   f"req/s {s.rps_ratio:.3f}x (issue 5 target: within 10%): {'PASS' if ok else 'FAIL'}")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# main
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per measured wrk run (default 10)")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of wrk warm-up before each run (default 2)")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved runs per variant; median reported")
+    parser.add_argument("--connections", type=int, default=50, help="wrk connections, part policy (default 50)")
+    parser.add_argument("--sse-connections", type=int, default=10, help="wrk connections, part sse (default 10)")
+    parser.add_argument("--chunks", type=int, default=50, help="SSE content chunks per response (default 50)")
+    parser.add_argument("--parts", default="policy,sse", help="comma-separated subset of policy,sse")
+    parser.add_argument("--baseline-ref", default="", metavar="REF[,REF...]",
+                        help="also measure plain@REF: the plain config on trioproxy at these git commits")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1 s per run, no warm-up, 1 repeat")
+    parser.add_argument("--proxy-cpu", type=int, default=1, help="core for trioproxy (default 1)")
+    parser.add_argument("--client-cpu", type=int, default=0, help="core for wrk and the backend (default 0)")
+    parser.add_argument("--no-pin", action="store_true", help="do not use taskset")
+    parser.add_argument("--json", type=Path, default=RESULTS, help=f"where to write the results (default {RESULTS})")
+    parser.add_argument("--keep-tmp", action="store_true", help="keep the temp dir (configs and logs)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.duration, args.warmup, args.repeats = 1.0, 0.0, 1
+    args.parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    args.baseline_ref = [r.strip() for r in args.baseline_ref.split(",") if r.strip()]
+    if unknown := set(args.parts) - {"policy", "sse"}:
+        parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    return args
+
+
+def run(args: argparse.Namespace) -> int:
+    for tool in ("wrk", "nginx", "taskset"):
+        if shutil.which(tool) is None and not (tool == "nginx" and os.access("/usr/sbin/nginx", os.X_OK)):
+            raise pc.BenchError(f"{tool} not found (apt-get install wrk nginx util-linux)")
+    cpus = sorted(os.sched_getaffinity(0))
+    pin = not args.no_pin and {args.proxy_cpu, args.client_cpu} <= set(cpus) and args.proxy_cpu != args.client_cpu
+    if not pin and not args.no_pin:
+        print(f"note: cores {cpus} do not allow pinning to {args.proxy_cpu}/{args.client_cpu}; not pinning",
+              file=sys.stderr)
+    proxy_cpu = args.proxy_cpu if pin else None
+    client_cpu = args.client_cpu if pin else None
+
+    tmp = Path(tempfile.mkdtemp(prefix="policy_overhead-"))
+    procs = pc.Processes(tmp)
+    results: dict[str, list[Summary]] = {}
+    notes: list[str] = []
+    try:
+        if "policy" in args.parts:
+            results["policy"], n = part_policy(procs, tmp, args, proxy_cpu, client_cpu)
+            notes += n
+        if "sse" in args.parts:
+            results["sse"], n = part_sse(procs, tmp, args, proxy_cpu, client_cpu)
+            notes += n
+    finally:
+        procs.close()
+        if not args.keep_tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"kept {tmp}", file=sys.stderr)
+
+    runs = f"median of {args.repeats} interleaved run{'s' if args.repeats > 1 else ''}"
+    settings = (f"wrk -t1, {args.duration:g} s per run after {args.warmup:g} s warm-up, {runs}; "
+                f"trioproxy on core {proxy_cpu}, wrk and backend on core {client_cpu}")
+    print()
+    if "policy" in results:
+        print(f"policy: {settings}; GET {USAGE_PATH} -> nginx, {len(USAGE_BODY)}-byte application/json body "
+              f"with usage")
+        print(render(results["policy"], "nginx"))
+        print()
+    if "sse" in results:
+        print(f"sse: {settings}; POST {CHAT_PATH} stream=true include_usage -> mock_openai, "
+              f"{args.chunks} content chunks")
+        print(render(results["sse"], "mock"))
+        print()
+    for line in verdicts([s for part in results.values() for s in part]):
+        print(line)
+    for note in notes:
+        print(f"note: {note}")
+
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    report = {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": sys.version.split()[0]},
+        "commit": subprocess.run(["git", "-C", str(pc.ROOT), "rev-parse", "HEAD"], capture_output=True,
+                                 text=True).stdout.strip(),
+        "settings": {"baseline_refs": args.baseline_ref, "duration_s": args.duration, "warmup_s": args.warmup, "repeats": args.repeats,
+                     "connections": args.connections, "sse_connections": args.sse_connections,
+                     "chunks": args.chunks, "proxy_cpu": proxy_cpu, "client_cpu": client_cpu},
+        "results": {part: [asdict(s) for s in summaries] for part, summaries in results.items()},
+        "notes": notes,
+    }
+    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    pc.install_signal_handlers()
+    try:
+        return run(args)
+    except pc.BenchError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
