@@ -388,3 +388,18 @@ def _closed(stream: trio.SocketStream) -> bool:
         return stream.socket._sock.recv(1, socket.MSG_PEEK) == b""  # noqa: SLF001 - a peek, not a read
     except ConnectionResetError:
         return True
+
+
+async def test_a_quiet_client_of_a_long_stream_is_not_cut(gateway, backend, mock_clock):
+    """A client with nothing to send while a response streams (an LLM answer) keeps its stream,
+    however long the gaps: only idle connections and unfinished request heads time out."""
+    async with gateway.client() as client:
+        async with client.stream("GET", "/gated-sse") as response:
+            chunks = response.aiter_raw()
+            assert await chunks.__anext__() == b"data: first\n\n"
+            await trio.testing.wait_all_tasks_blocked()
+            mock_clock.jump(300)
+            await trio.testing.wait_all_tasks_blocked()
+            backend.gate.set()
+            rest = b"".join([chunk async for chunk in chunks])
+    assert rest == b"data: second\n\n"

@@ -55,7 +55,8 @@ class TraceReader:
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         params = {"expression": self.expression} if self.expression else None
-        async with httpx.AsyncClient(timeout=30) as client:
+        # No read timeout: a watcher may wait long; ``events()`` bounds the wait instead.
+        async with httpx.AsyncClient(timeout=httpx.Timeout(30, read=None)) as client:
             async with client.stream("POST", f"{self.gw.admin_url}/debug/trace", params=params) as response:
                 self.status = response.status_code
                 if response.status_code != 200:
@@ -338,3 +339,15 @@ async def test_get_and_post_both_open_the_stream(nursery, gateway, method):
             assert response.headers["content-type"] == "text/event-stream"
             first = await response.aiter_text().__anext__()
     assert first.startswith(": ready\n\n")
+
+
+async def test_a_watcher_waits_longer_than_a_minute(nursery, gateway, mock_clock):
+    reader = await watch(nursery, gateway)
+    for _ in range(3):
+        mock_clock.jump(61)
+        await trio.testing.wait_all_tasks_blocked()
+    async with gateway.client() as client:
+        await client.get("/late")
+    events = await reader.events()
+    assert events[-1]["message"]["type"] == "requestFinished"
+    assert reader.comments.count("keepalive") >= 3

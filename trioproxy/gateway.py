@@ -291,7 +291,7 @@ class Gateway:
             tr.event("responseSnapshot", stage="final response", requestState=x.state(
                 response={"code": response.status, "headers": headers_map(headers)}))
 
-        token_limiters = [limiter for limiter, _ in x.limits if limiter.counts_tokens]
+        token_limiters = [limiter for limiter, _ in x.limits if limiter.counts_tokens] if x.limits else []
         usage_reader = None
         if token_limiters or backend.ai is not None:
             usage_reader = UsageReader(header_value(response.headers, b"content-type"),
@@ -331,4 +331,6 @@ class Gateway:
 
 def _most_constrained(limits: list[tuple[LocalRateLimiter, Any]]) -> Any:
     """The decision to report in ``x-ratelimit-*`` when several limiters applied."""
+    if len(limits) == 1:
+        return limits[0][1]
     return min((decision for _, decision in limits), key=lambda d: (d.remaining, -d.reset_seconds))

@@ -77,8 +77,12 @@ def hypercorn_config(*, graceful_timeout: float) -> HypercornConfig:
     config.include_server_header = False
     config.include_date_header = True
     config.graceful_timeout = graceful_timeout
+    # An idle connection, including one still sending its request headers (slowloris), is
+    # closed after this: hypercorn's idle timer runs until a complete request head arrives.
     config.keep_alive_timeout = 60.0
-    config.read_timeout = 60  # a client that sends nothing for this long is closed
+    # No read_timeout: hypercorn applies it while a response streams too, which would cut an
+    # LLM stream or a trace stream whose client has nothing to send for a minute.
+    config.read_timeout = None
     config.h11_max_incomplete_size = 32 * 1024  # request line + headers; larger → 400/431 by h11
     config.keep_alive_max_requests = 100_000
     return config

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import attrs
 
@@ -113,13 +113,13 @@ class LocalRateLimitSpec:
         )
 
 
-@attrs.frozen
-class Decision:
+class Decision(NamedTuple):
     """Outcome of one check, with what the ``x-ratelimit-*`` headers report.
 
     ``remaining`` is never negative (an overshot bucket reports 0); ``reset_seconds`` is the
     time to the next refill rounded up to whole seconds, so a client that waits that long
-    always sees the refill.
+    always sees the refill. A NamedTuple, not an attrs class: one is built per request per
+    entry, and a frozen attrs instance costs several times a tuple to create (bench/README.md).
     """
 
     allowed: bool
@@ -153,13 +153,11 @@ class TokenBucket:
             self._fills = due
 
     def _decision(self, now: float, allowed: bool) -> Decision:
-        next_fill = self._start + (self._fills + 1) * self.spec.fill_interval
-        return Decision(
-            allowed=allowed,
-            limit=self.spec.max_tokens,
-            remaining=max(0, self._tokens),
-            reset_seconds=max(0, math.ceil(next_fill - now - _EPSILON)),
-        )
+        spec = self.spec
+        next_fill = self._start + (self._fills + 1) * spec.fill_interval
+        tokens = self._tokens
+        return Decision(allowed, spec.max_tokens, tokens if tokens > 0 else 0,
+                        max(0, math.ceil(next_fill - now - _EPSILON)))
 
     def try_acquire(self, now: float, cost: int = 1) -> Decision:
         """Take ``cost`` tokens if all are there; otherwise take none (requests limits)."""
@@ -203,13 +201,15 @@ class LocalRateLimiter:
     and therefore atomic within the gateway's single Trio thread (see the module docstring).
     """
 
-    __slots__ = ("buckets", "_token_buckets")
+    __slots__ = ("buckets", "_token_buckets", "_single")
 
     def __init__(self, specs: Iterable[LocalRateLimitSpec], now: float) -> None:
         self.buckets: tuple[TokenBucket, ...] = tuple(TokenBucket(s, now) for s in specs)
         if not self.buckets:
             raise ValueError("localRateLimit: at least one entry is required")
         self._token_buckets = tuple(b for b in self.buckets if b.spec.kind == "tokens")
+        # The common case, one entry, needs no check-then-commit round and no comparison.
+        self._single = self.buckets[0] if len(self.buckets) == 1 else None
 
     @property
     def counts_tokens(self) -> bool:
@@ -222,6 +222,9 @@ class LocalRateLimiter:
         Requests buckets consume 1; tokens buckets only need one token left. Check all,
         then commit, so a rejection by one entry leaves every other entry untouched.
         """
+        single = self._single
+        if single is not None:
+            return single.try_acquire(now) if single.spec.kind == "requests" else single.has_capacity(now)
         checks = [b.peek(now) for b in self.buckets]
         if not all(d.allowed for d in checks):
             return _most_constrained(checks)
@@ -236,9 +239,12 @@ class LocalRateLimiter:
         Returns the most constrained tokens bucket afterwards (for traces), or None when
         no entry limits tokens.
         """
-        if not self._token_buckets:
+        buckets = self._token_buckets
+        if not buckets:
             return None
-        return _most_constrained(b.charge(now, total_tokens) for b in self._token_buckets)
+        if len(buckets) == 1:
+            return buckets[0].charge(now, total_tokens)
+        return _most_constrained(b.charge(now, total_tokens) for b in buckets)
 
     def peek(self, now: float) -> Decision:
         """Most constrained entry right now, consuming nothing."""
