@@ -133,7 +133,7 @@ def main() -> int:
         print(f"\ntop {args.top} functions by inclusive time:")
         for f, n in incl.most_common(args.top + 10):
             print(f"  {100 * n / total:5.1f}%  {f}")
-        print(f"\ntrioproxy functions, self time (share, ~ms per request):")
+        print("\ntrioproxy functions, self time (share, ~ms per request):")
         for f, n in self_t.most_common():
             if "(trioproxy/" in f:
                 print(f"  {100 * n / total:5.1f}%  {ms_per_req * n / total:.4f}  {f}")
