@@ -403,3 +403,23 @@ async def test_a_quiet_client_of_a_long_stream_is_not_cut(gateway, backend, mock
             backend.gate.set()
             rest = b"".join([chunk async for chunk in chunks])
     assert rest == b"data: second\n\n"
+
+
+async def test_http10_request_without_host_gets_the_backend_as_host(gateway, backend):
+    stream = await trio.open_tcp_stream("127.0.0.1", gateway.info.ports[gateway.port])
+    await stream.send_all(b"GET /old HTTP/1.0\r\n\r\n")
+    data = b""
+    with trio.fail_after(5):
+        while chunk := await stream.receive_some(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.0 200") or data.startswith(b"HTTP/1.1 200")
+    assert ("host", f"127.0.0.1:{backend.port}") in backend.last_headers
+
+
+async def test_malformed_request_framing_is_400(gateway, backend):
+    stream = await trio.open_tcp_stream("127.0.0.1", gateway.info.ports[gateway.port])
+    await stream.send_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n")
+    with trio.fail_after(5):
+        data = await stream.receive_some(65536)
+    assert data.startswith(b"HTTP/1.1 400")
+    assert backend.requests == 0

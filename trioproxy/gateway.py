@@ -192,7 +192,8 @@ class Gateway:
         client = scope.get("client")
         upstream_headers = forwarded_request_headers(
             x.headers, client=client[0] if client else None, scheme=scope.get("scheme", "http"), framing=framing)
-        if backend.ai is not None:
+        if backend.ai is not None or header_value(upstream_headers, b"host") is None:
+            # A provider wants its own host; an HTTP/1.0 client may have sent none (1.1 requires one).
             upstream_headers = [h for h in upstream_headers if h[0] != b"host"] + [(b"host", str(backend.target).encode())]
         if tr:
             tr.event("requestSnapshot", stage="final request", requestState=x.state(headers=upstream_headers))
