@@ -415,8 +415,7 @@ def verdicts(summaries: list[Summary]) -> list[str]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--duration", type=float, default=10.0, help="seconds per measured wrk run (default 10)")
-    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of wrk warm-up before each run (default 2)")
+    pc.add_run_options(parser, results=RESULTS, quick_help="smoke run: 1 s per run, no warm-up, 1 repeat")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved runs per variant; median reported")
     parser.add_argument("--connections", type=int, default=50, help="wrk connections, part policy (default 50)")
     parser.add_argument("--sse-connections", type=int, default=10, help="wrk connections, part sse (default 10)")
@@ -424,12 +423,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--parts", default="policy,sse", help="comma-separated subset of policy,sse")
     parser.add_argument("--baseline-ref", default="", metavar="REF[,REF...]",
                         help="also measure plain@REF: the plain config on trioproxy at these git commits")
-    parser.add_argument("--quick", action="store_true", help="smoke run: 1 s per run, no warm-up, 1 repeat")
-    parser.add_argument("--proxy-cpu", type=int, default=1, help="core for trioproxy (default 1)")
-    parser.add_argument("--client-cpu", type=int, default=0, help="core for wrk and the backend (default 0)")
-    parser.add_argument("--no-pin", action="store_true", help="do not use taskset")
-    parser.add_argument("--json", type=Path, default=RESULTS, help=f"where to write the results (default {RESULTS})")
-    parser.add_argument("--keep-tmp", action="store_true", help="keep the temp dir (configs and logs)")
     args = parser.parse_args(argv)
     if args.quick:
         args.duration, args.warmup, args.repeats = 1.0, 0.0, 1

@@ -515,22 +515,27 @@ def verdicts(rows: list[Row], connections: int) -> list[str]:
 # main
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_run_options(parser: argparse.ArgumentParser, *, results: Path, quick_help: str) -> None:
+    """Options every bench script shares: run length, pinning, output (used by policy_overhead.py too)."""
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per measured wrk run (default 10)")
-    parser.add_argument("--connections", type=int, default=50, help="concurrent connections (default 50); "
-                        "every target is also measured at 1 connection")
-    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of wrk warm-up per run (default 2)")
-    parser.add_argument("--targets", default="direct,nginx,envoy,trioproxy",
-                        help="comma-separated subset of direct,nginx,envoy,trioproxy")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 1 s per run, 1 s warm-up, only direct and trioproxy")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of wrk warm-up before each run (default 2)")
+    parser.add_argument("--quick", action="store_true", help=quick_help)
     parser.add_argument("--proxy-cpu", type=int, default=1, help="core for the proxy under test (default 1)")
     parser.add_argument("--client-cpu", type=int, default=0, help="core for wrk and the backend (default 0)")
     parser.add_argument("--no-pin", action="store_true", help="do not use taskset")
-    parser.add_argument("--json", type=Path, default=RESULTS, help=f"where to write the results (default {RESULTS})")
+    parser.add_argument("--json", type=Path, default=results, help=f"where to write the results (default {results})")
     parser.add_argument("--keep-tmp", action="store_true", help="keep the temp dir (configs and logs)")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_options(parser, results=RESULTS,
+                    quick_help="smoke run: 1 s per run, 1 s warm-up, only direct and trioproxy")
+    parser.add_argument("--connections", type=int, default=50, help="concurrent connections (default 50); "
+                        "every target is also measured at 1 connection")
+    parser.add_argument("--targets", default="direct,nginx,envoy,trioproxy",
+                        help="comma-separated subset of direct,nginx,envoy,trioproxy")
     args = parser.parse_args(argv)
     if args.quick:
         args.duration, args.warmup = 1.0, 1.0

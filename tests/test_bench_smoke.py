@@ -24,39 +24,36 @@ pytestmark = [
 ]
 
 
-def test_quick_bench_prints_a_table_with_trioproxy(tmp_path: Path) -> None:
-    out_json = tmp_path / "last.json"
+def run_quick(script: str, out_json: Path) -> list[str]:
+    """Run ``bench/<script> --quick``; it must exit 0. Returns its stdout lines."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     done = subprocess.run(
-        [sys.executable, "bench/proxy_compare.py", "--quick", "--json", str(out_json)],
+        [sys.executable, f"bench/{script}", "--quick", "--json", str(out_json)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
-    lines = done.stdout.splitlines()
-    assert any(line.startswith("| target") and "req/s" in line and "CPU ms/req" in line for line in lines), done.stdout
-    rows = [line for line in lines if line.startswith("| trioproxy ")]
-    assert len(rows) == 2, done.stdout  # N connections and 1 connection
-    assert any(line.startswith("| direct ") for line in lines), done.stdout
     assert out_json.exists()
+    return done.stdout.splitlines()
+
+
+def test_quick_bench_prints_a_table_with_trioproxy(tmp_path: Path) -> None:
+    lines = run_quick("proxy_compare.py", tmp_path / "last.json")
+    stdout = "\n".join(lines)
+    assert any(line.startswith("| target") and "req/s" in line and "CPU ms/req" in line for line in lines), stdout
+    rows = [line for line in lines if line.startswith("| trioproxy ")]
+    assert len(rows) == 2, stdout  # N connections and 1 connection
+    assert any(line.startswith("| direct ") for line in lines), stdout
 
 
 def test_quick_policy_overhead_prints_every_variant(tmp_path: Path) -> None:
     """bench/policy_overhead.py --quick: 6 trioproxy variants (limiter, token limiter, idle tracing,
     SSE pass-through), 1 s each, one run. Only that it works and prints the rows, no timings."""
-    out_json = tmp_path / "policy.json"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [sys.executable, "bench/policy_overhead.py", "--quick", "--json", str(out_json)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
-    )
-    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
-    lines = done.stdout.splitlines()
+    lines = run_quick("policy_overhead.py", tmp_path / "policy.json")
+    stdout = "\n".join(lines)
     heads = [line for line in lines if line.startswith("| variant") and "CPU ms/req" in line and "req/s" in line]
-    assert len(heads) == 2, done.stdout  # the policy table and the SSE table
+    assert len(heads) == 2, stdout  # the policy table and the SSE table
     for variant in ("plain", "limited", "token-limited", "tracing-idle", "sse-unlimited", "sse-token-limited"):
-        assert sum(line.startswith(f"| {variant} ") for line in lines) == 1, (variant, done.stdout)
-    assert any(line.startswith("token-limited vs plain:") for line in lines), done.stdout
-    assert any(line.startswith("sse-token-limited vs sse-unlimited:") for line in lines), done.stdout
-    assert out_json.exists()
+        assert sum(line.startswith(f"| {variant} ") for line in lines) == 1, (variant, stdout)
+    assert any(line.startswith("token-limited vs plain:") for line in lines), stdout
+    assert any(line.startswith("sse-token-limited vs sse-unlimited:") for line in lines), stdout

@@ -148,3 +148,17 @@ async def test_reload_applies_a_valid_config_and_keeps_serving_on_an_invalid_one
         assert gw.info.runtime.reload_errors == ["binds[0].port: expected an integer, got 'broken'"]
         assert gw.info.runtime.state is state
         assert (await client.get("/new")).status_code == 200
+
+
+def test_admin_listens_on_loopback_by_default():
+    """CONTRACT §7: the unauthenticated admin server is reachable from this host only."""
+    from trioproxy.config import parse_config
+    from trioproxy.server import _listen
+
+    admin = parse_config("binds: []", env={}).servers.admin
+    assert (admin.host, admin.port) == ("localhost", 15000)
+    sock = _listen(type(admin)(admin.host, 0), "config.adminAddr")  # same host, any free port
+    try:
+        assert sock.getsockname()[0] == "127.0.0.1"
+    finally:
+        sock.close()

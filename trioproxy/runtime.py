@@ -52,13 +52,12 @@ class GatewayState:
     def __init__(self, config: Config, previous: "GatewayState | None" = None) -> None:
         self.config = config
         self.binds = {bind.port: BindTable(bind) for bind in config.binds}
-        # key -> (specs, limiter): listener limiters are shared by all routes of the listener.
+        # listener or route key -> (specs, limiter); a listener's is shared by all its routes.
         self.limiters: dict[str, tuple[tuple[LocalRateLimitSpec, ...], LocalRateLimiter]] = {}
-        self.listener_limiters: dict[str, LocalRateLimiter | None] = {}
         self.routes: dict[str, CompiledRoute] = {}
         for bind in config.binds:
             for listener in bind.listeners:
-                self.listener_limiters[listener.key] = self._limit(listener.key, listener.policies.local_rate_limit, previous)
+                self._limit(listener.key, listener.policies.local_rate_limit, previous)
                 for route in listener.routes:
                     self.routes[route.key] = CompiledRoute(
                         route, self._limit(route.key, route.policies.local_rate_limit, previous))
@@ -70,7 +69,8 @@ class GatewayState:
         return limiter
 
     def listener_limiter(self, listener: Listener) -> LocalRateLimiter | None:
-        return self.listener_limiters.get(listener.key)
+        entry = self.limiters.get(listener.key)
+        return entry[1] if entry is not None else None
 
 
 class Runtime:

@@ -108,7 +108,7 @@ class Tracer:
         if scope:
             record["scope"] = scope
         record["message"] = {"type": message_type, **fields}
-        self._put(record, closing=False)
+        self._put(record)
 
     def finish(self, status: int, error: str | None) -> None:
         """The last event; closes the stream."""
@@ -119,7 +119,7 @@ class Tracer:
         self._finished = True
         self.watcher.close(self.dropped)
 
-    def _put(self, record: dict[str, Any], *, closing: bool) -> None:
+    def _put(self, record: dict[str, Any]) -> None:
         send = self.watcher.send
         # Keep one slot for requestFinished: drop ordinary events when only one slot is left.
         stats = send.statistics()
@@ -146,7 +146,6 @@ class Watcher:
     def __init__(self, matches: Callable[[Mapping[str, Any]], bool] | None, buffer: int) -> None:
         self.matches = matches
         self.send, self.receive = trio.open_memory_channel[dict[str, Any]](buffer)
-        self.claimed = trio.Event()
         self.dropped = 0
 
     def close(self, dropped: int) -> None:
@@ -164,7 +163,6 @@ class TraceHub:
         self.body_limit = body_limit if body_limit is not None else body_limit_from_env()
         self.buffer = buffer
         self.traced = 0
-        self.dropped = 0
 
     def watch(self, matches: Callable[[Mapping[str, Any]], bool] | None = None) -> Watcher:
         watcher = Watcher(matches, self.buffer)
@@ -187,7 +185,6 @@ class TraceHub:
                 if not watcher.matches(context):
                     continue
             self.watchers.remove(watcher)
-            watcher.claimed.set()
             self.traced += 1
             return Tracer(watcher, arrival, self.body_limit)
         return None

@@ -115,7 +115,7 @@ class UpstreamResponse:
             if self._conn is not None:
                 # Not fully read (error, cancellation, early exit): the connection is unusable.
                 self._conn = None
-                await self.pool._discard(conn)
+                self.pool._close_now(conn)
 
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self.body()])
@@ -123,7 +123,7 @@ class UpstreamResponse:
     async def aclose(self) -> None:
         if self._conn is not None:
             conn, self._conn = self._conn, None
-            await self.pool._discard(conn)
+            self.pool._close_now(conn)
 
 
 class UpstreamPool:
@@ -185,9 +185,6 @@ class UpstreamPool:
         except OSError:  # pragma: no cover
             pass
 
-    async def _discard(self, conn: UpstreamConnection) -> None:
-        self._close_now(conn)
-
     def close_idle(self) -> None:
         for idle in self._idle.values():
             while idle:
@@ -241,12 +238,12 @@ class UpstreamPool:
             try:
                 return await self._exchange(conn, method, path, headers, body, nursery)
             except (BackendUnreachable, BadUpstreamResponse):
-                await self._discard(conn)
+                self._close_now(conn)
                 if not (replayable and conn.reused and not conn.got_bytes):
                     raise
                 conn = await self._connect(target)
             except BaseException:
-                await self._discard(conn)
+                self._close_now(conn)
                 raise
 
     async def _exchange(

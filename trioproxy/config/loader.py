@@ -509,7 +509,7 @@ def _server_address(w: _Walker, value: Any, path: str) -> m.Address | None:
     return m.Address(found.group(1).strip("[]"), int(found.group(2)))
 
 
-def build_config(document: Any, *, env: Mapping[str, str] | None = None, source: str = "") -> m.Config:
+def build_config(document: Any, *, env: Mapping[str, str] | None = None) -> m.Config:
     """Validate a parsed YAML document and build the frozen ``Config`` (raises ``ConfigError``)."""
     problems = _Problems()
     env = os.environ if env is None else env
@@ -542,7 +542,7 @@ def build_config(document: Any, *, env: Mapping[str, str] | None = None, source:
         binds.append(m.Bind(port, tuple(listeners)))
     if problems.items:
         raise ConfigError(problems.items)
-    return m.Config(servers=servers, binds=tuple(binds), source=source)
+    return m.Config(servers=servers, binds=tuple(binds))
 
 
 def load_config(path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None) -> m.Config:
@@ -567,4 +567,4 @@ def parse_config(text: str, *, source: str = "<config>", env: Mapping[str, str] 
         raise ConfigError([f"{where}: invalid YAML: {problem}"]) from None
     if len(documents) > 1 or (documents and isinstance(documents[0], dict) and "apiVersion" in documents[0]):
         raise ConfigError([f"{source}: Kubernetes-style manifests are not supported by this version of trioproxy"])
-    return build_config(documents[0] if documents else None, env=env, source=source)
+    return build_config(documents[0] if documents else None, env=env)

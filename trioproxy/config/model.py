@@ -216,4 +216,3 @@ class Config:
     servers: ServerAddrs
     binds: tuple[Bind, ...]
     gateway_names: tuple[str, ...] = ("default",)
-    source: str = ""

@@ -118,8 +118,9 @@ class Decision(NamedTuple):
 
     ``remaining`` is never negative (an overshot bucket reports 0); ``reset_seconds`` is the
     time to the next refill rounded up to whole seconds, so a client that waits that long
-    always sees the refill. A NamedTuple, not an attrs class: one is built per request per
-    entry, and a frozen attrs instance costs several times a tuple to create (bench/README.md).
+    always sees the refill. A NamedTuple, not a frozen attrs class: one is built per request
+    per entry, and the attrs version showed up in the token-limited profile (bench/README.md,
+    "Where the extra CPU goes") before ``bench/policy_overhead.py`` brought it under budget.
     """
 
     allowed: bool
