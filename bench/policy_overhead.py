@@ -502,16 +502,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    pc.install_signal_handlers()
-    try:
-        return run(args)
-    except pc.BenchError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return pc.run_main(parse_args, run, argv)
 
 
 if __name__ == "__main__":

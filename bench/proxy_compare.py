@@ -37,6 +37,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -657,17 +658,23 @@ def install_signal_handlers() -> None:
         signal.signal(signal.SIGHUP, on_sigterm)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def run_main(parse: Callable[[list[str] | None], argparse.Namespace],
+             body: Callable[[argparse.Namespace], int], argv: list[str] | None) -> int:
+    """A bench script's main: signals clean up, a BenchError is one line and exit 1, ^C is 130."""
+    args = parse(argv)
     install_signal_handlers()
     try:
-        return run(args)
+        return body(args)
     except BenchError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(parse_args, run, argv)
 
 
 if __name__ == "__main__":
