@@ -44,7 +44,6 @@ import contextlib
 import http.client
 import json
 import os
-import platform
 import shutil
 import socket
 import statistics
@@ -479,25 +478,12 @@ def run(args: argparse.Namespace) -> int:
               f"{args.chunks} content chunks")
         print(render(results["sse"], "mock"))
         print()
-    for line in verdicts([s for part in results.values() for s in part]):
-        print(line)
-    for note in notes:
-        print(f"note: {note}")
-
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    report = {
-        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": sys.version.split()[0]},
-        "commit": subprocess.run(["git", "-C", str(pc.ROOT), "rev-parse", "HEAD"], capture_output=True,
-                                 text=True).stdout.strip(),
+    pc.write_report(args.json, verdicts([s for part in results.values() for s in part]), notes, {
         "settings": {"baseline_refs": args.baseline_ref, "duration_s": args.duration, "warmup_s": args.warmup, "repeats": args.repeats,
                      "connections": args.connections, "sse_connections": args.sse_connections,
                      "chunks": args.chunks, "proxy_cpu": proxy_cpu, "client_cpu": client_cpu},
         "results": {part: [asdict(s) for s in summaries] for part, summaries in results.items()},
-        "notes": notes,
-    }
-    args.json.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\nwrote {args.json}")
+    })
     return 0
 
 

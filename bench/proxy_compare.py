@@ -624,25 +624,33 @@ def run(args: argparse.Namespace) -> int:
           f"wrk and backend on core {client_cpu}; body {len(BODY)} bytes")
     print(render(rows))
     print()
-    for line in verdicts(rows, args.connections):
-        print(line)
-    for note in notes:
-        print(f"note: {note}")
-
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    report = {
-        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": sys.version.split()[0]},
+    write_report(args.json, verdicts(rows, args.connections), notes, {
         "settings": {"duration_s": args.duration, "warmup_s": args.warmup, "connections": conn_counts,
                      "proxy_cpu": proxy_cpu, "client_cpu": client_cpu, "body_bytes": len(BODY)},
         "targets": {"trioproxy_min_rps": TARGET_RPS, "trioproxy_max_cpu_ms": TARGET_CPU_MS,
                     "trioproxy_max_added_p50_ms_1conn": TARGET_ADDED_P50_MS_1CONN},
         "rows": [{k: v for k, v in asdict(r).items() if k != "wrk"} for r in rows],
+    })
+    return 0
+
+
+def write_report(path: Path, verdict_lines: list[str], notes: list[str], data: dict) -> None:
+    """Print the verdicts and notes under a table; write it all, with where and when, as JSON."""
+    for line in verdict_lines:
+        print(line)
+    for note in notes:
+        print(f"note: {note}")
+    report = {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": sys.version.split()[0]},
+        "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                                 text=True).stdout.strip(),
+        **data,
         "notes": notes,
     }
-    args.json.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\nwrote {args.json}")
-    return 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nwrote {path}")
 
 
 def install_signal_handlers() -> None:
