@@ -435,16 +435,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
-    for tool in ("wrk", "nginx", "taskset"):
-        if shutil.which(tool) is None and not (tool == "nginx" and os.access("/usr/sbin/nginx", os.X_OK)):
-            raise pc.BenchError(f"{tool} not found (apt-get install wrk nginx util-linux)")
-    cpus = sorted(os.sched_getaffinity(0))
-    pin = not args.no_pin and {args.proxy_cpu, args.client_cpu} <= set(cpus) and args.proxy_cpu != args.client_cpu
-    if not pin and not args.no_pin:
-        print(f"note: cores {cpus} do not allow pinning to {args.proxy_cpu}/{args.client_cpu}; not pinning",
-              file=sys.stderr)
-    proxy_cpu = args.proxy_cpu if pin else None
-    client_cpu = args.client_cpu if pin else None
+    proxy_cpu, client_cpu = pc.check_tools_and_cores(args)
 
     tmp = Path(tempfile.mkdtemp(prefix="policy_overhead-"))
     procs = pc.Processes(tmp)

@@ -551,7 +551,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def run(args: argparse.Namespace) -> int:
+def check_tools_and_cores(args: argparse.Namespace) -> tuple[int | None, int | None]:
+    """Fail early without wrk, nginx or taskset; the (proxy, client) cores, or Nones if not pinning."""
     for tool in ("wrk", "nginx", "taskset"):
         if shutil.which(tool) is None and not (tool == "nginx" and os.access("/usr/sbin/nginx", os.X_OK)):
             raise BenchError(f"{tool} not found (apt-get install wrk nginx util-linux)")
@@ -560,8 +561,11 @@ def run(args: argparse.Namespace) -> int:
     if not pin and not args.no_pin:
         print(f"note: cores {cpus} do not allow pinning to {args.proxy_cpu}/{args.client_cpu}; not pinning",
               file=sys.stderr)
-    proxy_cpu = args.proxy_cpu if pin else None
-    client_cpu = args.client_cpu if pin else None
+    return (args.proxy_cpu, args.client_cpu) if pin else (None, None)
+
+
+def run(args: argparse.Namespace) -> int:
+    proxy_cpu, client_cpu = check_tools_and_cores(args)
     conn_counts = [args.connections] + ([1] if args.connections != 1 else [])
 
     tmp = Path(tempfile.mkdtemp(prefix="proxy_compare-"))
