@@ -44,12 +44,10 @@ import contextlib
 import http.client
 import json
 import os
-import shutil
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -437,23 +435,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> int:
     proxy_cpu, client_cpu = pc.check_tools_and_cores(args)
 
-    tmp = Path(tempfile.mkdtemp(prefix="policy_overhead-"))
-    procs = pc.Processes(tmp)
     results: dict[str, list[Summary]] = {}
     notes: list[str] = []
-    try:
+    with pc.workspace("policy_overhead-", keep=args.keep_tmp) as (tmp, procs):
         if "policy" in args.parts:
             results["policy"], n = part_policy(procs, tmp, args, proxy_cpu, client_cpu)
             notes += n
         if "sse" in args.parts:
             results["sse"], n = part_sse(procs, tmp, args, proxy_cpu, client_cpu)
             notes += n
-    finally:
-        procs.close()
-        if not args.keep_tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print(f"kept {tmp}", file=sys.stderr)
 
     runs = f"median of {args.repeats} interleaved run{'s' if args.repeats > 1 else ''}"
     settings = (f"wrk -t1, {args.duration:g} s per run after {args.warmup:g} s warm-up, {runs}; "

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -551,6 +551,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+@contextlib.contextmanager
+def workspace(prefix: str, *, keep: bool) -> Iterator[tuple[Path, "Processes"]]:
+    """A temp dir for configs and logs, and the processes started in it; on exit (also on error or
+    a signal) every process is stopped and the dir removed, unless ``keep``."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    procs = Processes(tmp)
+    try:
+        yield tmp, procs
+    finally:
+        procs.close()
+        if keep:
+            print(f"kept {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def check_tools_and_cores(args: argparse.Namespace) -> tuple[int | None, int | None]:
     """Fail early without wrk, nginx or taskset; the (proxy, client) cores, or Nones if not pinning."""
     for tool in ("wrk", "nginx", "taskset"):
@@ -568,11 +584,9 @@ def run(args: argparse.Namespace) -> int:
     proxy_cpu, client_cpu = check_tools_and_cores(args)
     conn_counts = [args.connections] + ([1] if args.connections != 1 else [])
 
-    tmp = Path(tempfile.mkdtemp(prefix="proxy_compare-"))
-    procs = Processes(tmp)
     rows: list[Row] = []
     notes: list[str] = []
-    try:
+    with workspace("proxy_compare-", keep=args.keep_tmp) as (tmp, procs):
         backend_port = free_port()
         backend = start_nginx(procs, tmp, "backend", nginx_backend_conf(tmp, backend_port), backend_port,
                               client_cpu)
@@ -609,12 +623,6 @@ def run(args: argparse.Namespace) -> int:
             finally:
                 if target_proc is not None:
                     procs.stop(target_proc)
-    finally:
-        procs.close()
-        if not args.keep_tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print(f"kept {tmp}", file=sys.stderr)
 
     direct = {r.connections: r for r in rows if r.target == "direct"}
     for r in rows:
