@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 import httpx
+import pytest
 import trio
 
 from .conftest import LOOPBACK_SERVERS, ROOT, free_port, run_cli, start_gateway
@@ -162,3 +163,20 @@ def test_admin_listens_on_loopback_by_default():
         assert sock.getsockname()[0] == "127.0.0.1"
     finally:
         sock.close()
+
+
+@pytest.mark.parametrize("module", ["fixtures.echo_backend", "fixtures.mock_openai"])
+def test_fixture_programs_busy_port_and_bad_flag_are_one_line(module):
+    """A demo backend started twice, or with a typo, says so in one line: no traceback."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", module, "--port", str(port)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in proc.stderr
+    bad = subprocess.run([sys.executable, "-m", module, "--port", "abc"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "invalid int value" in bad.stderr
