@@ -67,6 +67,25 @@ def test_busy_port_is_one_line_error(tmp_path):
     assert result.stderr.strip() == f"error: binds[0].port: cannot listen on 0.0.0.0:{port}: Address already in use"
 
 
+async def test_second_start_names_the_trioproxy_holding_the_port(tmp_path):
+    """Running the quick start twice: the second one says who has the port, in one line."""
+    port = free_port()
+    path = write(tmp_path, f"binds:\n- port: {port}\n")
+    first = subprocess.Popen([sys.executable, "-m", "trioproxy", "--config", path], cwd=ROOT, text=True,
+                             stderr=subprocess.PIPE, env={**os.environ, **LOOPBACK_SERVERS})
+    try:
+        with trio.fail_after(20):
+            await _wait_ports(first)
+        second = run_cli("--config", path, env=LOOPBACK_SERVERS)
+        assert second.returncode == 1
+        assert second.stderr.strip().endswith(
+            f"binds[0].port: cannot listen on 0.0.0.0:{port}: port in use by trioproxy (pid {first.pid})"), second.stderr
+        assert second.stderr.count("\n") == 1
+    finally:
+        first.terminate()
+        first.wait()
+
+
 async def _wait_ports(proc: subprocess.Popen) -> dict[str, int]:
     """Read the startup lines (``... listening on http://HOST:PORT``) from stderr."""
     ports = {}

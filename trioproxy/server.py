@@ -65,6 +65,8 @@ def _listen(address: Address, where: str) -> socket.socket:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
             reason = f"address not available ({exc})"
+        elif exc.errno == errno.EADDRINUSE and (holder := registry.holder_of_port(address.port)) is not None:
+            reason = f"port in use by trioproxy (pid {holder})"
         raise StartupError(f"{where}: cannot listen on {host}:{address.port}: {reason}") from None
     sock.setblocking(False)
     return sock
@@ -195,7 +197,8 @@ async def serve_gateway(
                         await extra_tasks(background, info)
                     # Let `trioproxy trace gateway/NAME` find this gateway's admin server.
                     admin_host = "127.0.0.1" if info.admin.host in ("0.0.0.0", "::") else info.admin.host
-                    with registry.register(config.gateway_names, f"{admin_host}:{info.admin.port}"):
+                    ports = [*info.ports.values(), info.admin.port, info.stats.port, info.readiness.port]
+                    with registry.register(config.gateway_names, f"{admin_host}:{info.admin.port}", ports):
                         ready["value"] = True
                         task_status.started(info)
                         await shutdown.wait()
