@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import trio
 
-from . import __version__, trace_cli
+from . import __version__, demo, trace_cli
 from .config import ConfigError, load_config
 from .server import StartupError, run_until_signalled
 
@@ -41,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         trace_cli.configure_parser(trace)
         trace.set_defaults(handler=trace_cli.run)
+    demo_parser = commands.add_parser("demo", help="run the gateway with a bundled demo backend (Ctrl-C stops both)",
+                                      description=demo.__doc__.splitlines()[0] if demo.__doc__ else None)
+    demo.configure_parser(demo_parser)
+    demo_parser.set_defaults(handler=demo.run)
     return parser
 
 

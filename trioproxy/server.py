@@ -209,7 +209,8 @@ async def serve_gateway(
     runtime.pool.close_idle()
 
 
-async def run_until_signalled(config: Config, *, config_path: str | None, drain_timeout: float) -> None:
+async def run_until_signalled(config: Config, *, config_path: str | None, drain_timeout: float,
+                              extra_tasks: Callable[[trio.Nursery, ServerInfo], Awaitable[None]] | None = None) -> None:
     """The CLI's main: serve until SIGINT/SIGTERM, then drain; a second signal stops at once."""
     shutdown = trio.Event()
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -225,7 +226,7 @@ async def run_until_signalled(config: Config, *, config_path: str | None, drain_
             async def gateway(task_status: trio.TaskStatus[ServerInfo] = trio.TASK_STATUS_IGNORED) -> None:
                 try:
                     await serve_gateway(config, config_path=config_path, drain_timeout=drain_timeout,
-                                        shutdown=shutdown, task_status=task_status)
+                                        shutdown=shutdown, extra_tasks=extra_tasks, task_status=task_status)
                 finally:
                     nursery.cancel_scope.cancel()  # drained: stop listening for signals
 
