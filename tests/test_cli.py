@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -128,7 +129,10 @@ async def test_sigterm_drains_the_request_in_flight_and_exits_0(tmp_path, backen
             code = await trio.to_thread.run_sync(proc.wait)
         assert results["slow"].status_code == 200
         assert code == 0
-        assert "Traceback" not in proc.stderr.read()
+        rest = proc.stderr.read()
+        assert "Traceback" not in rest
+        messages = [json.loads(line)["message"] for line in rest.splitlines() if line.startswith("{")]
+        assert messages == ["draining 1 requests", "request", "drained"], rest  # the slow one's access line
     finally:
         proc.kill()
         proc.wait()

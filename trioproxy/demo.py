@@ -17,6 +17,7 @@ from typing import Any
 
 import trio
 
+from .access_log import configure_logging
 from .asgi import serve_lifespan
 from .config import ConfigError, parse_config
 from .server import Address, ServerInfo, StartupError, _listen, _serve, run_until_signalled
@@ -136,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
               "-H 'content-type: application/json' -d '{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'",
               file=sys.stderr, flush=True)
 
+    configure_logging(None, "text")
     failures: list[BaseException] = []
     try:
         trio.run(lambda: run_until_signalled(config, config_path=None, drain_timeout=args.drain_timeout,

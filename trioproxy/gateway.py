@@ -73,6 +73,7 @@ class Gateway:
         self.runtime = runtime
         self.port = port
         self.bind_key = f"bind/{port}"
+        self.access_log = runtime.access_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -107,9 +108,48 @@ class Gateway:
             status = 499 if x.disconnected else x.status
             if x.disconnected:
                 x.error = x.error or "client disconnected"
-            metrics.observe(self.bind_key, x.route.key if x.route else "", status, trio.current_time() - x.arrival)
+                x.error_kind = x.error_kind or "ClientDisconnected"
+            self._finished(x, status, trio.current_time() - x.arrival)
             if x.tracer is not None:
                 x.tracer.finish(status, x.error)
+
+    def _finished(self, x: Exchange, status: int, seconds: float) -> None:
+        """Metrics and the access-log line of a finished request (names: docs/observability.md)."""
+        listener = x.listener.key if x.listener else ""
+        gateway = listener.split("/bind/", 1)[0] if listener else ""
+        route = x.route.key if x.route else ""
+        backend = x.backend.name if x.backend else ""
+        method = x.scope["method"]
+        self.runtime.metrics.observe(self.bind_key, gateway, listener, route, backend, method, status,
+                                     x.error_kind or "", seconds)
+        llm = x.llm
+        if llm is not None and ("inputTokens" in llm or "outputTokens" in llm):
+            self.runtime.metrics.tokens(llm.get("model") or "", route, llm.get("inputTokens"), llm.get("outputTokens"))
+        access = self.access_log
+        own_error = x.error_kind is not None
+        if not access.enabled(status if own_error else 200):
+            return
+        client = x.scope.get("client")
+        fields: dict[str, Any] = {
+            "bind": self.bind_key, "gateway": gateway or None, "listener": listener or None, "route": route or None,
+            "endpoint": str(x.backend.target) if x.backend else None,
+            "src.addr": f"{client[0]}:{client[1]}" if client else None,
+            "http.method": method, "http.host": x.host or None, "http.path": x.scope["path"],
+            "http.version": x.scope.get("http_version", "1.1"), "http.status": status,
+            "duration": f"{seconds * 1000:.1f}ms",
+        }
+        if x.error:
+            fields["error"] = x.error
+        if llm is not None:
+            fields["gen_ai.provider.name"] = llm.get("provider")
+            fields["gen_ai.request.model"] = llm.get("model")
+            fields["gen_ai.usage.input_tokens"] = llm.get("inputTokens")
+            fields["gen_ai.usage.output_tokens"] = llm.get("outputTokens")
+        if x.limits:
+            fields["ratelimit"] = ",".join(f"{d.remaining}/{d.limit}" for _, d in x.limits)
+        elif x.error_kind == "RateLimited":
+            fields["ratelimit"] = "rejected"
+        access.record({k: v for k, v in fields.items() if v is not None}, status, own_error, x.activation)
 
     async def _proxy(self, x: Exchange) -> None:
         tr = x.tracer
@@ -134,7 +174,7 @@ class Gateway:
         # 2. gateway phase
         if tr:
             tr.event("policySelection", phase="gateway", effectivePolicy=policies_by_kind(listener.policies, "gateway"))
-        self._local_limit(x, state.listener_limiter(listener))
+        self._local_limit(x, state.listener_limiter(listener), listener.key)
         if tr:
             tr.event("requestSnapshot", stage="gateway policies", requestState=x.state())
 
@@ -154,7 +194,7 @@ class Gateway:
         policies = route.policies
         if tr:
             tr.event("policySelection", phase="route", effectivePolicy=policies_by_kind(policies, "route"))
-        self._local_limit(x, compiled.limiter)
+        self._local_limit(x, compiled.limiter, route.key)
         if policies.request_header_modifier is not None:
             x.headers = apply_modifier(x.headers, policies.request_header_modifier)
             if tr:
@@ -209,7 +249,7 @@ class Gateway:
 
     # --- stages ---------------------------------------------------------------------------------
 
-    def _local_limit(self, x: Exchange, limiter: LocalRateLimiter | None) -> None:
+    def _local_limit(self, x: Exchange, limiter: LocalRateLimiter | None, key: str) -> None:
         """Admit against one limiter (all its entries), or reject with 429 before any upstream call."""
         if limiter is None:
             return
@@ -218,6 +258,8 @@ class Gateway:
             x.tracer.event("policy", severity="info" if decision.allowed else "warn", kind="localRateLimit",
                            result="allowed" if decision.allowed else "rejected",
                            limit=decision.limit, remaining=decision.remaining, reset=decision.reset_seconds)
+        self.runtime.metrics.ratelimit_decision("localRateLimit", key,
+                                                "allowed" if decision.allowed else "rejected")
         if not decision.allowed:
             raise RateLimited(headers=LocalRateLimiter.headers(decision))
         x.limits.append((limiter, decision))

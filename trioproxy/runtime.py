@@ -8,6 +8,7 @@ from itertools import accumulate
 
 import trio
 
+from .access_log import AccessLog
 from .config.model import Backend, Config, Listener, Route
 from .metrics import Metrics
 from .policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
@@ -82,6 +83,7 @@ class Runtime:
         self.pool = pool or UpstreamPool()
         self.metrics = metrics or Metrics(open_upstream_connections=lambda: self.pool.open_connections)
         self.trace = trace or TraceHub()
+        self.access_log = AccessLog()
         self.reload_errors: list[str] = []  # problems of the last rejected reload, [] after a good one
 
     def apply(self, config: Config) -> None:

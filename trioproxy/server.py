@@ -118,7 +118,7 @@ async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0) 
             for problem in error.problems:
                 log.error("config reload rejected, keeping the previous config: %s", problem)
             runtime.reload_errors = error.problems
-            runtime.metrics.config_reloads.labels("rejected").inc()
+            runtime.metrics.reload(applied=False)
             continue
         old_ports = {b.port for b in runtime.state.config.binds}
         new_ports = {b.port for b in config.binds}
@@ -126,7 +126,7 @@ async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0) 
             log.warning("config reload: bind ports changed (%s → %s); restart to listen on new ports",
                         sorted(old_ports), sorted(new_ports))
         runtime.apply(config)
-        runtime.metrics.config_reloads.labels("applied").inc()
+        runtime.metrics.reload(applied=True)
         log.warning("config reloaded from %s", path)
 
 
@@ -203,7 +203,9 @@ async def serve_gateway(
                         task_status.started(info)
                         await shutdown.wait()
                     background.cancel_scope.cancel()
+                    log.warning("draining %d requests", runtime.metrics.requests_in_flight())
                 # Leaving this block waits for every bind to drain (hypercorn's grace deadline).
+            log.warning("drained")
         finally:
             drained.set()
     runtime.pool.close_idle()
