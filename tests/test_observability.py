@@ -12,7 +12,12 @@ import trio
 import trio.testing
 from prometheus_client.parser import text_string_to_metric_families
 
-from trioproxy.access_log import JsonFormatter, TextFormatter, configure_logging, parse_level
+from trioproxy.access_log import (
+    JsonFormatter,
+    TextFormatter,
+    configure_logging,
+    parse_level,
+)
 
 from .conftest import free_port, start_gateway, start_routes
 from .test_ratelimit_e2e import CHAT, TOKEN_LIMIT, start_mock

@@ -118,6 +118,13 @@ class AccessLog:
         self.logger = logging.getLogger(ACCESS_LOGGER)
         self.filter = filter
 
+    def _wanted(self, activation: Callable[[], dict[str, Any]]) -> bool:
+        assert self.filter is not None
+        try:
+            return bool(self.filter(activation()))
+        except Exception:  # noqa: BLE001 - a filter that cannot decide logs the request
+            return True
+
     def enabled(self, status: int) -> bool:
         return self.logger.isEnabledFor(logging.WARNING if status >= 500 else logging.INFO)
 
@@ -127,10 +134,6 @@ class AccessLog:
         level = logging.WARNING if own_error and status >= 500 else logging.INFO
         if not self.logger.isEnabledFor(level):
             return
-        if self.filter is not None and activation is not None:
-            try:
-                if not self.filter(activation()):
-                    return
-            except Exception:  # noqa: BLE001 - a filter that cannot decide logs the request
-                pass
+        if self.filter is not None and activation is not None and not self._wanted(activation):
+            return
         self.logger.log(level, "request", extra={"fields": fields})
