@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import trio
 
-from . import __version__, demo, trace_cli
+from . import __version__, demo, schema_cli, trace_cli
 from .access_log import configure_logging
 from .config import ConfigError, load_config
 from .server import StartupError, run_until_signalled
@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       description=demo.__doc__.splitlines()[0] if demo.__doc__ else None)
     demo.configure_parser(demo_parser)
     demo_parser.set_defaults(handler=demo.run)
+    schema_cli.configure_parser(commands.add_parser("schema", help="print the config's JSON Schema",
+                                                    description=schema_cli.DESCRIPTION))
     return parser
 
 
