@@ -143,3 +143,159 @@ def test_formats_and_levels():
         configure_logging(env={"LOG_LEVEL": "x"}, stream=io.StringIO())
     with pytest.raises(ValueError, match="LOG_FORMAT: unknown log format 'xml'"):
         configure_logging(env={"LOG_FORMAT": "xml"}, stream=io.StringIO())
+
+
+# --- OpenTelemetry export to a real OTLP/HTTP receiver -------------------------------------------
+
+class OtlpReceiver:
+    """An OTLP/HTTP collector stand-in: decodes each export with opentelemetry-proto."""
+
+    def __init__(self) -> None:
+        self.spans: list = []
+        self.got = trio.Event()
+
+    async def app(self, scope, receive, send) -> None:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        from trioproxy.asgi import serve_lifespan
+
+        if scope["type"] == "lifespan":
+            await serve_lifespan(receive, send)
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        request = ExportTraceServiceRequest.FromString(body)
+        for resource in request.resource_spans:
+            for scope_spans in resource.scope_spans:
+                self.spans.extend(scope_spans.spans)
+        self.got.set()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/x-protobuf")]})
+        await send({"type": "http.response.body", "body": b""})
+
+
+def _attributes(span) -> dict:
+    out = {}
+    for kv in span.attributes:
+        value = kv.value
+        out[kv.key] = value.string_value or value.int_value or value.double_value or value.bool_value
+    return out
+
+
+async def test_spans_reach_a_real_otlp_receiver_with_gen_ai_attributes_and_traceparent(nursery):
+    from trioproxy.config.model import Address
+    from trioproxy.server import _listen, _serve
+
+    receiver = OtlpReceiver()
+    sock = _listen(Address("127.0.0.1", 0), "receiver")
+    await nursery.start(_serve, receiver.app, sock, 1.0, trio.Event())
+    mock = await start_mock(nursery)
+    gw = await start_gateway(nursery, """
+        config:
+          tracing:
+            otlpEndpoint: http://127.0.0.1:{otlp}
+            otlpProtocol: http
+            randomSampling: true
+        binds:
+        - port: {port}
+          listeners:
+          - routes:
+            - name: llm
+              backends:
+              - ai:
+                  name: mock
+                  provider: {{openAI: {{model: forced-model}}}}
+                  hostOverride: "127.0.0.1:{mock}"
+                  pathOverride: /v1/chat/completions
+        """, port=free_port(), mock=mock.port, otlp=sock.getsockname()[1])
+    client_trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    async with gw.client() as client:
+        answer = await client.post("/chat", json=CHAT, headers={
+            "x-mock-total-tokens": "30", "traceparent": f"00-{client_trace}-00f067aa0ba902b7-01"})
+        fresh = await client.post("/chat", json=CHAT, headers={"x-mock-total-tokens": "10"})
+    assert answer.status_code == fresh.status_code == 200
+    upstream = mock.chat_requests[0].header("traceparent")
+    assert upstream.split("-")[1] == client_trace  # propagated to the backend, same trace
+    await trio.testing.wait_all_tasks_blocked()
+    assert await trio.to_thread.run_sync(gw.info.runtime.otel.processor.force_flush, 10000)
+    with trio.fail_after(10):
+        while len(receiver.spans) < 4:
+            await receiver.got.wait()
+            receiver.got = trio.Event()
+    servers = [s for s in receiver.spans if s.kind == s.SPAN_KIND_SERVER]
+    clients = [s for s in receiver.spans if s.kind == s.SPAN_KIND_CLIENT]
+    assert len(servers) == 2 and len(clients) == 2
+    continued = next(s for s in servers if s.trace_id.hex() == client_trace)
+    assert continued.parent_span_id.hex() == "00f067aa0ba902b7"  # honoured the client's traceparent
+    attributes = _attributes(continued)
+    assert attributes["gen_ai.request.model"] == "forced-model"
+    assert (attributes["gen_ai.usage.input_tokens"], attributes["gen_ai.usage.output_tokens"]) == (15, 15)
+    assert attributes["http.response.status_code"] == 200
+    child = next(s for s in clients if s.trace_id.hex() == client_trace)
+    assert child.parent_span_id == continued.span_id and upstream.split("-")[2] == child.span_id.hex()
+    other = next(s for s in servers if s is not continued)
+    assert other.trace_id.hex() != client_trace and not other.parent_span_id  # randomSampling started it
+
+
+async def test_unsampled_and_dead_collector_never_fail_requests(nursery, backend):
+    gw = await start_gateway(nursery, """
+        config:
+          tracing: {{otlpEndpoint: "http://127.0.0.1:{dead}", otlpProtocol: http, randomSampling: 1.0}}
+        binds:
+        - port: {port}
+          listeners:
+          - routes:
+            - backends: [{{host: "127.0.0.1:{backend}"}}]
+        """, port=free_port(), backend=backend.port, dead=free_port())
+    async with gw.client() as client:
+        for _ in range(3):
+            assert (await client.get("/x")).status_code == 200
+    await trio.testing.wait_all_tasks_blocked()
+    runtime = gw.info.runtime
+    await trio.to_thread.run_sync(runtime.otel.processor.force_flush, 10000)
+    failures = runtime.metrics.otlp_export_failures.collect()[0].samples[0].value
+    assert failures == 6  # 3 server spans and 3 client spans, all counted, no request slowed
+
+
+async def test_config_logging_filter_and_fields(nursery, backend, log_lines):
+    gw = await start_gateway(nursery, """
+        config:
+          logging:
+            filter: response.code >= 400 || request.path == "/keep"
+            fields:
+              add: {{tenant: 'request.headers["x-tenant"]'}}
+              remove: [src.addr]
+        binds:
+        - port: {port}
+          listeners:
+          - routes:
+            - name: ok
+              matches: [{{path: {{pathPrefix: /ok}}}}, {{path: {{exact: /keep}}}}]
+              backends: [{{host: "127.0.0.1:{backend}"}}]
+        """, port=free_port(), backend=backend.port)
+    async with gw.client() as client:
+        await client.get("/ok")  # 200, filtered out
+        await client.get("/keep", headers={"x-tenant": "acme"})
+        await client.get("/missing")  # 404
+    kept = requests_of(await log_lines())
+    assert [(line["http.path"], line["http.status"]) for line in kept] == [("/keep", 200), ("/missing", 404)]
+    assert kept[0]["tenant"] == "acme" and all("src.addr" not in line for line in kept)
+
+
+def test_bad_logging_and_tracing_config_are_positioned_errors():
+    from trioproxy.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError) as caught:
+        parse_config("config:\n  logging:\n    filter: 'nope('\n  tracing:\n    otlpEndpoint: localhost:4317\n"
+                     "binds: []\n")
+    problems = "\n".join(caught.value.problems)
+    assert "<config>:3:13: config.logging.filter: invalid CEL expression" in problems
+    assert "config.tracing.otlpEndpoint: expected an http:// or https:// URL" in problems
+    with pytest.raises(ConfigError) as caught:
+        parse_config("config:\n  tracing:\n    otlpEndpoint: http://c:4317\n    randomSampling: 2\nbinds: []\n")
+    assert caught.value.problems == [
+        "<config>:4:21: config.tracing.randomSampling: expected a ratio from 0.0 to 1.0, got 2"]

@@ -82,8 +82,9 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure_logging(level: str | None = None, fmt: str | None = None, *, stream: TextIO | None = None,
-                      env: Mapping[str, str] | None = None) -> None:
-    """Set the root ``trioproxy`` logger's level and format (flags win over ``LOG_LEVEL``/``LOG_FORMAT``).
+                      env: Mapping[str, str] | None = None, config_level: str | None = None,
+                      config_format: str | None = None) -> None:
+    """Set the ``trioproxy`` logger's level and format: flag, then ``LOG_LEVEL``/``LOG_FORMAT``, then config.
 
     The default format is text on a terminal and JSON lines otherwise (a collector reading a pipe).
     Raises ``ValueError`` naming the flag or variable for an unknown level or format.
@@ -93,10 +94,14 @@ def configure_logging(level: str | None = None, fmt: str | None = None, *, strea
     where = "--log-level"
     if level is None and env.get("LOG_LEVEL"):
         level, where = env["LOG_LEVEL"], "LOG_LEVEL"
+    if level is None and config_level:
+        level, where = config_level, "config.logging.level"
     resolved_level = parse_level(level or "info", where)
-    fmt_where = "config.logging.format"
+    fmt_where = "--log-format"
     if fmt is None and env.get("LOG_FORMAT"):
         fmt, fmt_where = env["LOG_FORMAT"], "LOG_FORMAT"
+    if fmt is None and config_format:
+        fmt, fmt_where = config_format, "config.logging.format"
     if fmt is None:
         fmt = "text" if stream.isatty() else "json"
     if fmt not in ("text", "json"):
@@ -117,6 +122,20 @@ class AccessLog:
     def __init__(self, filter: Callable[[dict[str, Any]], bool] | None = None) -> None:
         self.logger = logging.getLogger(ACCESS_LOGGER)
         self.filter = filter
+        self.add: tuple[tuple[str, Any], ...] = ()  # (field name, compiled CEL expression)
+        self.remove: frozenset[str] = frozenset()
+        self.spec: Any = None
+
+    def configure(self, spec: Any) -> None:
+        """Apply ``config.logging`` (a ``LoggingSpec`` or None): filter and added/removed fields."""
+        if spec == self.spec:
+            return
+        from .cel import compile_expression
+
+        self.spec = spec
+        self.filter = compile_expression(spec.filter).matches if spec is not None and spec.filter else None
+        self.add = tuple((name, compile_expression(source)) for name, source in spec.fields.add) if spec else ()
+        self.remove = frozenset(spec.fields.remove) if spec else frozenset()
 
     def _wanted(self, activation: Callable[[], dict[str, Any]]) -> bool:
         assert self.filter is not None
@@ -136,4 +155,10 @@ class AccessLog:
             return
         if self.filter is not None and activation is not None and not self._wanted(activation):
             return
+        if self.add and activation is not None:
+            values = activation()
+            for name, expression in self.add:
+                fields[name] = expression.evaluate(values)
+        if self.remove:
+            fields = {k: v for k, v in fields.items() if k not in self.remove}
         self.logger.log(level, "request", extra={"fields": fields})

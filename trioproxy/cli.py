@@ -66,7 +66,8 @@ def _run_gateway(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
               f"{sum(len(l.routes) for b in config.binds for l in b.listeners)} routes)")
         return 0
     try:
-        configure_logging(args.log_level)
+        configure_logging(args.log_level, config_level=config.logging.level if config.logging else None,
+                          config_format=config.logging.format if config.logging else None)
     except ValueError as error:
         print(f"trioproxy: error: {error}", file=sys.stderr)
         return 2

@@ -32,7 +32,7 @@ class Exchange:
     __slots__ = (
         "scope", "receive", "send", "arrival", "nursery", "tracer", "host", "headers", "listener", "route",
         "backend", "limits", "llm", "upstream_path", "upstream_started", "request_capture", "status", "started", "finished",
-        "disconnected", "error", "error_kind", "_body_done", "_body_claimed",
+        "disconnected", "error", "error_kind", "span", "_body_done", "_body_claimed",
     )
 
     def __init__(self, scope: Scope, receive: Receive, send: Send, arrival: float) -> None:
@@ -59,6 +59,7 @@ class Exchange:
         self.disconnected = False
         self.error: str | None = None
         self.error_kind: str | None = None  # the ProxyError class of the gateway's own answer
+        self.span: Any = None  # the OpenTelemetry server span, when this request is sampled
         self._body_done = False
         self._body_claimed = False  # someone (the upload) reads the body; nobody else may
 

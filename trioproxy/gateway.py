@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, MutableMapping
 from typing import Any
 
+import time
+
 import trio
 
 from .asgi import serve_lifespan
@@ -44,6 +46,7 @@ from .errors import (
 )
 from .exchange import ClientDisconnected, Exchange, Receive, Send
 from .llm import UsageReader, prepare_request_body
+from .otel import OtelTracing
 from .policies.headers import (
     apply_modifier,
     forwarded_request_headers,
@@ -89,6 +92,8 @@ class Gateway:
         x = Exchange(scope, receive, send, trio.current_time())
         if runtime.trace.watchers:
             x.tracer = runtime.trace.claim(x.arrival, x.activation)
+        if runtime.otel is not None:
+            x.span = runtime.otel.start(scope["method"], scope["path"], scope["headers"], time.time_ns())
         metrics = runtime.metrics
         metrics.in_flight.inc()
         try:
@@ -125,6 +130,13 @@ class Gateway:
         llm = x.llm
         if llm is not None and ("inputTokens" in llm or "outputTokens" in llm):
             self.runtime.metrics.tokens(llm.get("model") or "", route, llm.get("inputTokens"), llm.get("outputTokens"))
+        if x.span is not None:
+            OtelTracing.finish(x.span, status, {
+                "http.route": route or None, "gen_ai.request.model": llm.get("model") if llm else None,
+                "gen_ai.provider.name": llm.get("provider") if llm else None,
+                "gen_ai.usage.input_tokens": llm.get("inputTokens") if llm else None,
+                "gen_ai.usage.output_tokens": llm.get("outputTokens") if llm else None,
+                "gen_ai.operation.name": "chat" if llm else None, "error.type": x.error_kind}, x.error)
         access = self.access_log
         own_error = x.error_kind is not None
         if not access.enabled(status if own_error else 200):
@@ -149,7 +161,10 @@ class Gateway:
             fields["ratelimit"] = ",".join(f"{d.remaining}/{d.limit}" for _, d in x.limits)
         elif x.error_kind == "RateLimited":
             fields["ratelimit"] = "rejected"
-        access.record({k: v for k, v in fields.items() if v is not None}, status, own_error, x.activation)
+        if x.span is not None:
+            fields["trace.id"] = OtelTracing.trace_id(x.span)
+        access.record({k: v for k, v in fields.items() if v is not None}, status, own_error,
+                      lambda: {**x.activation(), "response": {"code": status}})
 
     async def _proxy(self, x: Exchange) -> None:
         tr = x.tracer
@@ -291,6 +306,12 @@ class Gateway:
         if tr:
             tr.event("backendCallStart", target=str(backend.target))
         response = None
+        client_span = None
+        if x.span is not None and self.runtime.otel is not None:
+            client_span = self.runtime.otel.client_span(x.span, f"{x.scope['method']} {backend.name}", {
+                "http.request.method": x.scope["method"], "server.address": backend.target.host,
+                "server.port": backend.target.port})
+            headers = [h for h in headers if h[0] != b"traceparent"] + [self.runtime.otel.traceparent(client_span)]
         try:
             with trio.CancelScope(deadline=deadline) as request_scope:
                 with trio.CancelScope(deadline=backend_deadline) as backend_scope:
@@ -303,10 +324,14 @@ class Gateway:
             if response is None and backend_scope.cancelled_caught:
                 raise UpstreamTimeout()
         except ProxyError as error:
+            if client_span is not None:
+                OtelTracing.finish(client_span, 502, {}, error.message)
             if tr:
                 tr.body("final request", x.request_capture)
                 tr.event("backendCallResult", start=now, severity="error", status=None, error=error.message)
             raise
+        if client_span is not None:
+            OtelTracing.finish(client_span, response.status if response else 0, {}, None)
         assert response is not None
         x.upstream_started = now
         if tr:

@@ -83,6 +83,10 @@ class Metrics:
             "trioproxy_config_reloads", "Config file reloads, applied or rejected (the old config kept serving).",
             ["result"], registry=self.registry,
         )
+        self.otlp_export_failures = Counter(
+            "trioproxy_otlp_export_failures", "Spans the OTLP exporter could not deliver (requests are never slowed).",
+            registry=self.registry,
+        )
         self.trace_events_dropped = Counter(
             "trioproxy_trace_events_dropped", "Trace events dropped because a trace reader was too slow.",
             registry=self.registry,

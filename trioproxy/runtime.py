@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import random
+import threading
 from itertools import accumulate
 
 import trio
@@ -11,6 +12,7 @@ import trio
 from .access_log import AccessLog
 from .config.model import Backend, Config, Listener, Route
 from .metrics import Metrics
+from .otel import OtelTracing
 from .policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
 from .routing import BindTable
 from .trace import TraceHub
@@ -84,9 +86,30 @@ class Runtime:
         self.metrics = metrics or Metrics(open_upstream_connections=lambda: self.pool.open_connections)
         self.trace = trace or TraceHub()
         self.access_log = AccessLog()
+        self.otel: OtelTracing | None = None
+        self._observability(config)
         self.reload_errors: list[str] = []  # problems of the last rejected reload, [] after a good one
 
     def apply(self, config: Config) -> None:
         """Swap in a new config; requests in flight finish on the state they started with."""
         self.state = GatewayState(config, self.state)
         self.reload_errors = []
+        self._observability(config)
+
+    def _observability(self, config: Config) -> None:
+        """The access-log filter and fields, and the span exporter, of ``config`` (kept when unchanged)."""
+        self.access_log.configure(config.logging)
+        spec = config.tracing
+        if self.otel is not None and self.otel.spec == spec:
+            return
+        old, self.otel = self.otel, None
+        if spec is not None:
+            self.otel = OtelTracing(spec, on_export_failure=self.metrics.otlp_export_failures.inc)
+        if old is not None:  # flushing may wait on the collector: never on the event loop
+            threading.Thread(target=old.shutdown, name="otlp-shutdown", daemon=True).start()
+
+    def close(self) -> None:
+        """Flush and stop the span exporter (at exit)."""
+        if self.otel is not None:
+            self.otel.shutdown()
+            self.otel = None

@@ -209,6 +209,7 @@ async def serve_gateway(
         finally:
             drained.set()
     runtime.pool.close_idle()
+    await trio.to_thread.run_sync(runtime.close)  # flush spans without blocking the loop
 
 
 async def run_until_signalled(config: Config, *, config_path: str | None, drain_timeout: float,

@@ -103,3 +103,23 @@ METHOD = Scalar("method", parse_method,
 HEADER_NAME = Scalar("header name", parse_header_name,
                      {"type": "string", "pattern": r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"}, "a header name")
 HEADER_VALUE = Scalar("header value", parse_header_value, {"type": "string"}, "a header value")
+
+
+def parse_sampling(text: str) -> float:
+    """agentgateway's sampling value: true/false or a ratio from 0.0 to 1.0 (CEL expressions are not built)."""
+    word = text.strip().lower()
+    if word in ("true", "false"):
+        return 1.0 if word == "true" else 0.0
+    try:
+        ratio = float(word)
+    except ValueError:
+        raise ValueError(f"expected true, false or a ratio from 0.0 to 1.0, got {text!r} "
+                         "(CEL sampling expressions are not supported)") from None
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"expected a ratio from 0.0 to 1.0, got {text}")
+    return ratio
+
+
+SAMPLING = Scalar("sampling", parse_sampling,
+                  {"anyOf": [{"type": "boolean"}, {"type": "number", "minimum": 0, "maximum": 1}]},
+                  "true, false or a ratio from 0.0 to 1.0")
