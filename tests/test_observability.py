@@ -299,3 +299,17 @@ def test_bad_logging_and_tracing_config_are_positioned_errors():
         parse_config("config:\n  tracing:\n    otlpEndpoint: http://c:4317\n    randomSampling: 2\nbinds: []\n")
     assert caught.value.problems == [
         "<config>:4:21: config.tracing.randomSampling: expected a ratio from 0.0 to 1.0, got 2"]
+
+
+def test_grafana_dashboard_uses_only_metrics_the_gateway_exports():
+    import re
+
+    from trioproxy.metrics import Metrics
+
+    from .conftest import ROOT
+
+    dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
+    used = set(re.findall(r"trioproxy_[a-z_]+", json.dumps(dashboard)))
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+    exported = {f.name + suffix for f in Metrics().registry.collect() for suffix in suffixes[f.type]}
+    assert used and used <= exported, used - exported
