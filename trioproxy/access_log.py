@@ -37,17 +37,28 @@ def parse_level(name: str, where: str = "--log-level") -> int:
             "warning": logging.WARNING, "error": logging.ERROR}[value]
 
 
+_LEVEL_NAMES = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warn", logging.ERROR: "error"}
+
+
 def level_name(level: int) -> str:
-    return {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warn",
-            logging.ERROR: "error"}.get(level, logging.getLevelName(level).lower())
+    return _LEVEL_NAMES.get(level) or logging.getLevelName(level).lower()
+
+
+def _stamp(created: float, msecs: float, _cache: dict[int, str] = {}) -> str:  # noqa: B006 - a per-second cache
+    """ISO 8601 UTC with milliseconds; ``strftime`` runs once per second, not once per line."""
+    second = int(created)
+    prefix = _cache.get(second)
+    if prefix is None:
+        _cache.clear()
+        prefix = _cache[second] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+    return f"{prefix}.{int(msecs):03d}Z"
 
 
 class TextFormatter(logging.Formatter):
     """``2026-11-23T08:00:00.123Z info request http.method=GET ... duration=1.2ms``."""
 
     def format(self, record: logging.LogRecord) -> str:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
-        line = f"{stamp} {level_name(record.levelno)} {record.getMessage()}"
+        line = f"{_stamp(record.created, record.msecs)} {level_name(record.levelno)} {record.getMessage()}"
         fields: Mapping[str, Any] | None = getattr(record, "fields", None)
         if fields:
             line += " " + " ".join(f"{k}={_text_value(v)}" for k, v in fields.items())
@@ -68,10 +79,10 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "time": _stamp(record.created, record.msecs),
             "level": level_name(record.levelno),
             "scope": record.name,
-            "message": record.getMessage(),
+            "message": record.msg if not record.args else record.getMessage(),
         }
         fields: Mapping[str, Any] | None = getattr(record, "fields", None)
         if fields:
@@ -106,6 +117,8 @@ def configure_logging(level: str | None = None, fmt: str | None = None, *, strea
         fmt = "text" if stream.isatty() else "json"
     if fmt not in ("text", "json"):
         raise ValueError(f"{fmt_where}: unknown log format {fmt!r}; expected text or json")
+    # Neither format shows thread or process names: do not compute them for every line.
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     handler = logging.StreamHandler(stream)
     handler.setFormatter(TextFormatter() if fmt == "text" else JsonFormatter())
     root = logging.getLogger("trioproxy")
@@ -161,4 +174,7 @@ class AccessLog:
                 fields[name] = expression.evaluate(values)
         if self.remove:
             fields = {k: v for k, v in fields.items() if k not in self.remove}
-        self.logger.log(level, "request", extra={"fields": fields})
+        # makeRecord + handle: the same record logger.log builds, without its caller lookup
+        # (a stack walk nobody reads: neither format shows file or line).
+        logger = self.logger
+        logger.handle(logger.makeRecord(logger.name, level, "", 0, "request", None, None, extra={"fields": fields}))
