@@ -26,7 +26,6 @@ expected is its text as written (``1.10`` and ``off`` stay strings); YAML 1.2 re
 from __future__ import annotations
 
 import difflib
-import math
 import re
 import types
 import typing
@@ -116,7 +115,7 @@ class Problem:
 
     def render(self, source: str | None) -> str:
         text = f"{self.path}: {self.message}" if self.path else self.message
-        if source is None or self.line is None:
+        if source is None or self.line is None or self.column is None:
             return text
         return f"{source}:{self.line + 1}:{self.column + 1}: {text}"
 
@@ -140,12 +139,13 @@ def describe_node(node: Node) -> str:
         return "a mapping"
     if isinstance(node, SequenceNode):
         return "a list"
-    if node.tag == NULL_TAG and not node.style:
+    plain = not getattr(node, "style", None)
+    if node.tag == NULL_TAG and plain:
         return "null"
-    if node.tag == BOOL_TAG and not node.style:
+    if node.tag == BOOL_TAG and plain:
         return "a boolean"
-    if node.tag in (INT_TAG, FLOAT_TAG) and not node.style:
-        return node.value
+    if node.tag in (INT_TAG, FLOAT_TAG) and plain:
+        return str(node.value)
     return repr(node.value)
 
 
@@ -176,11 +176,11 @@ class Reader:
     def origin(self, obj: Any) -> Origin:
         return self.origins[id(obj)]
 
-    def scalar_text(self, node: ScalarNode, path: str) -> tuple[str, str, bool]:
+    def scalar_text(self, node: Node, path: str) -> tuple[str, str, bool]:
         """(tag, text, plain) of a scalar after ``$VAR`` expansion (expanded text is a string)."""
-        text = node.value
+        text = str(node.value)
         if "$" not in text:
-            return node.tag, text, not node.style
+            return str(node.tag), text, not getattr(node, "style", None)
 
         def substitute(found: re.Match[str]) -> str:
             if found.group(3):
@@ -538,9 +538,6 @@ class Described(Kind):
     cls: type
     shape = "mapping"
 
-    def plan(self) -> ClassPlan:
-        return plan_of(self.cls)
-
     def read(self, r: Reader, node: Node, path: str) -> Any:
         plan = plan_of(self.cls)
         if not isinstance(node, MappingNode):
@@ -660,10 +657,10 @@ def kind_of(hint: Any, where: str) -> Kind:
         inner = kind_of(args[0], where) if len(args) == 1 else Either(tuple(kind_of(a, where) for a in args))
         return Optional(inner) if len(args) < len(get_args(hint)) else inner
     if origin is tuple:
-        args = get_args(hint)
-        if len(args) != 2 or args[1] is not Ellipsis:
+        items = get_args(hint)
+        if len(items) != 2 or items[1] is not Ellipsis:
             raise TypeError(f"{where}: use tuple[X, ...]")
-        return Items(kind_of(args[0], where))
+        return Items(kind_of(items[0], where))
     if origin is dict:
         key, value = get_args(hint)
         return Entries(kind_of(key, where), kind_of(value, where))
@@ -746,11 +743,8 @@ class _SchemaWriter:
 
 
 def _json_default(value: Any) -> Any:
-    if isinstance(value, (str, bool, int)) and not (isinstance(value, float) and math.isnan(value)):
-        return value
-    if isinstance(value, float):
-        return value
-    return None
+    """A default the schema can show (scalars); ``None`` for none or empty ones."""
+    return value if isinstance(value, (str, bool, int, float)) else None
 
 
 def json_schema(cls: type, *, schema_id: str | None = None, title: str | None = None) -> dict[str, Any]:

@@ -53,12 +53,13 @@ def _raise_if_any(problems: list[Problem], source: str | None) -> None:
         raise ConfigError(lines)
 
 
-def _yaml_1_2_table() -> dict[str | None, list[tuple[Tag, re.Pattern[str]]]]:
-    table: dict[str | None, list[tuple[Tag, re.Pattern[str]]]] = {}
+def _yaml_1_2_table() -> dict[Any, list[tuple[Tag, re.Pattern[str]]]]:
+    table: dict[Any, list[tuple[Tag, re.Pattern[str]]]] = {}
     for versions, tag, regexp, first in implicit_resolvers:
         if (1, 2) in versions:
-            for char in first or [None]:
-                table.setdefault(char, []).append((Tag(suffix=tag), regexp))
+            compiled = re.compile(regexp.pattern, regexp.flags)  # ruamel's are lazy proxies
+            for char in first or [None]:  # type: ignore[list-item]
+                table.setdefault(char, []).append((Tag(suffix=tag), compiled))
     return table
 
 
