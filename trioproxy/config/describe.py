@@ -375,7 +375,10 @@ class Scalar(Kind):
         return INVALID
 
     def schema(self, s: _SchemaWriter) -> dict[str, Any]:
-        return dict(self.json)
+        out = dict(self.json)
+        if s.openapi:
+            out.pop("format", None)  # the API server knows only its own formats
+        return out
 
 
 @attrs.frozen(eq=False)
