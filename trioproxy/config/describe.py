@@ -425,8 +425,10 @@ class Items(Kind):
             if value is INVALID:
                 ok = False
                 continue
-            if attrs.has(type(value)) and r.origins[id(value)].index is None:  # else an alias, placed already
-                r.origins[id(value)] = Origin(where, child, i)
+            if attrs.has(type(value)):
+                known = r.origins.get(id(value))
+                if known is None or known.index is None:  # else an alias of an item placed already
+                    r.origins[id(value)] = Origin(where, child, i)
             values.append(value)
         if not ok and not values:
             return INVALID
