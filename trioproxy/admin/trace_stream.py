@@ -17,10 +17,20 @@ import trio
 from ..asgi import send_text
 from ..cel import CelError, compile_expression
 from ..metrics import Metrics
-from ..trace import TraceHub
+from ..trace import REDACTED, TraceHub
 
 
-async def serve_trace(scope: dict[str, Any], receive: Any, send: Any, hub: TraceHub, metrics: Metrics) -> None:
+def scrub(data: bytes, secrets: tuple[str, ...]) -> bytes:
+    """Hide each secret (the admin token) wherever it appears in an event, header redaction aside."""
+    for secret in secrets:
+        for form in (secret.encode(), json.dumps(secret, ensure_ascii=False)[1:-1].encode()):
+            if form and form in data:
+                data = data.replace(form, REDACTED.encode())
+    return data
+
+
+async def serve_trace(scope: dict[str, Any], receive: Any, send: Any, hub: TraceHub, metrics: Metrics,
+                      *, secrets: tuple[str, ...] = ()) -> None:
     if scope["method"] not in ("GET", "POST"):
         await send_text(send, 405, "method not allowed: use POST or GET")
         return
@@ -58,6 +68,8 @@ async def serve_trace(scope: dict[str, Any], receive: Any, send: Any, hub: Trace
                     await send({"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True})
                     continue
                 data = json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode()
+                if secrets:
+                    data = scrub(data, secrets)
                 await send({"type": "http.response.body", "body": b"data: " + data + b"\n\n", "more_body": True})
             tail = b""
             if watcher.dropped:
