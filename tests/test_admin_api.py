@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+
 import httpx
 import pytest
 import trio
 
 from trioproxy.admin.api import histogram_quantile, validate_expression
 from trioproxy.admin.auth import is_loopback, presented_tokens
-from trioproxy.admin.trace_stream import scrub
+from trioproxy.admin.trace_stream import scrub, scrub_body
 from trioproxy.config import parse_config
 from trioproxy.policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
 from trioproxy.server import StartupError, serve_gateway
@@ -83,6 +85,7 @@ async def test_api_cel_validate(nursery, gateway):
         unknown = (await admin.post("/api/cel/validate", json={"expression": "nope.x"})).json()
         assert unknown["valid"] is False and "nope" in unknown["error"]
         assert (await admin.get("/api/cel/validate")).json()["valid"] is True
+        assert (await admin.get("/api/auth")).json() == {"required": False, "accepted": True}
 
 
 def test_validate_expression_pure():
@@ -119,6 +122,14 @@ def test_tokens_presented_by_header_cookie_and_trace_query():
     assert presented_tokens({"path": "/api/config", "headers": headers, "query_string": b"token=ghi"}) == ["abc", "def"]
     assert presented_tokens({"path": "/debug/trace", "headers": [], "query_string": b"token=ghi"}) == ["ghi"]
     assert presented_tokens({"path": "/x", "headers": [(b"authorization", b"Basic abc")]}) == []
+
+
+def test_scrub_body_hides_the_token_inside_base64_bodies():
+    body = base64.b64encode(b'{"x-api-key": "s3cret"}').decode()
+    event = {"eventEnd": 1, "message": {"type": "bodySnapshot", "stage": "response", "body": body}}
+    cleaned = scrub_body(event, ("s3cret",))
+    assert base64.b64decode(cleaned["message"]["body"]) == b'{"x-api-key": "<redacted>"}'
+    assert scrub_body({"message": {"type": "requestStarted"}}, ("s3cret",)) == {"message": {"type": "requestStarted"}}
 
 
 def test_scrub_hides_the_token_in_events():
@@ -178,6 +189,8 @@ async def test_off_loopback_admin_requires_the_token_everywhere(nursery, backend
         assert (await admin.get("/api/config", headers={"cookie": "trioproxy_admin_token=s3cret-token"})).status_code == 200
         # The query token is for EventSource on /debug/trace only.
         assert (await admin.get("/api/config", params={"token": "s3cret-token"})).status_code == 401
+        assert (await admin.get("/api/auth")).json() == {"required": True, "accepted": False}
+        assert (await admin.get("/api/auth", headers=good)).json() == {"required": True, "accepted": True}
         # The UI shell loads without the token (it holds no data and asks for the token).
         assert (await admin.get("/ui")).status_code == 200
         assert (await admin.get("/ui/static/ui.js")).status_code == 200

@@ -7,6 +7,7 @@ its own page and fails on any JavaScript console error or uncaught exception. Sc
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -48,12 +49,14 @@ binds:
 class UIGateway:
     """``python -m trioproxy`` and the echo backend as subprocesses on free loopback ports."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, *, admin_host: str = "127.0.0.1", token: str | None = None) -> None:
         self.backend_port, self.port, self.admin_port = free_port(), free_port(), free_port()
         self.env = {**os.environ, "PYTHONPATH": str(ROOT), "TRIOPROXY_RUNTIME_DIR": str(tmp / "runtime"),
-                    "ADMIN_ADDR": f"127.0.0.1:{self.admin_port}", "STATS_ADDR": "127.0.0.1:0",
+                    "ADMIN_ADDR": f"{admin_host}:{self.admin_port}", "STATS_ADDR": "127.0.0.1:0",
                     "READINESS_ADDR": "127.0.0.1:0"}
         self.env.pop("ADMIN_TOKEN", None)
+        if token:
+            self.env["ADMIN_TOKEN"] = token
         config = tmp / "gw.yaml"
         config.write_text(CONFIG.format(port=self.port, backend=self.backend_port))
         self.log = open(tmp / "gateway.log", "wb")
@@ -68,7 +71,7 @@ class UIGateway:
         deadline = time.monotonic() + 20
         while True:
             try:
-                httpx.get(f"{self.admin}/api/config", timeout=1).raise_for_status()
+                httpx.get(f"{self.admin}/api/auth", timeout=1).raise_for_status()
                 httpx.get(f"http://127.0.0.1:{self.backend_port}/", timeout=1)
                 break
             except httpx.HTTPError:
@@ -287,6 +290,38 @@ def test_rate_limit_page_shows_the_budget_going_down(page, ui_gateway):
         assert httpx.get(f"{ui_gateway.url}/limited/x").status_code == 200
     ui.wait_for_selector(f"tr[data-limiter$='/limited'] [data-remaining='{before - 2}']")
     page.shot("ratelimits-after")
+
+
+def test_off_loopback_ui_asks_for_the_admin_token(browser, tmp_path):
+    gw = UIGateway(tmp_path, admin_host="0.0.0.0", token="t0ken-for-ui")
+    try:
+        page = Page(browser, gw)
+        ui = page.page
+        ui.goto(f"{gw.admin}/ui#/overview")
+        dialog = ui.locator("#token-dialog")
+        dialog.wait_for(state="visible")
+        page.shot("token-dialog")
+        ui.locator("#token-input").fill("wrong")
+        ui.get_by_role("button", name="Use token").click()
+        dialog.wait_for(state="visible")  # asked again
+        ui.locator("#token-input").fill("t0ken-for-ui")
+        ui.get_by_role("button", name="Use token").click()
+        ui.wait_for_selector("body[data-loaded='overview']")
+        assert f"Bind {gw.port}" in ui.locator("#binds").inner_text()
+        assert ui.evaluate("sessionStorage.getItem('trioproxy.adminToken')") == "t0ken-for-ui"
+        # The trace stream carries the token in a header (fetch), and traces work through it.
+        page.nav("Trace", "trace")
+        ui.get_by_role("button", name="Start trace").click()
+        ui.wait_for_selector("#trace-status[data-state='waiting']")
+        httpx.get(f"{gw.url}/with-token", headers={"x-api-key": "t0ken-for-ui"})
+        ui.wait_for_selector("#event-rows tr[data-kind='Request Done']")
+        events = ui.evaluate("trace.view.allEvents()")
+        bodies = [base64.b64decode(e["message"]["body"]) for e in events if e["message"]["type"] == "bodySnapshot"]
+        assert any(b"x-api-key" in body for body in bodies)  # the echo backend's answer lists the headers
+        assert "t0ken-for-ui" not in json.dumps(events) and not any(b"t0ken-for-ui" in body for body in bodies)
+        page.close()
+    finally:
+        gw.close()
 
 
 TRICKY = [

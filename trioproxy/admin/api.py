@@ -22,6 +22,11 @@ PERCENTILES = (0.5, 0.9, 0.99)
 
 
 def register_api(app: Quart, runtime: Runtime) -> None:
+    @app.get("/api/auth")
+    async def api_auth() -> Any:
+        # Reached only without a token (loopback); auth.require_token answers it otherwise.
+        return {"required": False, "accepted": True}
+
     @app.get("/api/config")
     async def api_config() -> Any:
         return config_dump(runtime.state.config)

@@ -11,7 +11,9 @@ Where the token may be presented:
 - the ``trioproxy_admin_token`` cookie — the same reason, for clients that prefer a cookie.
 
 The UI shell (``/``, ``/ui``, ``/ui/static/*``) is served without a token: it is the packaged
-HTML/JS/CSS, holds no gateway data, and must load to ask the user for the token.
+HTML/JS/CSS, holds no gateway data, and must load to ask the user for the token. So is
+``/api/auth``, which only says whether a token is required and whether the one presented is
+right, so the UI asks before its first data request instead of collecting 401s.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from urllib.parse import parse_qs
 
 
 COOKIE = "trioproxy_admin_token"
+AUTH_PATH = "/api/auth"
 PUBLIC_PATHS = frozenset({"/", "/ui", "/ui/"})
 PUBLIC_PREFIX = "/ui/static/"
 QUERY_TOKEN_PATHS = frozenset({"/debug/trace"})
@@ -85,6 +88,12 @@ def require_token(app: Any, token: str | None) -> Any:
             await app(scope, receive, send)
             return
         path = scope.get("path", "")
+        if path == AUTH_PATH:
+            body = b'{"required":true,"accepted":%s}' % (b"true" if token_matches(token, scope) else b"false")
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"application/json"), (b"cache-control", b"no-store")]})
+            await send({"type": "http.response.body", "body": body})
+            return
         if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIX) or token_matches(token, scope):
             await app(scope, receive, send)
             return

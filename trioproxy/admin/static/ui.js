@@ -551,8 +551,20 @@ async function refreshBadge() {
   try { showReload(await getJSON("/api/statuses")); } catch (error) { /* the page shows errors */ }
 }
 
-function main() {
+/** Before any data request: does this admin server want a token, and is the stored one right? */
+async function ensureToken() {
+  for (;;) {
+    const response = await fetch("/api/auth", { headers: authHeaders() });
+    const state = await response.json();
+    if (!state.required || state.accepted) return;
+    sessionStorage.removeItem(TOKEN_KEY);
+    await askToken();
+  }
+}
+
+async function main() {
   setupTrace();
+  try { await ensureToken(); } catch (error) { showError(`admin server unreachable: ${error.message || error}`); }
   window.addEventListener("hashchange", showPage);
   if (!location.hash) history.replaceState(null, "", "#/overview");
   showPage();
