@@ -436,7 +436,7 @@ function barChart(rows, { width = 560, label = 120, unit = "" } = {}) {
   // rows: [{name, segments: [{value, cls, title}]}]; horizontal stacked bars on one scale.
   const lineH = 22, top = 4;
   const max = Math.max(1, ...rows.map((r) => r.segments.reduce((n, s) => n + s.value, 0)));
-  const plot = width - label - 60;
+  const plot = width - label - 110; // room for the value text after the longest bar
   const chart = svg("svg", { viewBox: `0 0 ${width} ${top + rows.length * lineH + 4}`, role: "img", class: "bars" });
   rows.forEach((row, i) => {
     const y = top + i * lineH;
