@@ -12,6 +12,7 @@ from trioproxy.admin.api import histogram_quantile, validate_expression
 from trioproxy.admin.auth import is_loopback, presented_tokens
 from trioproxy.admin.trace_stream import scrub, scrub_body
 from trioproxy.config import parse_config
+from trioproxy.config.dump import config_dump
 from trioproxy.policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
 from trioproxy.server import StartupError, serve_gateway
 
@@ -149,8 +150,7 @@ binds:
 """
 
 
-async def test_off_loopback_admin_refuses_to_start_without_token(monkeypatch):
-    monkeypatch.delenv("ADMIN_TOKEN", raising=False)
+async def test_off_loopback_admin_refuses_to_start_without_token():
     env = {**LOOPBACK_SERVERS}
     env.pop("ADMIN_ADDR")
     config = parse_config(OFF_LOOPBACK.format(port=free_port(), backend=1), env=env)
@@ -169,9 +169,20 @@ def test_cli_off_loopback_without_token_is_one_line_exit_1(tmp_path):
         " set ADMIN_TOKEN (or config.adminToken)"]
 
 
-async def test_off_loopback_admin_requires_the_token_everywhere(nursery, backend, monkeypatch):
-    monkeypatch.setenv("ADMIN_TOKEN", "s3cret-token")
-    env = {**LOOPBACK_SERVERS}
+def test_admin_token_from_config_env_or_variable():
+    text = OFF_LOOPBACK.format(port=1, backend=1).replace("  adminAddr: 0.0.0.0:0\n",
+                                                          "  adminAddr: 0.0.0.0:0\n  adminToken: $ADMIN_SECRET\n")
+    config = parse_config(text, env={"ADMIN_SECRET": "from-var"})
+    assert config.servers.admin_token == "from-var"
+    assert "from-var" not in repr(config)
+    assert config_dump(config)["config"]["adminToken"] == "<redacted>"
+    assert parse_config(text, env={"ADMIN_SECRET": "x", "ADMIN_TOKEN": "env"}).servers.admin_token == "env"
+    plain = parse_config(OFF_LOOPBACK.format(port=1, backend=1), env={})
+    assert plain.servers.admin_token is None and "adminToken" not in config_dump(plain)["config"]
+
+
+async def test_off_loopback_admin_requires_the_token_everywhere(nursery, backend):
+    env = {**LOOPBACK_SERVERS, "ADMIN_TOKEN": "s3cret-token"}
     env.pop("ADMIN_ADDR")
     config = parse_config(OFF_LOOPBACK.format(port=free_port(), backend=backend.port), env=env)
     info = await nursery.start(serve_gateway, config)

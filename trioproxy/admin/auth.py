@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-import os
 from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import parse_qs
@@ -33,12 +32,9 @@ PUBLIC_PREFIX = "/ui/static/"
 QUERY_TOKEN_PATHS = frozenset({"/debug/trace"})
 
 
-def admin_token(config: Any, env: Any = None) -> str | None:
-    """The admin token: ``config.adminToken`` when the config has one, else ``ADMIN_TOKEN``."""
-    configured = getattr(config.servers, "admin_token", None)
-    if configured:
-        return configured
-    return (os.environ if env is None else env).get("ADMIN_TOKEN") or None
+def admin_token(config: Any) -> str | None:
+    """The admin token: ``config.adminToken``, or env ``ADMIN_TOKEN`` (read by the config loader)."""
+    return config.servers.admin_token or None
 
 
 def is_loopback(host: str) -> bool:
