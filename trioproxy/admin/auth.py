@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-from http.cookies import SimpleCookie
+from http.cookies import CookieError, SimpleCookie
 from typing import Any
 from urllib.parse import parse_qs
-
 
 COOKIE = "trioproxy_admin_token"
 AUTH_PATH = "/api/auth"
@@ -59,7 +58,7 @@ def presented_tokens(scope: dict[str, Any]) -> list[str]:
             cookie: SimpleCookie = SimpleCookie()
             try:
                 cookie.load(value.decode("latin-1"))
-            except Exception:  # a malformed cookie header is simply not a token
+            except CookieError:  # a malformed cookie header is simply not a token
                 continue
             if COOKIE in cookie:
                 found.append(cookie[COOKIE].value)
