@@ -71,6 +71,11 @@ async def test_api_config_limiters_metrics_statuses(nursery, backend):
         statuses = (await admin.get("/api/statuses")).json()
         assert statuses["statuses"] == []
         assert statuses["reload"] == {"ok": True, "errors": [], "applied": 0, "rejected": 0}
+        status = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                  "metadata": {"name": "echo", "namespace": "default"},
+                  "status": {"parents": [{"conditions": [{"type": "Accepted", "status": "True"}]}]}}
+        gw.info.runtime.statuses = [status]
+        assert (await admin.get("/api/statuses")).json()["statuses"] == [status]
         gw.info.runtime.reload_errors = ["binds[0].port: expected an integer"]
         statuses = (await admin.get("/api/statuses")).json()
         assert statuses["reload"]["ok"] is False

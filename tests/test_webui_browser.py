@@ -57,7 +57,7 @@ class UIGateway:
         self.env.pop("ADMIN_TOKEN", None)
         if token:
             self.env["ADMIN_TOKEN"] = token
-        config = tmp / "gw.yaml"
+        config = self.config = tmp / "gw.yaml"
         config.write_text(CONFIG.format(port=self.port, backend=self.backend_port))
         self.log = open(tmp / "gateway.log", "wb")
         self.procs = [
@@ -290,6 +290,55 @@ def test_rate_limit_page_shows_the_budget_going_down(page, ui_gateway):
         assert httpx.get(f"{ui_gateway.url}/limited/x").status_code == 200
     ui.wait_for_selector(f"tr[data-limiter$='/limited'] [data-remaining='{before - 2}']")
     page.shot("ratelimits-after")
+
+
+def _wait_reload(gw: UIGateway, ok: bool) -> dict:
+    deadline = time.monotonic() + 20
+    while True:
+        state = httpx.get(f"{gw.admin}/api/statuses").json()["reload"]
+        if state["ok"] is ok and (state["rejected"] if not ok else state["applied"]):
+            return state
+        assert time.monotonic() < deadline, state
+        time.sleep(0.1)
+
+
+def test_overview_shows_a_rejected_reload_and_its_problems(page, ui_gateway):
+    good = ui_gateway.config.read_text()
+    try:
+        ui_gateway.config.write_text(good.replace("fillInterval: 60s", "fillInterval: soon"))
+        _wait_reload(ui_gateway, ok=False)
+        page.open("overview")
+        ui = page.page
+        assert ui.locator("#reload-badge").inner_text() == "reload rejected"
+        problems = ui.locator("#reload .problems").inner_text()
+        assert "fillInterval" in problems and "soon" in problems
+        assert ui.locator("[data-reload='rejected']").is_visible()
+        page.shot("overview-reload-rejected")
+    finally:
+        ui_gateway.config.write_text(good + "\n")
+    _wait_reload(ui_gateway, ok=True)
+    page.page.reload()
+    page.page.wait_for_selector("[data-reload='ok']")
+    assert page.page.locator("#reload-badge").inner_text() == "config ok"
+
+
+def test_overview_renders_resource_statuses(page):
+    page.open("overview")
+    statuses = [
+        {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": "echo", "namespace": "default"},
+         "status": {"parents": [{"conditions": [{"type": "Accepted", "status": "True"},
+                                                {"type": "ResolvedRefs", "status": "True"}]}]}},
+        {"apiVersion": "agentgateway.dev/v1alpha1", "kind": "AgentgatewayPolicy", "metadata": {"name": "limits", "namespace": "default"},
+         "status": {"ancestors": [{"conditions": [{"type": "Accepted", "status": "False", "reason": "Invalid",
+                                                   "message": "rateLimit.global: not supported"}]}]}},
+    ]
+    ui = page.page
+    ui.evaluate("(s) => document.getElementById('statuses').replaceChildren(renderStatuses(s))", statuses)
+    route = ui.locator("[data-status='HTTPRoute/echo']").inner_text()
+    assert "default/echo" in route and "Accepted" in route and "ResolvedRefs" in route
+    policy = ui.locator("[data-status='AgentgatewayPolicy/limits']")
+    assert "Accepted False (Invalid)" in policy.inner_text()
+    assert policy.locator(".cond-bad").get_attribute("title") == "Invalid: rateLimit.global: not supported"
 
 
 def test_off_loopback_ui_asks_for_the_admin_token(browser, tmp_path):

@@ -65,9 +65,7 @@ def validate_expression(expression: Any) -> dict[str, Any]:
 
 def statuses(runtime: Runtime) -> dict[str, Any]:
     """Resource statuses (manifests, when the runtime has them) and the config reload state."""
-    found = getattr(runtime, "statuses", None)
-    if callable(found):
-        found = found()
+    found = _resource_statuses(runtime)
     reloads = {"applied": 0, "rejected": 0}
     for metric in runtime.metrics.config_reloads.collect():
         for sample in metric.samples:
@@ -77,6 +75,21 @@ def statuses(runtime: Runtime) -> dict[str, Any]:
         "statuses": _jsonable(found) if found else [],
         "reload": {"ok": not runtime.reload_errors, "errors": list(runtime.reload_errors), **reloads},
     }
+
+
+def _resource_statuses(runtime: Runtime) -> Any:
+    """Statuses of Kubernetes-style resources, wherever the runtime keeps them.
+
+    Looked up rather than imported: the runtime has them only when the config came from
+    manifests (``runtime.statuses``, or ``statuses`` on the compiled config or in its dump).
+    """
+    for owner in (runtime, runtime.state, runtime.state.config):
+        found = getattr(owner, "statuses", None)
+        if callable(found):
+            found = found()
+        if found:
+            return found
+    return config_dump(runtime.state.config).get("statuses")
 
 
 def _jsonable(value: Any) -> Any:

@@ -144,10 +144,7 @@ async function renderOverview() {
     ...(reload.errors.length ? [el("ul", { class: "problems" }, reload.errors.map((p) => el("li", { text: p })))] : []),
   );
 
-  const statuses = state.statuses || [];
-  $("statuses").replaceChildren(statuses.length
-    ? el("ul", { class: "statuses" }, statuses.map((s) => el("li", { text: typeof s === "string" ? s : statusText(s) })))
-    : el("p", { class: "muted", "data-statuses": "none", text: "none" }));
+  $("statuses").replaceChildren(renderStatuses(state.statuses));
 
   $("binds").replaceChildren(...cfg.binds.map((bind) => el("div", { class: "card bind", "data-bind": bind.port },
     el("h2", { text: `Bind ${bind.port}` }),
@@ -171,6 +168,29 @@ async function renderOverview() {
     )),
   )));
 }
+/** Resource statuses: {kind, metadata, status: {conditions | parents[] | ancestors[]}} → a table. */
+function renderStatuses(statuses) {
+  const list = Array.isArray(statuses) ? statuses : statuses && typeof statuses === "object" ? Object.values(statuses) : [];
+  if (!list.length) return el("p", { class: "muted", "data-statuses": "none", text: "none" });
+  const conditionsOf = (status) => {
+    const s = (status && status.status) || {};
+    const groups = [...(s.parents || []), ...(s.ancestors || [])];
+    return [...(s.conditions || []), ...groups.flatMap((g) => g.conditions || [])];
+  };
+  return el("ul", { class: "plain statuses", "data-statuses": list.length }, list.map((status) => {
+    if (!status || typeof status !== "object" || !status.kind) return el("li", { text: statusText(status) });
+    const meta = status.metadata || {};
+    const conditions = conditionsOf(status);
+    return el("li", { "data-status": `${status.kind}/${meta.name}` },
+      el("strong", { text: `${status.kind} ` }), el("span", { class: "mono", text: `${meta.namespace ? meta.namespace + "/" : ""}${meta.name || ""}` }),
+      el("div", {}, conditions.length ? conditions.map((c) => el("span", {
+        class: "chip " + (c.status === "True" ? "cond-ok" : "cond-bad"),
+        title: [c.reason, c.message].filter(Boolean).join(": ") || c.type,
+        text: `${c.type}${c.status === "True" ? "" : " " + c.status}${c.reason && c.status !== "True" ? " (" + c.reason + ")" : ""}`,
+      })) : el("span", { class: "muted", text: "no conditions" })));
+  }));
+}
+
 function statusText(status) {
   if (status && typeof status === "object") {
     const name = status.name || status.resource || status.key || "";
