@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import base64
+import json
+import os
+import sys
 
 import httpx
 import pytest
@@ -16,7 +19,7 @@ from trioproxy.config.dump import config_dump
 from trioproxy.policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
 from trioproxy.server import StartupError, serve_gateway
 
-from .conftest import LOOPBACK_SERVERS, free_port, run_cli, start_gateway
+from .conftest import LOOPBACK_SERVERS, ROOT, free_port, run_cli, start_gateway
 
 LIMITED = """
 binds:
@@ -214,3 +217,22 @@ async def test_off_loopback_admin_requires_the_token_everywhere(nursery, backend
             assert stream.status_code == 200
             lines = stream.aiter_lines()
             assert await lines.__anext__() == ": ready"
+
+
+async def test_trace_command_sends_admin_token(nursery, backend):
+    env = {**LOOPBACK_SERVERS, "ADMIN_TOKEN": "cli-token"}
+    env.pop("ADMIN_ADDR")
+    config = parse_config(OFF_LOOPBACK.format(port=free_port(), backend=backend.port), env=env)
+    info = await nursery.start(serve_gateway, config)
+    port = info.ports[config.binds[0].port]
+    argv = [sys.executable, "-m", "trioproxy", "trace", "--local", "--proxy-admin-port", str(info.admin.port),
+            "--raw", "--port", str(port), "--", "http://example.test/cli"]
+    base = {k: v for k, v in os.environ.items() if k != "ADMIN_TOKEN"}
+    refused = await trio.run_process(argv, cwd=ROOT, env=base, capture_stdout=True, capture_stderr=True, check=False)
+    assert refused.returncode == 1
+    assert len(refused.stderr.decode().strip().splitlines()) == 1 and "401" in refused.stderr.decode()
+    done = await trio.run_process(argv, cwd=ROOT, env={**base, "ADMIN_TOKEN": "cli-token"},
+                                  capture_stdout=True, capture_stderr=True, check=False)
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    assert events[-1]["message"]["type"] == "requestFinished" and events[-1]["message"]["status"] == 200

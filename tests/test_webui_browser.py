@@ -179,7 +179,7 @@ def test_each_page_loads_and_shows_the_running_config(page, ui_gateway):
 
     # A narrow window: the same pages, nothing wider than the screen but the scrolling tables.
     ui.set_viewport_size({"width": 420, "height": 800})
-    for name, slug in (("Overview", "overview"), ("Trace", "trace")):
+    for name, slug in (("Overview", "overview"), ("Trace", "trace"), ("Rate limits", "ratelimits"), ("Traffic", "traffic")):
         page.nav(name, slug)
         assert ui.evaluate("document.documentElement.scrollWidth") <= 420
         page.shot(f"{slug}-narrow")
@@ -391,3 +391,16 @@ def test_yaml_rendering_matches_the_text_ui(page, doc):
     for fmt in ("yaml", "json"):
         shown = page.page.evaluate("([doc, fmt]) => TraceModel.render(doc, fmt)", [doc, fmt])
         assert shown == render(doc, fmt), fmt
+
+
+def test_follow_keeps_the_newest_requests_only(page):
+    page.open("trace")
+    kept = page.page.evaluate("""() => {
+        const view = new TraceModel.TraceView();
+        for (let i = 0; i < TraceModel.MAX_REQUESTS + 5; i++) {
+            view.addEvent({eventEnd: 1, message: {type: "requestStarted"}});
+            view.addEvent({eventEnd: 2, message: {type: "requestFinished", status: 200 + (i % 2)}});
+        }
+        return [view.requests.length, view.selectedRequest, TraceModel.MAX_REQUESTS];
+    }""")
+    assert kept[0] == kept[2] and kept[1] == kept[2] - 1

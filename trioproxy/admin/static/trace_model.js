@@ -20,6 +20,7 @@
   const MODE_TITLES = { event: "Raw Event", snapshot: "Snapshot", diff: "Snapshot Diff" };
   const FORMATS = ["yaml", "json"];
   const PANES = ["requests", "events", "details"];
+  const MAX_REQUESTS = 500; // follow mode keeps the newest; a tab left open must not grow forever
 
   function message(event) {
     const msg = event && event.message;
@@ -381,6 +382,11 @@
       const last = this.requests[this.requests.length - 1];
       if (!last || last.finished || (startsNew && last.events.length)) {
         this.requests.push(new RequestTrace());
+        if (this.requests.length > MAX_REQUESTS) {
+          this.requests.shift();
+          this.selectedRequest = Math.max(0, this.selectedRequest - 1);
+          this.cache = null;
+        }
         if (this.requests.length > 1) this.showRequests = true;
         if (this.followRequests) this.selectRequest(this.requests.length - 1);
       }
@@ -457,5 +463,5 @@
     toggleFormat() { this.fmt = FORMATS[(FORMATS.indexOf(this.fmt) + 1) % FORMATS.length]; }
   }
 
-  global.TraceModel = { summarize, render, unifiedDiff, RequestTrace, TraceView, KIND_BY_TYPE, MODE_TITLES };
+  global.TraceModel = { summarize, render, unifiedDiff, RequestTrace, TraceView, KIND_BY_TYPE, MODE_TITLES, MAX_REQUESTS };
 })(window);

@@ -344,6 +344,15 @@ function renderTrace() {
     row.scrollIntoView({ block: "nearest" });
 }
 
+/** ``c`` as in the text UI: the details pane's text to the clipboard. */
+function copyDetails() {
+  const text = trace.view.detailsLines().map(([, line]) => line).join("\n");
+  const done = (ok) => setTraceStatus(ok ? "details copied to the clipboard" : "the browser refused the clipboard",
+    $("trace-status").dataset.state);
+  if (!navigator.clipboard) { done(false); return; }
+  navigator.clipboard.writeText(text).then(() => done(true), () => done(false));
+}
+
 function downloadTrace() {
   const events = trace.view.allEvents();
   if (!events.length) return;
@@ -363,6 +372,8 @@ function onTraceKey(ev) {
   if (currentPage() !== "trace" || ev.ctrlKey || ev.metaKey || ev.altKey) return;
   const target = ev.target;
   if (target && (target.tagName === "INPUT" || target.tagName === "TEXTAREA" || target.isContentEditable)) return;
+  // Tab moves between the panes only when the focus is not on a control (keep keyboard navigation).
+  if (ev.key === "Tab" && target && target !== document.body && !target.closest("#trace-panes")) return;
   const view = trace.view;
   const details = $("details");
   const page = view.focus === "details" ? Math.max(1, Math.floor(details.clientHeight / 18)) : 10;
@@ -378,6 +389,7 @@ function onTraceKey(ev) {
   else if (ev.key === "s") view.setMode("snapshot");
   else if (ev.key === "d") view.setMode("diff");
   else if (ev.key === "f") view.toggleFormat();
+  else if (ev.key === "c") { copyDetails(); return; }
   else return;
   ev.preventDefault();
   renderTrace();
