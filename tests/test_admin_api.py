@@ -236,3 +236,16 @@ async def test_trace_command_sends_admin_token(nursery, backend):
     assert done.returncode == 0, done.stderr
     events = [json.loads(line) for line in done.stdout.decode().splitlines()]
     assert events[-1]["message"]["type"] == "requestFinished" and events[-1]["message"]["status"] == 200
+
+
+async def test_ui_files_are_served_from_the_package(nursery, gateway):
+    async with httpx.AsyncClient(base_url=gateway.admin_url) as admin:
+        page = await admin.get("/ui")
+        assert page.headers["content-type"].startswith("text/html")
+        for link in ("Overview", "Trace", "Rate limits", "Traffic"):
+            assert f">{link}</a>" in page.text
+        for name, kind in (("ui.js", "text/javascript"), ("trace_model.js", "text/javascript"), ("ui.css", "text/css")):
+            response = await admin.get(f"/ui/static/{name}")
+            assert response.status_code == 200 and response.headers["content-type"].startswith(kind)
+        for bad in ("/ui/static/nope.js", "/ui/static/..%2Fapp.py", "/ui/static/ui.html.bak"):
+            assert (await admin.get(bad)).status_code == 404
