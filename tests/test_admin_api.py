@@ -242,6 +242,9 @@ async def test_ui_files_are_served_from_the_package(nursery, gateway):
     async with httpx.AsyncClient(base_url=gateway.admin_url) as admin:
         page = await admin.get("/ui")
         assert page.headers["content-type"].startswith("text/html")
+        # Only its own files and this server (the browser tests fail on any CSP violation).
+        assert "script-src 'self';" in page.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
         for link in ("Overview", "Trace", "Rate limits", "Traffic"):
             assert f">{link}</a>" in page.text
         for name, kind in (("ui.js", "text/javascript"), ("trace_model.js", "text/javascript"), ("ui.css", "text/css")):

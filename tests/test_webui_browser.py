@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
 from tui.state import TraceView
 
@@ -272,7 +273,7 @@ def test_follow_mode_lists_request_after_request(page, ui_gateway):
         ui.wait_for_selector("#trace-status[data-state='waiting']")
         httpx.get(f"{ui_gateway.url}/follow/{n}")
         ui.wait_for_selector(f"#request-rows tr:nth-child({n})")
-        ui.wait_for_function(f"document.querySelector('#request-rows tr:nth-child({n}) td:nth-child(4)').textContent === '200'")
+        expect(ui.locator(f"#request-rows tr:nth-child({n}) td:nth-child(4)")).to_have_text("200")
     rows = ui.locator("#request-rows tr").all_inner_texts()
     assert "/follow/1" in rows[0] and "/follow/2" in rows[1]
     page.shot("trace-follow")

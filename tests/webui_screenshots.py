@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 import httpx
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import expect, sync_playwright
 
 from .test_webui_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, Page, UIGateway
 
@@ -41,8 +41,7 @@ def main() -> None:
                 httpx.post(f"{gw.url}/api/orders/{n}", json={"item": "book", "quantity": n},
                            headers={"authorization": "Bearer not-shown"})
                 ui.wait_for_selector(f"#request-rows tr:nth-child({n})")
-                ui.wait_for_function(
-                    f"document.querySelector('#request-rows tr:nth-child({n}) td:nth-child(4)').textContent === '200'")
+                expect(ui.locator(f"#request-rows tr:nth-child({n}) td:nth-child(4)")).to_have_text("200")
             ui.get_by_role("button", name="Stop").click()
             ui.locator("#event-rows tr[data-kind='Snapshot']", has_text="raw response").click()
             ui.keyboard.press("d")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from quart import Response, abort, redirect
+from quart import Response, abort, redirect, request
 from quart_trio import QuartTrio
 
 from ..config.dump import config_dump
@@ -20,6 +20,8 @@ from .api import register_api
 from .auth import require_token
 from .trace_stream import serve_trace
 
+UI_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self';"
+          " base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 STATIC_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
@@ -69,6 +71,15 @@ def _quart_app(runtime: Runtime) -> QuartTrio:
     @app.get("/ui/")
     async def ui() -> Response:
         return Response(_static("ui.html"), content_type="text/html; charset=utf-8")
+
+    @app.after_request
+    async def ui_headers(response: Response) -> Response:
+        # The UI only loads its own files and talks to this server; no framing (clickjacking).
+        if request.path.startswith("/ui"):
+            response.headers["content-security-policy"] = UI_CSP
+            response.headers["x-content-type-options"] = "nosniff"
+            response.headers["referrer-policy"] = "no-referrer"
+        return response
 
     names = _static_names()
 

@@ -218,7 +218,9 @@ function setTraceStatus(text, state) {
 
 function scheduleValidate() {
   clearTimeout(trace.validateTimer);
-  trace.validateTimer = setTimeout(validateExpression, 200);
+  trace.validateTimer = setTimeout(() => validateExpression().catch((error) => {
+    $("trace-expression-state").textContent = `cannot check the expression: ${error.message || error}`;
+  }), 200);
 }
 
 /** Compile the expression on the server (the same CEL engine the trace uses) and say why not. */
@@ -396,7 +398,10 @@ function onTraceKey(ev) {
 }
 
 function setupTrace() {
-  $("trace-form").addEventListener("submit", (ev) => { ev.preventDefault(); startTrace(); });
+  $("trace-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    startTrace().catch((error) => setTraceStatus(String(error.message || error), "error"));
+  });
   $("trace-expression").addEventListener("input", scheduleValidate);
   $("trace-download").addEventListener("click", downloadTrace);
   $("trace-clear").addEventListener("click", () => {
@@ -438,6 +443,12 @@ function seconds(s) {
   return `${s}s`;
 }
 
+function meterFill(share) {
+  const fill = el("span", { class: share < 0.2 ? "fill low" : "fill" });
+  fill.style.width = `${(share * 100).toFixed(1)}%`; // CSSOM: allowed by the page's CSP
+  return fill;
+}
+
 async function renderLimiters() {
   if (!config) await loadConfig();
   const { limiters } = await getJSON("/api/limiters");
@@ -450,8 +461,7 @@ async function renderLimiters() {
       el("td", { class: "num", text: e.limit }),
       el("td", { class: "remaining" },
         el("span", { class: "num", "data-remaining": e.remaining, text: `${e.remaining}` }),
-        el("span", { class: "meter", title: `${e.remaining} of ${e.limit}` },
-          el("span", { class: share < 0.2 ? "fill low" : "fill", style: `width:${(share * 100).toFixed(1)}%` }))),
+        el("span", { class: "meter", title: `${e.remaining} of ${e.limit}` }, meterFill(share))),
       el("td", { text: `+${e.tokensPerFill} every ${seconds(e.fillIntervalSeconds)}` }),
       el("td", { class: "num", text: `${e.resetSeconds}s` }));
   }));
