@@ -50,7 +50,8 @@ binds:
 class UIGateway:
     """``python -m trioproxy`` and the echo backend as subprocesses on free loopback ports."""
 
-    def __init__(self, tmp: Path, *, admin_host: str = "127.0.0.1", token: str | None = None) -> None:
+    def __init__(self, tmp: Path, *, admin_host: str = "127.0.0.1", token: str | None = None,
+                 config_text: str = CONFIG) -> None:
         self.backend_port, self.port, self.admin_port = free_port(), free_port(), free_port()
         self.env = {**os.environ, "PYTHONPATH": str(ROOT), "TRIOPROXY_RUNTIME_DIR": str(tmp / "runtime"),
                     "ADMIN_ADDR": f"{admin_host}:{self.admin_port}", "STATS_ADDR": "127.0.0.1:0",
@@ -59,7 +60,7 @@ class UIGateway:
         if token:
             self.env["ADMIN_TOKEN"] = token
         config = self.config = tmp / "gw.yaml"
-        config.write_text(CONFIG.format(port=self.port, backend=self.backend_port))
+        config.write_text(config_text.format(port=self.port, backend=self.backend_port))
         self.log = open(tmp / "gateway.log", "wb")
         self.procs = [
             subprocess.Popen([sys.executable, "-m", "fixtures.echo_backend", "--port", str(self.backend_port)],

@@ -15,12 +15,34 @@ from playwright.sync_api import expect, sync_playwright
 from .test_webui_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, Page, UIGateway
 
 OUT = ROOT / "docs" / "images"
+# The tests' gateway plus a listener-wide budget and a two-entry route limit, to show more rows.
+CONFIG = """\
+binds:
+- port: {port}
+  listeners:
+  - name: main
+    policies:
+      localRateLimit: [{{maxTokens: 100, tokensPerFill: 100, fillInterval: 60s}}]
+    routes:
+    - name: limited
+      matches: [{{path: {{pathPrefix: /limited}}}}]
+      policies:
+        localRateLimit:
+        - {{maxTokens: 5, tokensPerFill: 5, fillInterval: 60s}}
+        - {{maxTokens: 3, tokensPerFill: 1, fillInterval: 1s}}
+      backends: [{{host: "127.0.0.1:{backend}"}}]
+    - name: api
+      matches: [{{path: {{pathPrefix: /api}}}}]
+      backends: [{{host: "127.0.0.1:{backend}"}}]
+    - name: echo
+      backends: [{{host: "127.0.0.1:{backend}"}}]
+"""
 
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
-        gw = UIGateway(Path(tmp))
+        gw = UIGateway(Path(tmp), config_text=CONFIG)
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             for path in ("/", "/api/users", "/api/users/7", "/static/app.js", "/missing-page"):
