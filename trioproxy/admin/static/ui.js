@@ -461,6 +461,8 @@ async function renderLimiters() {
       el("td", { class: "num", text: e.limit }),
       el("td", { class: "remaining" },
         el("span", { class: "num", "data-remaining": e.remaining, text: `${e.remaining}` }),
+        e.balance < 0 ? el("span", { class: "muted small", title: "LLM usage charged past the budget, paid back by refills",
+          text: ` (${-e.balance} owed)` }) : null,
         el("span", { class: "meter", title: `${e.remaining} of ${e.limit}` }, meterFill(share))),
       el("td", { text: `+${e.tokensPerFill} every ${seconds(e.fillIntervalSeconds)}` }),
       el("td", { class: "num", text: `${e.resetSeconds}s` }));
