@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from trioproxy.cel import build_activation, compile_expression
-from trioproxy.policies.authorization import AuthorizationSpec, Rule, decide
+from trioproxy.cel import build_activation
+from trioproxy.policies.authorization import AuthorizationPolicy, AuthorizationSpec, Rule, decide
 
 
 def spec(*rules):
-    return AuthorizationSpec(tuple(Rule(mode, compile_expression(src)) for mode, src in rules))
+    return AuthorizationPolicy(AuthorizationSpec(tuple(Rule(mode, src) for mode, src in rules)))
 
 
 def activation(**claims):
@@ -43,3 +43,16 @@ def test_decision(rules, claims, allowed, reason):
 def test_the_deciding_rule_is_named():
     decision = decide(spec(("deny", 'jwt.sub == "mallory"')), activation(sub="mallory"))
     assert decision.rule == 'jwt.sub == "mallory"'
+
+
+@pytest.mark.parametrize("source, address, allowed", [
+    ('cidr("10.0.0.0/8").containsIP(source.address)', "10.0.0.7", True),
+    ('cidr("10.0.0.0/8").containsIP(source.address)', "192.168.1.1", False),
+    ('cidr("10.0.0.0/8").containsIP(source.address)', "::ffff:10.1.1.1", True),
+    ('cidr("fd00::/8").containsIP(source.address)', "fd00::1", True),
+    ('cidr("not-a-net").containsIP(source.address)', "10.0.0.7", False),
+])
+def test_cidr_extension(source, address, allowed):
+    policy = spec(("allow", source))
+    act = build_activation(method="GET", path="/", host="h", headers=[], source_address=address)
+    assert decide(policy, act).allowed is allowed

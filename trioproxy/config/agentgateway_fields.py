@@ -9,4 +9,8 @@ When trioproxy builds one of these, move it from here to a ``field(...)`` in ``d
 
 from __future__ import annotations
 
-UNIMPLEMENTED: dict[str, frozenset[str]] = {}
+UNIMPLEMENTED: dict[str, frozenset[str]] = {
+    # only the Authorization: Bearer header is read; exp is always required
+    "JwtAuth": frozenset({"location", "jwtValidationOptions"}),
+    "JwtProvider": frozenset({"jwtValidationOptions"}),
+}

@@ -21,9 +21,9 @@ from typing import Any, Literal
 
 from attrs import frozen
 
-from ..cel import Expression
+from ..cel import compile_expression
 
-__all__ = ["AuthorizationDecision", "AuthorizationSpec", "Rule", "decide"]
+__all__ = ["AuthorizationDecision", "AuthorizationPolicy", "AuthorizationSpec", "Rule", "decide"]
 
 RuleMode = Literal["allow", "deny", "require"]
 
@@ -31,12 +31,24 @@ RuleMode = Literal["allow", "deny", "require"]
 @frozen
 class Rule:
     mode: RuleMode
-    expression: Expression
+    expression: str             # CEL source (checked when the config is read)
 
 
 @frozen
 class AuthorizationSpec:
     rules: tuple[Rule, ...]
+
+
+class AuthorizationPolicy:
+    """A spec with its expressions compiled once, per mode, in rule order."""
+
+    def __init__(self, spec: AuthorizationSpec) -> None:
+        self.spec = spec
+        compiled = [(rule.mode, compile_expression(rule.expression)) for rule in spec.rules]
+        self.deny = tuple(e for mode, e in compiled if mode == "deny")
+        self.require = tuple(e for mode, e in compiled if mode == "require")
+        self.allow = tuple(e for mode, e in compiled if mode == "allow")
+        self.any = bool(compiled)
 
 
 @frozen
@@ -46,23 +58,39 @@ class AuthorizationDecision:
     rule: str | None = None     # the deciding rule's source, when one rule decided
 
 
-def decide(spec: AuthorizationSpec, activation: Mapping[str, Any]) -> AuthorizationDecision:
+def decide(policy: AuthorizationPolicy, activation: Mapping[str, Any]) -> AuthorizationDecision:
     """Apply the rules to one request's CEL activation (pure)."""
-    rules = spec.rules
-    if not rules:
+    if not policy.any:
         return AuthorizationDecision(True, "no rules")
-    for rule in rules:
-        if rule.mode == "deny" and rule.expression.matches(activation):
-            return AuthorizationDecision(False, "deny rule matched", rule.expression.source)
-    for rule in rules:
-        if rule.mode == "require" and not rule.expression.matches(activation):
-            return AuthorizationDecision(False, "require rule not met", rule.expression.source)
-    has_allow = False
-    for rule in rules:
-        if rule.mode == "allow":
-            has_allow = True
-            if rule.expression.matches(activation):
-                return AuthorizationDecision(True, "allow rule matched", rule.expression.source)
-    if has_allow:
+    for expression in policy.deny:
+        if expression.matches(activation):
+            return AuthorizationDecision(False, "deny rule matched", expression.source)
+    for expression in policy.require:
+        if not expression.matches(activation):
+            return AuthorizationDecision(False, "require rule not met", expression.source)
+    for expression in policy.allow:
+        if expression.matches(activation):
+            return AuthorizationDecision(True, "allow rule matched", expression.source)
+    if policy.allow:
         return AuthorizationDecision(False, "no allow rule matched")
     return AuthorizationDecision(True, "no deny rule matched and every require rule held")
+
+
+class AuthorizationStage:
+    """``authorization``: 403 ``authorization failed`` unless the rules allow the request."""
+
+    kind = "authorization"
+
+    def __init__(self, policy: AuthorizationPolicy) -> None:
+        self.policy = policy
+
+    async def request(self, x: Any) -> None:
+        from ..errors import AuthorizationDenied
+
+        decision = decide(self.policy, x.activation())
+        if x.tracer:
+            x.tracer.event("policy", severity="info" if decision.allowed else "warn", kind="authorization",
+                           result="allowed" if decision.allowed else "denied", reason=decision.reason,
+                           rule=decision.rule)
+        if not decision.allowed:
+            raise AuthorizationDenied()

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from attrs import frozen
 
@@ -157,3 +158,25 @@ class CorsPolicy:
 def decide(spec: CorsSpec, method: str, headers: Sequence[Header]) -> CorsDecision:
     """One-off convenience around :class:`CorsPolicy` (tests, tools)."""
     return CorsPolicy(spec).decide(method, headers)
+
+
+class CorsStage:
+    """``cors``: answers preflights itself; adds CORS headers to allowed responses."""
+
+    kind = "cors"
+
+    def __init__(self, policy: CorsPolicy) -> None:
+        self.policy = policy
+
+    async def request(self, x: Any) -> None:
+        from ..errors import DirectResponse
+
+        decision = self.policy.decide(x.scope["method"], x.headers)
+        if x.tracer and decision.result != "no origin":
+            x.tracer.event("policy", severity="warn" if decision.result.startswith("disallowed") else "info",
+                           kind="cors", result=decision.result,
+                           origin=(_header(x.headers, b"origin") or b"").decode("latin-1"))
+        if decision.preflight:
+            raise DirectResponse(200, "", headers=decision.headers)
+        if decision.headers:
+            x.extra_response_headers = x.extra_response_headers + list(decision.headers)

@@ -63,6 +63,7 @@ class RemoteJwks:
         self.last_error: str | None = None
         self.last_success: float | None = None   # trio time
         self._last_attempt = -math.inf
+        self._last_refetch = -math.inf
         self._inflight: trio.Event | None = None
 
     @property
@@ -116,8 +117,11 @@ class RemoteJwks:
 
     async def refetch_for_unknown_kid(self) -> bool:
         """One rate-limited refetch for a token whose ``kid`` is not published (yet)."""
-        if self._inflight is None and trio.current_time() - self._last_attempt < self.min_refetch_interval:
-            return False
+        if self._inflight is None:
+            now = trio.current_time()
+            if now - self._last_refetch < self.min_refetch_interval:
+                return False
+            self._last_refetch = now
         return await self.fetch()
 
     async def run(self) -> None:
