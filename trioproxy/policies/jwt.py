@@ -427,3 +427,5 @@ class JwtAuthStage:
         if tr:
             tr.event("policy", severity="success", kind="jwt", result="authenticated",
                      issuer=claims.get("iss"), subject=claims.get("sub"))
+            # the request as it now is: token gone, claims under ``jwt``
+            tr.event("requestSnapshot", stage="jwtAuth", requestState=x.state())
