@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 
-import policy_overhead as po  # noqa: E402
-import proxy_compare as pc  # noqa: E402
+import policy_overhead as po
+import proxy_compare as pc
 
 RESULTS = pc.ROOT / "bench" / "results" / "jwt_overhead.json"
 MAX_JWT_DELTA_MS = 0.15
@@ -122,7 +122,13 @@ def part_gateway(procs: pc.Processes, tmp: Path, args: argparse.Namespace, proxy
 
 def part_verify(rounds: int) -> list[dict]:
     """Median µs per ``verify`` call: cache hit and full verification, per key type."""
-    from trioproxy.policies.jwt import JwksSource, JwtVerifier, KeyHolder, ProviderSpec, parse_jwks
+    from trioproxy.policies.jwt import (
+        JwksSource,
+        JwtVerifier,
+        KeyHolder,
+        ProviderSpec,
+        parse_jwks,
+    )
 
     out = []
     for kind in ("RS256", "ES256", "EdDSA"):

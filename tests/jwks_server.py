@@ -24,7 +24,7 @@ class JwksServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/jwks"
 
-    async def serve(self, task_status: trio.TaskStatus["JwksServer"] = trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(self, task_status: trio.TaskStatus[JwksServer] = trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
         self.port = listeners[0].socket.getsockname()[1]
         async with trio.open_nursery() as nursery:

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from trioproxy.cel import build_activation
-from trioproxy.policies.authorization import AuthorizationPolicy, AuthorizationSpec, Rule, decide
+from trioproxy.policies.authorization import (
+    AuthorizationPolicy,
+    AuthorizationSpec,
+    Rule,
+    decide,
+)
 
 
 def spec(*rules):

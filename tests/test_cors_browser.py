@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None and shutil.which(
 
 
 class _Page(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         body = b"<!doctype html><title>page</title><p>cross-origin page</p>"
         self.send_response(200)
         self.send_header("content-type", "text/html")

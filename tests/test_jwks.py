@@ -14,7 +14,13 @@ from prometheus_client import CollectorRegistry
 
 from trioproxy.errors import AuthenticationFailed
 from trioproxy.policies.jwks import JwksRegistry
-from trioproxy.policies.jwt import JwksSource, JwtAuthSpec, JwtAuthStage, JwtVerifier, ProviderSpec
+from trioproxy.policies.jwt import (
+    JwksSource,
+    JwtAuthSpec,
+    JwtAuthStage,
+    JwtVerifier,
+    ProviderSpec,
+)
 
 from .jwks_server import JwksServer
 from .jwt_helpers import AUDIENCE, ISSUER, jwks, make_key

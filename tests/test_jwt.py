@@ -19,7 +19,14 @@ from trioproxy.policies.jwt import (
     parse_jwks,
 )
 
-from .jwt_helpers import AUDIENCE, ISSUER, jwks, keycloak_style_jwks, make_key, token_cases
+from .jwt_helpers import (
+    AUDIENCE,
+    ISSUER,
+    jwks,
+    keycloak_style_jwks,
+    make_key,
+    token_cases,
+)
 
 KINDS = ("RS256", "ES256", "EdDSA")
 
@@ -191,3 +198,24 @@ def test_private_parts_in_a_jwk_are_never_used(keys):
     private_jwk.pop("key_ops", None)
     verify_key = parse_jwks({"keys": [private_jwk]}).get(key.kid)
     assert not hasattr(verify_key.key, "sign")
+
+
+def _b64(data: bytes) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+@pytest.mark.parametrize("token", [
+    "", ".", "..", "a.b.c", "a.b", "a.b.c.d.e", "\x00.\x01.\x02", "é.é.é",
+    _b64(b"[]") + ".e30.sig",
+    _b64(b'{"alg": ["RS256"], "kid": "rs256-1"}') + ".e30.sig",
+    _b64(b'{"alg": "RS256", "kid": {"a": 1}}') + ".e30.sig",
+    _b64(b'{"alg": "RS256", "kid": "rs256-1"}') + "." + _b64(b"[1, 2]") + ".c2ln",
+    _b64(b'{"alg": "RS256", "kid": "rs256-1"}') + "." + _b64(b"not json") + ".c2ln",
+    _b64(b'{"alg": "RS256", "kid": "rs256-1", "crit": ["x"]}') + ".e30.c2ln",
+])
+def test_garbage_is_always_a_failure_never_a_crash(keys, token):
+    verifier, _ = verifier_for(keys["RS256"][0])
+    with pytest.raises(JwtFailure):
+        verifier.verify(token, time.time())

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import cel as _cel
@@ -108,7 +108,7 @@ def _contains_ip(network: str, address: str) -> bool:
 
 #: agentgateway's CEL extensions that this module provides. Only expressions that call one
 #: pay for the engine's ``Context`` (~30 µs per evaluation); the others get a plain dict.
-EXTENSION_FUNCTIONS = {"cidr": _cidr, "containsIP": _contains_ip}
+EXTENSION_FUNCTIONS: dict[str, Callable[..., Any]] = {"cidr": _cidr, "containsIP": _contains_ip}
 
 
 class CelError(ValueError):

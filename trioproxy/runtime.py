@@ -8,8 +8,7 @@ from itertools import accumulate
 
 import trio
 
-from .config.model import Backend, Config, Listener, Route
-from .config.model import Policies
+from .config.model import Backend, Config, Listener, Policies, Route
 from .metrics import Metrics
 from .policies.authorization import AuthorizationPolicy, AuthorizationStage
 from .policies.cors import CorsPolicy, CorsStage
@@ -21,7 +20,7 @@ from .trace import TraceHub
 from .upstream import UpstreamPool
 
 
-def _limiter(specs: tuple[LocalRateLimitSpec, ...], key: str, previous: "GatewayState | None") -> LocalRateLimiter | None:
+def _limiter(specs: tuple[LocalRateLimitSpec, ...], key: str, previous: GatewayState | None) -> LocalRateLimiter | None:
     """A limiter for ``specs``; the previous config's one when unchanged, so a reload keeps budgets."""
     if not specs:
         return None
@@ -78,7 +77,7 @@ class CompiledRoute:
 class GatewayState:
     """Everything compiled from one ``Config``; replaced whole on reload."""
 
-    def __init__(self, config: Config, previous: "GatewayState | None" = None,
+    def __init__(self, config: Config, previous: GatewayState | None = None,
                  jwks: JwksRegistry | None = None) -> None:
         self.config = config
         jwks = jwks if jwks is not None else JwksRegistry()
@@ -96,7 +95,7 @@ class GatewayState:
                         route, self._limit(route.key, route.policies.local_rate_limit, previous),
                         compile_stages(route.policies, jwks))
 
-    def _limit(self, key: str, specs: tuple[LocalRateLimitSpec, ...], previous: "GatewayState | None") -> LocalRateLimiter | None:
+    def _limit(self, key: str, specs: tuple[LocalRateLimitSpec, ...], previous: GatewayState | None) -> LocalRateLimiter | None:
         limiter = _limiter(specs, key, previous)
         if limiter is not None:
             self.limiters[key] = (specs, limiter)

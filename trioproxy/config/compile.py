@@ -14,8 +14,8 @@ To compile a new policy kind: add ``"<attribute>": <function(value, reader) -> r
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -125,8 +125,12 @@ def _authorization(value: d.Authorization, r: Reader) -> AuthorizationSpec:
         if isinstance(rule, str):
             rules.append(Rule("allow", rule))
         else:
-            mode = "allow" if rule.allow is not None else "deny" if rule.deny is not None else "require"
-            rules.append(Rule(mode, getattr(rule, mode)))
+            if rule.allow is not None:  # exactly one of the three, checked when read
+                rules.append(Rule("allow", rule.allow))
+            elif rule.deny is not None:
+                rules.append(Rule("deny", rule.deny))
+            elif rule.require is not None:
+                rules.append(Rule("require", rule.require))
     return AuthorizationSpec(tuple(rules))
 
 

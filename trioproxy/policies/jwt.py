@@ -153,6 +153,7 @@ def _key_of(jwk: Mapping[str, Any], kid: str) -> VerifyKey | str:
     kty = jwk.get("kty")
     alg = jwk.get("alg")
     data = json.dumps(jwk)
+    key: Any
     try:
         if kty == "RSA":
             allowed = _RSA_ALGS
@@ -342,15 +343,15 @@ class JwtVerifier:
             auds = [aud] if isinstance(aud, str) else aud if isinstance(aud, list) else []
             if not any(isinstance(a, str) and a in provider.audiences for a in auds):
                 raise JwtFailure("token has the wrong audience")
-        exp = _number(claims, "exp")
-        if exp is None:
+        expiry = _number(claims, "exp")
+        if expiry is None:
             raise JwtFailure("token has no valid expiry (exp)")
-        nbf = _number(claims, "nbf")
-        if "nbf" in claims and nbf is None:
+        nbf_claim = _number(claims, "nbf")
+        if "nbf" in claims and nbf_claim is None:
             raise JwtFailure("token has an invalid nbf claim")
-        nbf = nbf if nbf is not None else -math.inf
-        self._check_times(exp, nbf, now)
-        self.cache.put(token, claims, key, exp, nbf, now)
+        nbf = nbf_claim if nbf_claim is not None else -math.inf
+        self._check_times(expiry, nbf, now)
+        self.cache.put(token, claims, key, expiry, nbf, now)
         return claims
 
     @staticmethod
