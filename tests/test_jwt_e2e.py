@@ -185,3 +185,42 @@ async def test_startup_fetches_jwks_before_ready(nursery, backend, keys):
         response = await client.get("/api", headers={"authorization": f"Bearer {key.token()}"})
         assert response.status_code == 200
     assert server.fetches == 1  # no fetch on the request path
+
+
+def test_validate_only_accepts_the_bundled_jwt_example():
+    from .conftest import run_cli
+
+    result = run_cli("--config", "fixtures/configs/jwt.yaml", "--validate-only")
+    assert result.returncode == 0, result.stderr
+
+
+async def test_a_reload_that_adds_a_jwks_url_fetches_it(nursery, backend, keys, tmp_path):
+    first_key, _ = keys["RS256"]
+    second_key, _ = keys["EdDSA"]
+    first = await nursery.start(JwksServer(jwks(first_key)).serve)
+    second = await nursery.start(JwksServer(jwks(second_key)).serve)
+    path = tmp_path / "gw.yaml"
+
+    def write(url: str) -> str:
+        text = ("binds:\n- port: PORT\n  listeners:\n  - routes:" + route("api", jwt_auth("strict", url), backend.port)
+                + "\n")
+        return text
+
+    port = free_port()
+    path.write_text(write(first.url).replace("PORT", str(port)))
+    escaped = write(first.url).replace("{", "{{").replace("}", "}}").replace("PORT", "{port}")
+    gw = await start_gateway(nursery, escaped, config_path=str(path), port=port)
+    async with gw.client() as client:
+        ok = await client.get("/api", headers={"authorization": f"Bearer {first_key.token()}"})
+        assert ok.status_code == 200
+        path.write_text(write(second.url).replace("PORT", str(port)))
+        with trio.fail_after(10):
+            while gw.info.runtime.state.config.binds[0].listeners[0].routes[0].policies.jwt_auth.providers[0].jwks.url \
+                    != second.url:
+                await trio.sleep(0.05)
+            while second.fetches == 0:
+                await trio.sleep(0.01)
+        response = await client.get("/api", headers={"authorization": f"Bearer {second_key.token()}"})
+        assert response.status_code == 200
+        rejected = await client.get("/api", headers={"authorization": f"Bearer {first_key.token()}"})
+        assert rejected.status_code == 401  # the old issuer's key is no longer trusted
