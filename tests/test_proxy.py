@@ -7,6 +7,7 @@ import json
 
 import h11
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 import trio
 
 from .conftest import free_port, start_routes
@@ -293,6 +294,10 @@ async def test_hostname_routing_and_listener_hostnames(nursery, backend):
     assert none.status_code == 404
 
 
+def gateway_backend_port(gateway) -> int:
+    return gateway.info.runtime.state.config.binds[0].listeners[0].routes[0].backends[0].target.port
+
+
 async def test_readiness_metrics_config_dump_and_ui(gateway):
     info = gateway.info
     async with httpx.AsyncClient(timeout=5) as client:
@@ -304,7 +309,13 @@ async def test_readiness_metrics_config_dump_and_ui(gateway):
         root = await client.get(f"{gateway.admin_url}/")
     assert (ready.status_code, ready.text) == (200, "ready")
     route_key = f"default/default/bind/{gateway.port}/listener0/default/echo"
-    assert f'trioproxy_requests_total{{bind="bind/{gateway.port}",route="{route_key}",status="200"}} 1.0' in metrics.text
+    listener = f"default/default/bind/{gateway.port}/listener0"
+    samples = [s for f in text_string_to_metric_families(metrics.text) for s in f.samples
+               if s.name == "trioproxy_requests_total"]
+    assert [(s.labels, s.value) for s in samples] == [(
+        {"bind": f"bind/{gateway.port}", "gateway": "default/default", "listener": listener, "route": route_key,
+         "backend": f"127.0.0.1:{gateway_backend_port(gateway)}", "method": "GET", "status": "200", "reason": ""},
+        1.0)]
     assert "trioproxy_request_duration_seconds_bucket" in metrics.text
     assert "trioproxy_upstream_connections_open" in metrics.text
     routes = dump.json()["binds"][0]["listeners"][0]["routes"]

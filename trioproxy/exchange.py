@@ -31,8 +31,9 @@ class Exchange:
 
     __slots__ = (
         "scope", "receive", "send", "arrival", "nursery", "tracer", "host", "headers", "listener", "route",
-        "backend", "limits", "llm", "jwt", "extra_response_headers", "upstream_path", "upstream_started", "request_capture", "status", "started", "finished",
-        "disconnected", "error", "_body_done", "_body_claimed",
+        "backend", "limits", "llm", "jwt", "extra_response_headers", "upstream_path", "upstream_started",
+        "request_capture", "status", "started", "finished", "disconnected", "error", "error_kind", "span",
+        "_body_done", "_body_claimed",
     )
 
     def __init__(self, scope: Scope, receive: Receive, send: Send, arrival: float) -> None:
@@ -60,6 +61,8 @@ class Exchange:
         self.finished = False
         self.disconnected = False
         self.error: str | None = None
+        self.error_kind: str | None = None  # the ProxyError class of the gateway's own answer
+        self.span: Any = None  # the OpenTelemetry server span, when this request is sampled
         self._body_done = False
         self._body_claimed = False  # someone (the upload) reads the body; nobody else may
 
@@ -191,6 +194,7 @@ class Exchange:
     async def respond_error(self, error: ProxyError) -> None:
         """Answer with ``error`` (the only place errors become responses), or abort if too late."""
         self.error = error.message
+        self.error_kind = type(error).__name__
         if self.started:
             # Headers are gone already: ending here makes the server close the connection,
             # which the client sees as a truncated response rather than a wrong one.

@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, MutableMapping
 from typing import Any
 
+import time
+
 import trio
 
 from .asgi import serve_lifespan
@@ -44,6 +46,7 @@ from .errors import (
 )
 from .exchange import ClientDisconnected, Exchange, Receive, Send
 from .llm import UsageReader, prepare_request_body
+from .otel import OtelTracing
 from .policies.headers import (
     apply_modifier,
     forwarded_request_headers,
@@ -73,6 +76,7 @@ class Gateway:
         self.runtime = runtime
         self.port = port
         self.bind_key = f"bind/{port}"
+        self.access_log = runtime.access_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -88,6 +92,8 @@ class Gateway:
         x = Exchange(scope, receive, send, trio.current_time())
         if runtime.trace.watchers:
             x.tracer = runtime.trace.claim(x.arrival, x.activation)
+        if runtime.otel is not None:
+            x.span = runtime.otel.start(scope["method"], scope["path"], scope["headers"], time.time_ns())
         metrics = runtime.metrics
         metrics.in_flight.inc()
         try:
@@ -107,9 +113,58 @@ class Gateway:
             status = 499 if x.disconnected else x.status
             if x.disconnected:
                 x.error = x.error or "client disconnected"
-            metrics.observe(self.bind_key, x.route.key if x.route else "", status, trio.current_time() - x.arrival)
+                x.error_kind = x.error_kind or "ClientDisconnected"
+            self._finished(x, status, trio.current_time() - x.arrival)
             if x.tracer is not None:
                 x.tracer.finish(status, x.error)
+
+    def _finished(self, x: Exchange, status: int, seconds: float) -> None:
+        """Metrics and the access-log line of a finished request (names: docs/observability.md)."""
+        listener = x.listener.key if x.listener else ""
+        gateway = listener.split("/bind/", 1)[0] if listener else ""
+        route = x.route.key if x.route else ""
+        backend = x.backend.name if x.backend else ""
+        method = x.scope["method"]
+        self.runtime.metrics.observe(self.bind_key, gateway, listener, route, backend, method, status,
+                                     x.error_kind or "", seconds)
+        llm = x.llm
+        if llm is not None and ("inputTokens" in llm or "outputTokens" in llm):
+            self.runtime.metrics.tokens(llm.get("model") or "", route, llm.get("inputTokens"), llm.get("outputTokens"))
+        if x.span is not None:
+            OtelTracing.finish(x.span, status, {
+                "http.route": route or None, "gen_ai.request.model": llm.get("model") if llm else None,
+                "gen_ai.provider.name": llm.get("provider") if llm else None,
+                "gen_ai.usage.input_tokens": llm.get("inputTokens") if llm else None,
+                "gen_ai.usage.output_tokens": llm.get("outputTokens") if llm else None,
+                "gen_ai.operation.name": "chat" if llm else None, "error.type": x.error_kind}, x.error)
+        access = self.access_log
+        own_error = x.error_kind is not None
+        if not access.enabled(status if own_error else 200):
+            return
+        client = x.scope.get("client")
+        fields: dict[str, Any] = {
+            "bind": self.bind_key, "gateway": gateway or None, "listener": listener or None, "route": route or None,
+            "endpoint": str(x.backend.target) if x.backend else None,
+            "src.addr": f"{client[0]}:{client[1]}" if client else None,
+            "http.method": method, "http.host": x.host or None, "http.path": x.scope["path"],
+            "http.version": x.scope.get("http_version", "1.1"), "http.status": status,
+            "duration": f"{seconds * 1000:.1f}ms",
+        }
+        if x.error:
+            fields["error"] = x.error
+        if llm is not None:
+            fields["gen_ai.provider.name"] = llm.get("provider")
+            fields["gen_ai.request.model"] = llm.get("model")
+            fields["gen_ai.usage.input_tokens"] = llm.get("inputTokens")
+            fields["gen_ai.usage.output_tokens"] = llm.get("outputTokens")
+        if x.limits:
+            fields["ratelimit"] = ",".join(f"{d.remaining}/{d.limit}" for _, d in x.limits)
+        elif x.error_kind == "RateLimited":
+            fields["ratelimit"] = "rejected"
+        if x.span is not None:
+            fields["trace.id"] = OtelTracing.trace_id(x.span)
+        access.record({k: v for k, v in fields.items() if v is not None}, status, own_error,
+                      lambda: {**x.activation(), "response": {"code": status}})
 
     async def _proxy(self, x: Exchange) -> None:
         tr = x.tracer
@@ -136,7 +191,7 @@ class Gateway:
             tr.event("policySelection", phase="gateway", effectivePolicy=policies_by_kind(listener.policies, "gateway"))
         for stage in state.listener_stages[listener.key]:  # cors → jwtAuth → authorization
             await stage.request(x)
-        self._local_limit(x, state.listener_limiter(listener))
+        self._local_limit(x, state.listener_limiter(listener), listener.key)
         if tr:
             tr.event("requestSnapshot", stage="gateway policies", requestState=x.state())
 
@@ -158,7 +213,7 @@ class Gateway:
             tr.event("policySelection", phase="route", effectivePolicy=policies_by_kind(policies, "route"))
         for stage in compiled.stages:  # cors → jwtAuth → authorization
             await stage.request(x)
-        self._local_limit(x, compiled.limiter)
+        self._local_limit(x, compiled.limiter, route.key)
         if policies.request_header_modifier is not None:
             x.headers = apply_modifier(x.headers, policies.request_header_modifier)
             if tr:
@@ -213,7 +268,7 @@ class Gateway:
 
     # --- stages ---------------------------------------------------------------------------------
 
-    def _local_limit(self, x: Exchange, limiter: LocalRateLimiter | None) -> None:
+    def _local_limit(self, x: Exchange, limiter: LocalRateLimiter | None, key: str) -> None:
         """Admit against one limiter (all its entries), or reject with 429 before any upstream call."""
         if limiter is None:
             return
@@ -222,6 +277,8 @@ class Gateway:
             x.tracer.event("policy", severity="info" if decision.allowed else "warn", kind="localRateLimit",
                            result="allowed" if decision.allowed else "rejected",
                            limit=decision.limit, remaining=decision.remaining, reset=decision.reset_seconds)
+        self.runtime.metrics.ratelimit_decision("localRateLimit", key,
+                                                "allowed" if decision.allowed else "rejected")
         if not decision.allowed:
             raise RateLimited(headers=LocalRateLimiter.headers(decision))
         x.limits.append((limiter, decision))
@@ -253,6 +310,12 @@ class Gateway:
         if tr:
             tr.event("backendCallStart", target=str(backend.target))
         response = None
+        client_span = None
+        if x.span is not None and self.runtime.otel is not None:
+            client_span = self.runtime.otel.client_span(x.span, f"{x.scope['method']} {backend.name}", {
+                "http.request.method": x.scope["method"], "server.address": backend.target.host,
+                "server.port": backend.target.port})
+            headers = [h for h in headers if h[0] != b"traceparent"] + [self.runtime.otel.traceparent(client_span)]
         try:
             with trio.CancelScope(deadline=deadline) as request_scope:
                 with trio.CancelScope(deadline=backend_deadline) as backend_scope:
@@ -265,10 +328,14 @@ class Gateway:
             if response is None and backend_scope.cancelled_caught:
                 raise UpstreamTimeout()
         except ProxyError as error:
+            if client_span is not None:
+                OtelTracing.finish(client_span, 502, {}, error.message)
             if tr:
                 tr.body("final request", x.request_capture)
                 tr.event("backendCallResult", start=now, severity="error", status=None, error=error.message)
             raise
+        if client_span is not None:
+            OtelTracing.finish(client_span, response.status if response else 0, {}, None)
         assert response is not None
         x.upstream_started = now
         if tr:

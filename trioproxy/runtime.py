@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import bisect
 import random
+import threading
 from itertools import accumulate
 
 import trio
 
+from .access_log import AccessLog
 from .config.model import Backend, Config, Listener, Policies, Route
 from .metrics import Metrics
+from .otel import OtelTracing
 from .policies.authorization import AuthorizationPolicy, AuthorizationStage
 from .policies.cors import CorsPolicy, CorsStage
 from .policies.jwks import JwksRegistry
@@ -117,9 +120,31 @@ class Runtime:
         self.jwks = JwksRegistry(self.metrics.registry)
         self.state = GatewayState(config, jwks=self.jwks)
         self.trace = trace or TraceHub()
+        self.access_log = AccessLog()
+        self.otel: OtelTracing | None = None
+        self._observability(config)
         self.reload_errors: list[str] = []  # problems of the last rejected reload, [] after a good one
 
     def apply(self, config: Config) -> None:
         """Swap in a new config; requests in flight finish on the state they started with."""
         self.state = GatewayState(config, self.state, self.jwks)
         self.reload_errors = []
+        self._observability(config)
+
+    def _observability(self, config: Config) -> None:
+        """The access-log filter and fields, and the span exporter, of ``config`` (kept when unchanged)."""
+        self.access_log.configure(config.logging)
+        spec = config.tracing
+        if self.otel is not None and self.otel.spec == spec:
+            return
+        old, self.otel = self.otel, None
+        if spec is not None:
+            self.otel = OtelTracing(spec, on_export_failure=self.metrics.otlp_export_failures.inc)
+        if old is not None:  # flushing may wait on the collector: never on the event loop
+            threading.Thread(target=old.shutdown, name="otlp-shutdown", daemon=True).start()
+
+    def close(self) -> None:
+        """Flush and stop the span exporter (at exit)."""
+        if self.otel is not None:
+            self.otel.shutdown()
+            self.otel = None

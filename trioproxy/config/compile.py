@@ -268,4 +268,39 @@ def compile_document(document: d.Document, env: Mapping[str, str], r: Reader) ->
             r.at(bind, "port", f"port {bind.port} is already bound by binds[{ports[bind.port]}]")
         ports.setdefault(bind.port, index)
         binds.append(m.Bind(bind.port, tuple(_listener(x, bind.port, r) for x in bind.listeners)))
-    return m.Config(servers=_servers(document.config, env, r), binds=tuple(binds))
+    servers = document.config
+    return m.Config(servers=_servers(servers, env, r), binds=tuple(binds),
+                    logging=_logging(servers.logging, r) if servers and servers.logging else None,
+                    tracing=_tracing(servers.tracing, r) if servers and servers.tracing else None)
+
+
+def _log_fields(value: d.LogFields | None, r: Reader) -> m.LogFieldsSpec:
+    if value is None:
+        return m.LogFieldsSpec()
+    for name, source in value.add.items():
+        _check_cel(source, value, "add", r, f"{name}: ")
+    return m.LogFieldsSpec(tuple(value.add.items()), value.remove)
+
+
+def _check_cel(source: str, obj: Any, wire: str, r: Reader, prefix: str = "") -> None:
+    from ..cel import CelError, compile_expression
+
+    try:
+        compile_expression(source)
+    except CelError as error:
+        r.at(obj, wire, f"{prefix}invalid CEL expression: {error}")
+
+
+def _logging(value: d.Logging, r: Reader) -> m.LoggingSpec:
+    if value.filter is not None:
+        _check_cel(value.filter, value, "filter", r)
+    return m.LoggingSpec(value.level, value.format, value.filter, _log_fields(value.fields, r))
+
+
+def _tracing(value: d.Tracing, r: Reader) -> m.TracingSpec:
+    if not value.otlp_endpoint.startswith(("http://", "https://")):
+        r.at(value, "otlpEndpoint", f"expected an http:// or https:// URL, got {value.otlp_endpoint!r}")
+    return m.TracingSpec(
+        value.otlp_endpoint, value.otlp_protocol, tuple(value.headers.items()), value.path,
+        0.0 if value.random_sampling is None else value.random_sampling,
+        1.0 if value.client_sampling is None else value.client_sampling, _log_fields(value.fields, r))

@@ -41,6 +41,7 @@ from .scalars import (
     ORIGIN,
     PATH,
     REGEX,
+    SAMPLING,
     SERVER_ADDRESS,
     TOKEN_OR_STAR,
 )
@@ -364,6 +365,46 @@ ServerAddress = Annotated[Address, SERVER_ADDRESS]
 
 
 @described
+class LogFields:
+    """Fields added to (name → CEL expression) or removed from each access-log line or span."""
+
+    add: dict[str, str] = field("Field name → CEL expression whose value is added.", default={})
+    remove: tuple[str, ...] = field("Names of fields left out.", default=())
+
+
+@described
+class Logging:
+    """The access log: one line per finished request (docs/observability.md)."""
+
+    level: Literal["trace", "debug", "info", "warn", "error"] | None = field(
+        "Log level (default info; --log-level and LOG_LEVEL override it).", default=None)
+    format: Literal["text", "json"] | None = field(
+        "text or json (default: text on a terminal, JSON lines otherwise; LOG_FORMAT overrides it).", default=None)
+    filter: str | None = field("CEL expression: only requests for which it is true are logged.", default=None)
+    fields: LogFields | None = field("Fields added to or removed from each line.", default=None)
+
+
+Sampling = Annotated[float, SAMPLING]
+
+
+@described
+class Tracing:
+    """OpenTelemetry spans exported over OTLP (a server span per request, a client span per backend call)."""
+
+    otlp_endpoint: str = field("OTLP collector endpoint URL, e.g. http://localhost:4317 (grpc) or :4318 (http).")
+    otlp_protocol: Literal["grpc", "http"] = field("OTLP transport: grpc or http (protobuf).", default="grpc")
+    headers: dict[str, str] = field("Headers sent with each export (authentication).", default={})
+    path: str | None = field("OTLP/HTTP path (default /v1/traces).", default=None)
+    random_sampling: Sampling | None = field(
+        "Share of requests without a trace context that start a trace: true, false or 0.0-1.0 (default false).",
+        default=None)
+    client_sampling: Sampling | None = field(
+        "Share of requests whose client sent a sampled traceparent that are traced: true, false or 0.0-1.0 "
+        "(default true).", default=None)
+    fields: LogFields | None = field("Span attributes added (CEL) or removed.", default=None)
+
+
+@described
 class Servers:
     """Addresses of the gateway's own servers; env ADMIN_ADDR, STATS_ADDR, READINESS_ADDR override them."""
 
@@ -372,6 +413,8 @@ class Servers:
     stats_addr: ServerAddress | None = field("Metrics server (/metrics); default 0.0.0.0:15020.", default=None)
     readiness_addr: ServerAddress | None = field(
         "Readiness server (/healthz/ready); default 0.0.0.0:15021.", default=None)
+    logging: Logging | None = field("Access log level, format and filter.", default=None)
+    tracing: Tracing | None = field("OpenTelemetry trace export.", default=None)
 
 
 @described

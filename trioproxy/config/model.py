@@ -32,6 +32,35 @@ class Address:
 
 
 @frozen
+class LogFieldsSpec:
+    add: tuple[tuple[str, str], ...] = ()  # (name, CEL source)
+    remove: tuple[str, ...] = ()
+
+
+@frozen
+class LoggingSpec:
+    """``config.logging``: level/format as written (flags and env win), a CEL filter source."""
+
+    level: str | None = None
+    format: str | None = None
+    filter: str | None = None
+    fields: LogFieldsSpec = LogFieldsSpec()
+
+
+@frozen
+class TracingSpec:
+    """``config.tracing``: where spans go and how many requests start one."""
+
+    endpoint: str
+    protocol: str = "grpc"
+    headers: tuple[tuple[str, str], ...] = ()
+    path: str | None = None
+    random_sampling: float = 0.0
+    client_sampling: float = 1.0
+    fields: LogFieldsSpec = LogFieldsSpec()
+
+
+@frozen
 class ServerAddrs:
     """Where the admin, stats and readiness servers listen (``config:`` section)."""
 
@@ -221,4 +250,6 @@ class Bind:
 class Config:
     servers: ServerAddrs
     binds: tuple[Bind, ...]
+    logging: LoggingSpec | None = None
+    tracing: TracingSpec | None = None
     gateway_names: tuple[str, ...] = ("default",)

@@ -131,3 +131,23 @@ ORIGIN = Scalar("origin", parse_origin_pattern, {"type": "string", "minLength": 
                 "* or an origin such as https://app.example.com or https://*.example.com")
 TOKEN_OR_STAR = Scalar("token", parse_token_or_star, {"type": "string", "pattern": r"^([!#$%&'*+.^_`|~0-9A-Za-z-]+|\*)$"},
                        "* or a method or header name")
+
+
+def parse_sampling(text: str) -> float:
+    """agentgateway's sampling value: true/false or a ratio from 0.0 to 1.0 (CEL expressions are not built)."""
+    word = text.strip().lower()
+    if word in ("true", "false"):
+        return 1.0 if word == "true" else 0.0
+    try:
+        ratio = float(word)
+    except ValueError:
+        raise ValueError(f"expected true, false or a ratio from 0.0 to 1.0, got {text!r} "
+                         "(CEL sampling expressions are not supported)") from None
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"expected a ratio from 0.0 to 1.0, got {text}")
+    return ratio
+
+
+SAMPLING = Scalar("sampling", parse_sampling,
+                  {"anyOf": [{"type": "boolean"}, {"type": "number", "minimum": 0, "maximum": 1}]},
+                  "true, false or a ratio from 0.0 to 1.0")
