@@ -107,7 +107,17 @@ BAD_CONFIGS = [
     ('binds: [\n',
      ['<config>:2:1: invalid YAML: did not find expected node content']),
     ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {jwtAuth: {issuer: x}}\n',
-     ['<config>:5:27: binds[0].listeners[0].routes[0].policies.jwtAuth: policy is not supported by this version of trioproxy']),
+     ['<config>:5:27: binds[0].listeners[0].routes[0].policies.jwtAuth: jwks is required (or give providers)']),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {retry: {attempts: 2}}\n',
+     ['<config>:5:25: binds[0].listeners[0].routes[0].policies.retry: policy is not supported by this version of trioproxy']),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {authorization: {rules: ["jwt.sub =="]}}\n',
+     ["<config>:5:42: binds[0].listeners[0].routes[0].policies.authorization.rules[0]: syntax error: mismatched input '<EOF>' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER} at line 1, column 11"]),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {jwtAuth: {issuer: x, jwks: \'{"keys": []}\'}}\n',
+     ['<config>:5:45: binds[0].listeners[0].routes[0].policies.jwtAuth.jwks: JWKS has no usable signing key']),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {jwtAuth: {issuer: x, jwks: {file: /nonexistent/jwks.json}}}\n',
+     ['<config>:5:52: binds[0].listeners[0].routes[0].policies.jwtAuth.jwks.file: cannot read /nonexistent/jwks.json: No such file or directory']),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {cors: {allowOrigins: [\'ftp://x\']}}\n',
+     ['<config>:5:40: binds[0].listeners[0].routes[0].policies.cors.allowOrigins[0]: expected * or an origin such as https://app.example.com or https://*.example.com, got \'ftp://x\'']),
 ]
 
 

@@ -47,4 +47,7 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "OpenAIOptions": _names("moderation"),
     "DirectResponse": _names("bodyExpression headers"),
     "BackendAuth": _names("aws azure crossAppAccess gcp jwtSign oauthTokenExchange passthrough"),
+    # only the Authorization: Bearer header is read; exp is always required
+    "JwtAuth": _names("location jwtValidationOptions"),
+    "JwtProvider": _names("jwtValidationOptions"),
 }

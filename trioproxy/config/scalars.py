@@ -102,7 +102,35 @@ METHOD = Scalar("method", parse_method,
                 "an HTTP method such as GET or POST")
 HEADER_NAME = Scalar("header name", parse_header_name,
                      {"type": "string", "pattern": r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"}, "a header name")
+def parse_cel(text: str) -> str:
+    """A CEL expression that compiles (the source is kept; policies compile it once more)."""
+    from ..cel import compile_expression  # late: cel imports the native engine
+
+    compile_expression(text)  # CelError is a ValueError with a one-line message
+    return text
+
+
+def parse_origin_pattern(text: str) -> str:
+    """``*`` or ``scheme://host[:port]`` where the host may hold ``*`` wildcards."""
+    from ..policies.cors import parse_origin
+
+    if text != "*" and parse_origin(text, allow_wildcard_host=True) is None:
+        raise ValueError()
+    return text
+
+
+def parse_token_or_star(text: str) -> str:
+    if text != "*" and not TOKEN.match(text):
+        raise ValueError()
+    return text
+
+
 HEADER_VALUE = Scalar("header value", parse_header_value, {"type": "string"}, "a header value")
+CEL = Scalar("CEL expression", parse_cel, {"type": "string", "minLength": 1}, "a CEL expression")
+ORIGIN = Scalar("origin", parse_origin_pattern, {"type": "string", "minLength": 1},
+                "* or an origin such as https://app.example.com or https://*.example.com")
+TOKEN_OR_STAR = Scalar("token", parse_token_or_star, {"type": "string", "pattern": r"^([!#$%&'*+.^_`|~0-9A-Za-z-]+|\*)$"},
+                       "* or a method or header name")
 
 
 def parse_sampling(text: str) -> float:
