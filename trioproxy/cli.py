@@ -15,6 +15,7 @@ import trio
 
 from . import __version__, trace_cli
 from .config import ConfigError, load_config
+from .idp import cli as idp_cli
 from .server import StartupError, run_until_signalled
 
 
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         trace_cli.configure_parser(trace)
         trace.set_defaults(handler=trace_cli.run)
+    idp_cli.configure_parser(commands.add_parser("idp", help="identity provider set-up (idp setup)"))
     return parser
 
 
