@@ -40,8 +40,8 @@ def test_validate_only_prints_every_problem_and_fails(tmp_path):
     result = run_cli("-f", path, "--validate-only")
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
-        "error: binds[0].port: expected an integer, got 'notaport'",
-        "error: binds[1].listeners[0].routes[0].backends[0].host: expected HOST:PORT, got 'nope'",
+        f"error: {path}:3:9: binds[0].port: expected an integer, got 'notaport'",
+        f"error: {path}:7:25: binds[1].listeners[0].routes[0].backends[0].host: expected HOST:PORT, got 'nope'",
     ]
     assert "Traceback" not in result.stderr
 
@@ -145,7 +145,7 @@ async def test_reload_applies_a_valid_config_and_keeps_serving_on_an_invalid_one
         with trio.fail_after(10):
             while not gw.info.runtime.reload_errors:
                 await trio.sleep(0.05)
-        assert gw.info.runtime.reload_errors == ["binds[0].port: expected an integer, got 'broken'"]
+        assert gw.info.runtime.reload_errors == [f"{path}:2:9: binds[0].port: expected an integer, got 'broken'"]
         assert gw.info.runtime.state is state
         assert (await client.get("/new")).status_code == 200
 

@@ -64,45 +64,58 @@ def test_env_expansion_in_strings():
 
 
 BAD_CONFIGS = [
-    ("binds:\n- port: notaport\n", ["binds[0].port: expected an integer, got 'notaport'"]),
-    ("binds:\n- port: 70000\n", ["binds[0].port: expected an integer from 0 to 65535, got 70000"]),
-    ("binds:\n- {}\n", ["binds[0].port: required field is missing"]),
-    ("bindz: []\n", ["bindz: unknown field (expected one of: binds, config)"]),
-    ("binds: 3\n", ["binds: expected a list, got 3"]),
-    ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - backends: [{host: nohostport}]\n",
-     ["binds[0].listeners[0].routes[0].backends[0].host: expected HOST:PORT, got 'nohostport'"]),
+    ('binds:\n- port: notaport\n',
+     ["<config>:2:9: binds[0].port: expected an integer, got 'notaport'"]),
+    ('binds:\n- port: 70000\n',
+     ['<config>:2:9: binds[0].port: expected an integer from 0 to 65535, got 70000']),
+    ('binds:\n- {}\n',
+     ['<config>:2:3: binds[0].port: required field is missing']),
+    ('bindz: []\n',
+     ["<config>:1:1: bindz: unknown field; did you mean 'binds'?"]),
+    ('binds: 3\n',
+     ['<config>:1:8: binds: expected a list, got 3']),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - backends: [{host: nohostport}]\n',
+     ["<config>:5:25: binds[0].listeners[0].routes[0].backends[0].host: expected HOST:PORT, got 'nohostport'"]),
     ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - backends: [{host: 'a:1'}, {host: 'b:0'}]\n",
-     ["binds[0].listeners[0].routes[0].backends[1].host: expected HOST:PORT, got 'b:0'"]),
-    ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - {name: a}\n    - {name: a}\n",
-     ["binds[0].listeners[0].routes[1].name: duplicate route name 'a' (also at binds[0].listeners[0].routes[0])"]),
-    ("binds:\n- port: 3000\n  listeners:\n  - protocol: TCP\n",
-     ["binds[0].listeners[0].protocol: expected HTTP, got 'TCP'"]),
+     ["<config>:5:40: binds[0].listeners[0].routes[0].backends[1].host: expected HOST:PORT, got 'b:0'"]),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - {name: a}\n    - {name: a}\n',
+     ["<config>:6:14: binds[0].listeners[0].routes[1].name: duplicate route name 'a' (also at binds[0].listeners[0].routes[0])"]),
+    ('binds:\n- port: 3000\n  listeners:\n  - protocol: TCP\n',
+     ["<config>:4:15: binds[0].listeners[0].protocol: expected HTTP, got 'TCP'"]),
     ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - matches: [{path: {regex: '('}}]\n",
-     ["binds[0].listeners[0].routes[0].matches[0].path.regex: invalid regular expression: "
-      "missing ), unterminated subpattern at position 0"]),
-    ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - matches: [{path: {pathPrefix: v1}}]\n",
-     ["binds[0].listeners[0].routes[0].matches[0].path.pathPrefix: expected a path starting with '/', got 'v1'"]),
-    ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - matches: [{method: FETCH}]\n",
-     ["binds[0].listeners[0].routes[0].matches[0].method: expected an HTTP method such as GET or POST, got 'FETCH'"]),
-    ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {timeout: {requestTimeout: soon}}\n",
-     ["binds[0].listeners[0].routes[0].policies.timeout.requestTimeout: "
-      "expected a duration such as 500ms, 1s, 60s or 1h, got 'soon'"]),
-    ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {backendAuth: {key: x}}\n",
-     ["binds[0].listeners[0].routes[0].policies.backendAuth: unknown field (expected one of: authorization, cors, "
-      "directResponse, jwtAuth, localRateLimit, remoteRateLimit, requestHeaderModifier, responseHeaderModifier, "
-      "retry, timeout)"]),
+     ['<config>:5:32: binds[0].listeners[0].routes[0].matches[0].path.regex: invalid regular expression: missing ), unterminated subpattern at position 0']),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - matches: [{path: {pathPrefix: v1}}]\n',
+     ["<config>:5:37: binds[0].listeners[0].routes[0].matches[0].path.pathPrefix: expected a path starting with '/', got 'v1'"]),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - matches: [{method: FETCH}]\n',
+     ["<config>:5:26: binds[0].listeners[0].routes[0].matches[0].method: expected an HTTP method such as GET or POST, got 'FETCH'"]),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {timeout: {requestTimeout: soon}}\n',
+     ["<config>:5:44: binds[0].listeners[0].routes[0].policies.timeout.requestTimeout: expected a duration such as 500ms, 1s, 60s or 1h, got 'soon'"]),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {backendAuth: {key: x}}\n',
+     ['<config>:5:18: binds[0].listeners[0].routes[0].policies.backendAuth: unknown field (expected one of: authorization, cors, directResponse, jwtAuth, localRateLimit, remoteRateLimit, requestHeaderModifier, responseHeaderModifier, retry, timeout)']),
     ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - backends: [{host: 'a:1', ai: {name: x}}]\n",
-     ["binds[0].listeners[0].routes[0].backends[0]: expected exactly one of: host, ai"]),
+     ['<config>:5:18: binds[0].listeners[0].routes[0].backends[0]: expected exactly one of: host, ai']),
     ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - hostnames: ['bad host']\n",
-     ["binds[0].listeners[0].routes[0].hostnames[0]: expected a hostname such as api.example.com or "
-      "*.example.com, got 'bad host'"]),
-    ("binds:\n- port: $NOPE\n", ["binds[0].port: environment variable NOPE is not set",
-                                "binds[0].port: expected an integer, got ''"]),
-    ("config: {adminAddr: nowhere}\nbinds: []\n", ["config.adminAddr: expected HOST:PORT, got 'nowhere'"]),
-    ("binds:\n- port: 3000\n- port: 3000\n", ["binds[1].port: port 3000 is already bound by binds[0]"]),
-    ("binds: [\n", ["<config>:2:1: invalid YAML: expected the node content, but found '<stream end>'"]),
-    ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {jwtAuth: {issuer: x}}\n",
-     ["binds[0].listeners[0].routes[0].policies.jwtAuth: policy is not supported by this version of trioproxy"]),
+     ["<config>:5:19: binds[0].listeners[0].routes[0].hostnames[0]: expected a hostname such as api.example.com or *.example.com, got 'bad host'"]),
+    ('binds:\n- port: $NOPE\n',
+     ['<config>:2:9: binds[0].port: environment variable NOPE is not set', "<config>:2:9: binds[0].port: expected an integer, got ''"]),
+    ('config: {adminAddr: nowhere}\nbinds: []\n',
+     ["<config>:1:21: config.adminAddr: expected HOST:PORT, got 'nowhere'"]),
+    ('binds:\n- port: 3000\n- port: 3000\n',
+     ['<config>:3:9: binds[1].port: port 3000 is already bound by binds[0]']),
+    ('binds: [\n',
+     ['<config>:2:1: invalid YAML: did not find expected node content']),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {jwtAuth: {issuer: x}}\n',
+     ['<config>:5:27: binds[0].listeners[0].routes[0].policies.jwtAuth: jwks is required (or give providers)']),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {retry: {attempts: 2}}\n',
+     ['<config>:5:25: binds[0].listeners[0].routes[0].policies.retry: policy is not supported by this version of trioproxy']),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {authorization: {rules: ["jwt.sub =="]}}\n',
+     ["<config>:5:42: binds[0].listeners[0].routes[0].policies.authorization.rules[0]: syntax error: mismatched input '<EOF>' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER} at line 1, column 11"]),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {jwtAuth: {issuer: x, jwks: \'{"keys": []}\'}}\n',
+     ['<config>:5:45: binds[0].listeners[0].routes[0].policies.jwtAuth.jwks: JWKS has no usable signing key']),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {jwtAuth: {issuer: x, jwks: {file: /nonexistent/jwks.json}}}\n',
+     ['<config>:5:52: binds[0].listeners[0].routes[0].policies.jwtAuth.jwks.file: cannot read /nonexistent/jwks.json: No such file or directory']),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {cors: {allowOrigins: [\'ftp://x\']}}\n',
+     ['<config>:5:40: binds[0].listeners[0].routes[0].policies.cors.allowOrigins[0]: expected * or an origin such as https://app.example.com or https://*.example.com, got \'ftp://x\'']),
 ]
 
 
@@ -121,5 +134,5 @@ def test_every_problem_is_reported_not_just_the_first():
             - backends: [{host: bad}]
               matches: [{method: NOPE}]
     """)
-    assert len(found) == 3
-    assert found[0].startswith("binds[0].port:")
+    assert [line.split(": ")[0] for line in found] == ["<config>:3:9", "<config>:7:25", "<config>:8:26"]
+    assert found[0].startswith("<config>:3:9: binds[0].port:")

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import trio
 
-from . import __version__, trace_cli
+from . import __version__, schema_cli, trace_cli
 from .config import ConfigError, load_config
 from .idp import cli as idp_cli
 from .server import StartupError, run_until_signalled
@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         trace_cli.configure_parser(trace)
         trace.set_defaults(handler=trace_cli.run)
+    schema_cli.configure_parser(commands.add_parser("schema", help="print the config's JSON Schema",
+                                                    description=schema_cli.DESCRIPTION))
     idp_cli.configure_parser(commands.add_parser("idp", help="identity provider set-up (idp setup)"))
     return parser
 

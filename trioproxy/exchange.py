@@ -31,7 +31,7 @@ class Exchange:
 
     __slots__ = (
         "scope", "receive", "send", "arrival", "nursery", "tracer", "host", "headers", "listener", "route",
-        "backend", "limits", "llm", "upstream_path", "upstream_started", "request_capture", "status", "started", "finished",
+        "backend", "limits", "llm", "jwt", "extra_response_headers", "upstream_path", "upstream_started", "request_capture", "status", "started", "finished",
         "disconnected", "error", "_body_done", "_body_claimed",
     )
 
@@ -50,6 +50,8 @@ class Exchange:
         self.backend: Backend | None = None
         self.limits: list[tuple[LocalRateLimiter, Decision]] = []
         self.llm: dict[str, Any] | None = None
+        self.jwt: dict[str, Any] | None = None  # claims of a validated token (CEL ``jwt``)
+        self.extra_response_headers: list[Header] = []  # added by stages (cors), also to error answers
         self.upstream_path: str | None = None
         self.upstream_started = 0.0
         self.request_capture: BodyCapture | None = None
@@ -69,7 +71,7 @@ class Exchange:
         return build_activation(
             method=scope["method"], path=self.uri(), host=self.host, headers=self.headers,
             scheme=scope.get("scheme", "http"), version=f"HTTP/{scope.get('http_version', '1.1')}",
-            source_address=client[0], source_port=client[1], llm=self.llm,
+            source_address=client[0], source_port=client[1], llm=self.llm, jwt=self.jwt,
         )
 
     def uri(self) -> str:
@@ -103,6 +105,8 @@ class Exchange:
             state["backend"] = {"name": self.backend.name, "type": self.backend.kind, "protocol": "http"}
         if self.llm is not None:
             state["llm"] = self.llm
+        if self.jwt is not None:
+            state["jwt"] = self.jwt
         if response is not None:
             state["response"] = response
         if proxy is not None:
@@ -203,6 +207,8 @@ class Exchange:
             except ClientDisconnected:
                 return
         status, headers, body = error_response(error)
+        if self.extra_response_headers:
+            headers += self.extra_response_headers
         if self.tracer is not None:
             self.tracer.event("responseSnapshot", stage="final response", severity="warn" if status < 500 else "error",
                               requestState=self.state(response={"code": status, "headers": headers_map(headers)}))

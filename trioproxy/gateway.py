@@ -134,6 +134,8 @@ class Gateway:
         # 2. gateway phase
         if tr:
             tr.event("policySelection", phase="gateway", effectivePolicy=policies_by_kind(listener.policies, "gateway"))
+        for stage in state.listener_stages[listener.key]:  # cors → jwtAuth → authorization
+            await stage.request(x)
         self._local_limit(x, state.listener_limiter(listener))
         if tr:
             tr.event("requestSnapshot", stage="gateway policies", requestState=x.state())
@@ -154,6 +156,8 @@ class Gateway:
         policies = route.policies
         if tr:
             tr.event("policySelection", phase="route", effectivePolicy=policies_by_kind(policies, "route"))
+        for stage in compiled.stages:  # cors → jwtAuth → authorization
+            await stage.request(x)
         self._local_limit(x, compiled.limiter)
         if policies.request_header_modifier is not None:
             x.headers = apply_modifier(x.headers, policies.request_header_modifier)
@@ -288,6 +292,8 @@ class Gateway:
         headers = apply_modifier(headers, route.policies.response_header_modifier)
         if x.limits:
             headers += LocalRateLimiter.headers(_most_constrained(x.limits))
+        if x.extra_response_headers:
+            headers += x.extra_response_headers
         if tr:
             tr.event("responseSnapshot", stage="final response", requestState=x.state(
                 response={"code": response.status, "headers": headers_map(headers)}))

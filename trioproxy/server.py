@@ -189,6 +189,7 @@ async def serve_gateway(
                 for port, sock in bind_socks.items():
                     await binds.start(_serve, Gateway(runtime, port), sock, drain_timeout, shutdown)
                 async with trio.open_nursery() as background:
+                    await background.start(runtime.jwks.run)  # first JWKS fetches, then refreshes
                     if config_path is not None:
                         background.start_soon(_watch_config, Path(config_path), runtime)
                     if extra_tasks is not None:

@@ -13,6 +13,9 @@ from typing import Literal
 import attrs
 from attrs import frozen
 
+from ..policies.authorization import AuthorizationSpec
+from ..policies.cors import CorsSpec
+from ..policies.jwt import JwtAuthSpec
 from ..policies.ratelimit_local import LocalRateLimitSpec
 
 PathKind = Literal["exact", "pathPrefix", "regex"]
@@ -114,6 +117,9 @@ class Policies:
     ``policySelection.effectivePolicy`` shows unset kinds as ``null``.
     """
 
+    jwt_auth: JwtAuthSpec | None = None
+    authorization: AuthorizationSpec | None = None
+    cors: CorsSpec | None = None
     local_rate_limit: tuple[LocalRateLimitSpec, ...] = ()
     request_header_modifier: HeaderModifier | None = None
     response_header_modifier: HeaderModifier | None = None
@@ -130,16 +136,16 @@ EMPTY_POLICIES = Policies()
 # camelCase kind -> attribute, per phase, in trace order.
 TRACE_KINDS: dict[str, tuple[tuple[str, str], ...]] = {
     "gateway": (
-        ("jwtAuth", ""),
-        ("authorization", ""),
-        ("cors", ""),
+        ("jwtAuth", "jwt_auth"),
+        ("authorization", "authorization"),
+        ("cors", "cors"),
         ("localRateLimit", "local_rate_limit"),
         ("remoteRateLimit", ""),
     ),
     "route": (
-        ("jwtAuth", ""),
-        ("authorization", ""),
-        ("cors", ""),
+        ("jwtAuth", "jwt_auth"),
+        ("authorization", "authorization"),
+        ("cors", "cors"),
         ("localRateLimit", "local_rate_limit"),
         ("remoteRateLimit", ""),
         ("requestHeaderModifier", "request_header_modifier"),

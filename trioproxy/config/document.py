@@ -1,0 +1,382 @@
+"""The standalone config document, described once: reading, errors and the JSON Schema come from here.
+
+Every class is ``@described`` (attrs, frozen); every field is ``field(description, default=...)``
+and its annotation is its type (kinds: see ``describe.py``; string syntaxes: ``scalars.py``).
+The wire name is the attribute in camelCase unless ``name=`` says otherwise. Nothing here
+decides what a value *means* at run time: ``compile.py`` turns a read ``Document`` into the
+frozen ``model.Config``.
+
+To add a policy (say ``retry``, today ``NOT_SUPPORTED``):
+
+1. Describe its value here as a ``@described`` class (docstring = schema description; one
+   ``field(...)`` per wire field, constraints in the annotation).
+2. In each phase class below that takes it (``GatewayPolicies``, ``RoutePolicies``,
+   ``BackendPolicies``), replace ``retry: NotBuilt = not_built(RETRY)`` with
+   ``retry: Retry | None = field(RETRY, default=None)``. The attribute name is the model's.
+3. Add the same attribute to ``model.Policies`` (and to ``model.TRACE_KINDS``), and one compile
+   function to ``compile.POLICY_COMPILERS`` (document value → runtime spec; report cross-field
+   problems there with ``reader.at(obj, "wireField", message)``).
+4. ``python -m trioproxy schema > trioproxy/config/schema.json`` (a test compares them), and add a
+   case to ``tests/test_config.py``.
+
+To add a plain field anywhere: one ``field(...)`` line in the class, then step 3's compile line
+if the runtime model needs it, then step 4. A field agentgateway has and trioproxy does not
+goes into ``agentgateway_fields.py`` instead.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from .describe import NOT_SUPPORTED, Integer, Items, Text, described, field
+from .model import Address
+from .scalars import (
+    CEL,
+    DURATION,
+    HEADER_NAME,
+    HEADER_VALUE,
+    HOST_PORT_ADDRESS,
+    HOSTNAME_NAME,
+    METHOD,
+    ORIGIN,
+    PATH,
+    REGEX,
+    SERVER_ADDRESS,
+    TOKEN_OR_STAR,
+)
+
+Port = Annotated[int, Integer(0, 65535)]
+Duration = Annotated[float, DURATION]
+Hostname = Annotated[str, HOSTNAME_NAME]
+Regex = Annotated[str, REGEX]
+PathText = Annotated[str, PATH]
+HeaderName = Annotated[str, HEADER_NAME]
+HeaderValue = Annotated[str, HEADER_VALUE]
+#: A policy kind the contract names but this version does not build (any value is an error).
+NotBuilt = Annotated[Any, NOT_SUPPORTED]
+
+
+def not_built(description: str) -> Any:
+    return field(f"{description} Not supported by this version of trioproxy.", default=None)
+
+
+# --- policies ----------------------------------------------------------------------------------
+
+
+@described
+class HeaderPair:
+    """One header: name and value."""
+
+    name: HeaderName = field("Header name (case-insensitive).")
+    value: HeaderValue = field("Header value.")
+
+
+Headers = tuple[HeaderPair, ...] | dict[HeaderName, HeaderValue]
+
+
+@described
+class HeaderModifier:
+    """Headers to add, set or remove (``[{name, value}]`` or ``{name: value}``)."""
+
+    add: Headers = field("Headers appended (an existing header of the same name is kept).", default=())
+    set: Headers = field("Headers set (replacing any of the same name).", default=())
+    remove: tuple[HeaderName, ...] = field("Names of headers removed.", default=())
+
+
+@described
+class Timeout:
+    """Time limits for a request."""
+
+    request_timeout: Duration | None = field(
+        "Limit for the whole request, from arrival to the end of the response (504 after it).", default=None)
+    backend_request_timeout: Duration | None = field(
+        "Limit for one call to the backend (504 after it).", default=None)
+
+
+@described
+class DirectResponse:
+    """Answer without a backend."""
+
+    status: Annotated[int, Integer(200, 599)] = field("HTTP status of the answer.")
+    body: Annotated[str, Text(min_length=0)] = field("Body of the answer (text/plain).", default="")
+
+
+@described
+class BackendAuth:
+    """Credentials the gateway sends to the backend."""
+
+    key: str = field("API key sent as `Authorization: Bearer <key>` (use `$VAR` to read it from the environment).")
+
+
+@described
+class LocalRateLimit:
+    """One token bucket; every bucket of a policy applies (a request must pass all)."""
+
+    max_tokens: Annotated[int, Integer(1, 2**62)] = field("Bucket size: the most a burst may take.")
+    tokens_per_fill: Annotated[int, Integer(1, 2**62)] = field("Tokens added at each fill.")
+    fill_interval: Duration = field("Time between fills, such as 1s, 60s or 1h.")
+    type: Literal["requests", "tokens"] = field(
+        "What a token is: one request, or one LLM token (usage.total_tokens of each response).",
+        default="requests")
+
+
+LOCAL_RATE_LIMIT = "Token buckets for requests or LLM tokens."
+
+CelText = Annotated[str, CEL]
+
+
+@described(one_of=("url", "file"))
+class JwksRef:
+    """Where a JSON Web Key Set is: exactly one of url, file (or write the JWKS JSON itself as a string)."""
+
+    url: str | None = field(
+        "HTTP(S) URL of the JWKS: fetched at start, refreshed every 5 minutes, refetched (rate-limited) "
+        "when a token names an unknown key; the last good keys keep serving while it is unreachable.",
+        default=None)
+    file: str | None = field("Path of a JWKS file (relative to the working directory).", default=None)
+
+
+Jwks = JwksRef | str
+
+
+@described
+class JwtProvider:
+    """One trusted token issuer and its keys."""
+
+    issuer: str = field("Expected `iss` claim, matched exactly.")
+    audiences: tuple[str, ...] = field("Accepted audiences; a non-empty list requires a matching `aud`.", default=())
+    jwks: Jwks = field("The issuer's public keys: {url}, {file} or the JWKS JSON inline.")
+
+
+@described
+class JwtAuth:
+    """Validate `Authorization: Bearer` JWTs: either issuer/audiences/jwks, or providers (several issuers).
+
+    The key is chosen by the token's `kid`; `exp` is required; `exp`/`nbf` get 60 s of leeway.
+    A validated token is removed from the request; its claims are `jwt.<claim>` in CEL.
+    """
+
+    mode: Literal["strict", "optional", "permissive"] = field(
+        "strict: a valid token is required. optional (default): requests without a token pass, invalid "
+        "tokens are rejected. permissive: missing or invalid tokens pass without claims.", default="optional")
+    issuer: str | None = field("Expected `iss` claim, matched exactly (single-issuer form).", default=None)
+    audiences: tuple[str, ...] = field(
+        "Accepted audiences; a non-empty list requires a matching `aud` (single-issuer form).", default=())
+    jwks: Jwks | None = field("The issuer's public keys: {url}, {file} or the JWKS JSON inline.", default=None)
+    providers: tuple[JwtProvider, ...] = field("Several trusted issuers (instead of issuer/audiences/jwks).",
+                                               default=())
+
+
+@described(one_of=("allow", "deny", "require"))
+class AuthorizationRule:
+    """One rule: exactly one of allow, deny, require."""
+
+    allow: CelText | None = field("Allow the request when this CEL expression is true.", default=None)
+    deny: CelText | None = field(
+        "Deny the request when this CEL expression is true (an expression that fails to evaluate does not deny).",
+        default=None)
+    require: CelText | None = field("Deny the request unless this CEL expression is true.", default=None)
+
+
+@described
+class Authorization:
+    """CEL rules over the request (`request.*`, `source.address`, `jwt.<claim>`); a denial is 403.
+
+    Any true deny rule denies; every require rule must be true; when allow rules exist one must be true.
+    """
+
+    rules: tuple[AuthorizationRule | CelText, ...] = field(
+        "Rules: a plain CEL string is an allow rule; or {allow|deny|require: <CEL>}.")
+
+
+@described
+class Cors:
+    """Cross-origin resource sharing; the gateway answers preflight requests itself."""
+
+    allow_origins: tuple[Annotated[str, ORIGIN], ...] = field(
+        "Origins allowed (* for any; a * in the host is a wildcard: https://*.example.com).", default=())
+    allow_methods: tuple[Annotated[str, TOKEN_OR_STAR], ...] = field(
+        "Access-Control-Allow-Methods of preflight answers (* echoes the requested method).", default=())
+    allow_headers: tuple[Annotated[str, TOKEN_OR_STAR], ...] = field(
+        "Access-Control-Allow-Headers of preflight answers (* echoes the requested headers).", default=())
+    expose_headers: tuple[Annotated[str, TOKEN_OR_STAR], ...] = field(
+        "Access-Control-Expose-Headers of allowed responses.", default=())
+    allow_credentials: bool = field("Send Access-Control-Allow-Credentials: true.", default=False)
+    max_age: Duration | None = field("Access-Control-Max-Age of preflight answers (whole seconds).", default=None)
+
+JWT_AUTH = "Validate a JWT bearer token (strict, optional or permissive)."
+AUTHORIZATION = "CEL rules that allow or deny a request."
+CORS = "Cross-origin resource sharing."
+REMOTE_RATE_LIMIT = "Global rate limits through an Envoy rate limit service."
+REQUEST_HEADERS = "Modify the request's headers before it goes upstream."
+RESPONSE_HEADERS = "Modify the response's headers before they go to the client."
+RETRY = "Retry failed backend calls."
+
+LocalRateLimits = Annotated[tuple[LocalRateLimit, ...], Items(min_items=1)]
+
+
+@described
+class GatewayPolicies:
+    """Policies of a listener (gateway phase); a localRateLimit here is one budget shared by all its routes."""
+
+    jwt_auth: JwtAuth | None = field(JWT_AUTH, default=None)
+    authorization: Authorization | None = field(AUTHORIZATION, default=None)
+    cors: Cors | None = field(CORS, default=None)
+    local_rate_limit: LocalRateLimits = field(LOCAL_RATE_LIMIT, default=())
+    remote_rate_limit: NotBuilt = not_built(REMOTE_RATE_LIMIT)
+
+
+@described
+class RoutePolicies:
+    """Policies of a route (route phase)."""
+
+    jwt_auth: JwtAuth | None = field(JWT_AUTH, default=None)
+    authorization: Authorization | None = field(AUTHORIZATION, default=None)
+    cors: Cors | None = field(CORS, default=None)
+    local_rate_limit: LocalRateLimits = field(LOCAL_RATE_LIMIT, default=())
+    remote_rate_limit: NotBuilt = not_built(REMOTE_RATE_LIMIT)
+    request_header_modifier: HeaderModifier | None = field(REQUEST_HEADERS, default=None)
+    response_header_modifier: HeaderModifier | None = field(RESPONSE_HEADERS, default=None)
+    timeout: Timeout | None = field("Request and backend time limits.", default=None)
+    retry: NotBuilt = not_built(RETRY)
+    direct_response: DirectResponse | None = field("Answer without calling a backend.", default=None)
+
+
+@described
+class BackendPolicies:
+    """Policies of one backend (backend phase)."""
+
+    backend_auth: BackendAuth | None = field("Credentials sent to this backend.", default=None)
+    request_header_modifier: HeaderModifier | None = field(REQUEST_HEADERS, default=None)
+    response_header_modifier: HeaderModifier | None = field(RESPONSE_HEADERS, default=None)
+
+
+# --- routes and backends -------------------------------------------------------------------------
+
+
+@described(one_of=("exact", "pathPrefix", "regex"))
+class PathMatch:
+    """How the request path must match: exactly one of exact, pathPrefix, regex."""
+
+    exact: PathText | None = field("The path, exactly.", default=None)
+    path_prefix: PathText | None = field(
+        "A path prefix, element-wise: /v1 matches /v1 and /v1/x, not /v10.", default=None)
+    regex: Regex | None = field("A regular expression the whole path must match.", default=None)
+
+
+@described(one_of=("exact", "regex"))
+class ValueCondition:
+    """How a header or query value must match: exactly one of exact, regex."""
+
+    exact: str | None = field("The value, exactly.", default=None)
+    regex: Regex | None = field("A regular expression the whole value must match.", default=None)
+
+
+@described
+class ValueMatch:
+    """A header or query parameter condition."""
+
+    name: str = field("Header or query parameter name (header names are case-insensitive).")
+    value: ValueCondition = field("The condition on its value.")
+
+
+@described
+class Match:
+    """Conditions a request must all meet for the route to take it."""
+
+    path: PathMatch | None = field("Path condition (absent: every path).", default=None)
+    method: Annotated[str, METHOD] | None = field("HTTP method.", default=None)
+    headers: tuple[ValueMatch, ...] = field("Header conditions.", default=())
+    query: tuple[ValueMatch, ...] = field("Query parameter conditions.", default=())
+
+
+@described
+class OpenAIOptions:
+    """Options of an OpenAI-compatible provider."""
+
+    model: str | None = field("Model to use, overriding the one the client asks for.", default=None)
+
+
+@described
+class Provider:
+    """Which LLM provider API the backend speaks."""
+
+    open_ai: OpenAIOptions | None = field("An OpenAI-compatible chat completions API.", name="openAI")
+
+
+@described
+class AIBackend:
+    """An OpenAI-compatible LLM provider."""
+
+    name: str = field("Backend name (traces, metrics).")
+    provider: Provider = field("Provider API.")
+    host_override: Annotated[Address, HOST_PORT_ADDRESS] = field(
+        "HOST:PORT of the provider, reached over plain HTTP.",
+        missing="required: this version reaches providers over plain HTTP at HOST:PORT")
+    path_override: PathText | None = field("Request path to use instead of the client's.", default=None)
+
+
+@described(one_of=("host", "ai"))
+class Backend:
+    """Where a route sends requests: exactly one of host, ai."""
+
+    host: Annotated[Address, HOST_PORT_ADDRESS] | None = field("HOST:PORT of a plain HTTP backend.", default=None)
+    ai: AIBackend | None = field("An LLM provider.", default=None)
+    weight: Annotated[int, Integer(0, 1_000_000)] = field(
+        "Share of the route's requests (0: none).", default=1)
+    policies: BackendPolicies | None = field("Backend-phase policies.", default=None)
+
+
+@described
+class Route:
+    """A set of conditions and the backends that serve requests meeting them."""
+
+    name: str | None = field("Route name, unique in its listener (default route<index>).", default=None)
+    namespace: str = field("Namespace in the route key.", default="default")
+    hostnames: tuple[Hostname, ...] = field(
+        "Host names the route takes (absent: any).", default=())
+    matches: tuple[Match, ...] = field("Alternatives; a request meeting any one matches (absent: every request).",
+                                       default=())
+    policies: RoutePolicies | None = field("Route-phase policies.", default=None)
+    backends: tuple[Backend, ...] = field("Backends, chosen by weight.", default=())
+
+
+@described
+class Listener:
+    """A set of routes on one bind."""
+
+    name: str | None = field("Listener name (default listener<index>).", default=None)
+    protocol: Literal["HTTP"] = field("Protocol; only HTTP.", default="HTTP")
+    hostname: Hostname | None = field("Host names this listener takes (absent: any).", default=None)
+    policies: GatewayPolicies | None = field("Gateway-phase policies.", default=None)
+    routes: tuple[Route, ...] = field("Routes, tried in order of specificity.", default=())
+
+
+@described
+class Bind:
+    """A port the gateway listens on."""
+
+    port: Port = field("TCP port (0: any free port).")
+    listeners: tuple[Listener, ...] = field("Listeners on this port.", default=())
+
+
+ServerAddress = Annotated[Address, SERVER_ADDRESS]
+
+
+@described
+class Servers:
+    """Addresses of the gateway's own servers; env ADMIN_ADDR, STATS_ADDR, READINESS_ADDR override them."""
+
+    admin_addr: ServerAddress | None = field(
+        "Admin server (/ui, /debug/trace, /config_dump); loopback by default.", default=None)
+    stats_addr: ServerAddress | None = field("Metrics server (/metrics); default 0.0.0.0:15020.", default=None)
+    readiness_addr: ServerAddress | None = field(
+        "Readiness server (/healthz/ready); default 0.0.0.0:15021.", default=None)
+
+
+@described
+class Document:
+    """trioproxy standalone configuration (a subset of agentgateway's)."""
+
+    config: Servers | None = field("The gateway's own servers.", default=None)
+    binds: tuple[Bind, ...] = field("Ports the gateway listens on.", default=())
