@@ -145,13 +145,33 @@ async def test_wrong_admin_password_is_one_line_with_keycloaks_message(version, 
 
 
 async def test_unreachable_idp_and_missing_realm_name_their_step():
-    with pytest.raises(SetupFailed, match=r"^step 1/9 \(admin token\): cannot reach http://127\.0\.0\.1:\d+: "):
-        await run_setup(request_for(f"http://127.0.0.1:{free_port()}"))
+    port = free_port()
+    with pytest.raises(SetupFailed) as unreachable:
+        await run_setup(request_for(f"http://127.0.0.1:{port}"))
+    assert str(unreachable.value) == f"step 1/9 (admin token): cannot reach http://127.0.0.1:{port}: connection refused"
     async with open_keycloak() as kc:
         with pytest.raises(SetupFailed) as failed:
             await run_setup(request_for(kc.url, realm="nope"))
     assert str(failed.value) == ("step 2/9 (initial access): create an initial access token: "
                                  "Keycloak answered 404 Realm not found.")
+
+
+async def test_a_server_that_is_not_keycloak(backend):
+    with pytest.raises(SetupFailed) as failed:
+        await run_setup(request_for(f"http://127.0.0.1:{backend.port}"))
+    assert str(failed.value) == (
+        "step 1/9 (admin token): POST /realms/master/protocol/openid-connect/token answered 200 without an "
+        f"access_token; is http://127.0.0.1:{backend.port} a Keycloak?")
+
+
+async def test_admin_of_the_realm_itself_with_admin_realm():
+    async with open_keycloak() as kc:
+        kc.add_user("demo", "realm-admin", "ra-pw", admin=True)
+        result = await run_setup(request_for(kc.url, admin_realm="demo", admin_user="realm-admin",
+                                             admin_password="ra-pw"))
+        assert result.client_secret
+        tokens = [r for r in kc.requests if r.path.endswith("/protocol/openid-connect/token")]
+        assert tokens[0].path == "/realms/demo/protocol/openid-connect/token"
 
 
 async def test_user_profile_left_alone_when_unmanaged_attributes_are_enabled_and_email_conflicts_fail():

@@ -119,6 +119,13 @@ def _answer(response: httpx.Response, what: str) -> _StepError:
     return _StepError(f"{what}: Keycloak answered {response.status_code} {_keycloak_message(response)}".rstrip())
 
 
+def _not_keycloak(response: httpx.Response, missing: str) -> _StepError:
+    """A success status without what Keycloak always sends: probably not Keycloak at that address."""
+    return _StepError(f"{response.request.method} {response.request.url.path} answered {response.status_code} "
+                      f"without {missing}; is {response.request.url.scheme}://{response.request.url.netloc.decode()} "
+                      "a Keycloak?")
+
+
 def _keycloak_message(response: httpx.Response) -> str:
     """Keycloak's error bodies come in three shapes: OAuth (``error``/``error_description``),
     admin (``errorMessage``) and JAX-RS (``error: HTTP 401 Unauthorized``)."""
@@ -159,7 +166,7 @@ class _Keycloak:
         try:
             self.token = r.json()["access_token"]
         except (ValueError, KeyError, TypeError):
-            raise _answer(r, "admin token: no access_token in the answer") from None
+            raise _not_keycloak(r, "an access_token") from None
 
     async def admin(self, method: str, path: str, *, expect: tuple[int, ...], what: str,
                     allow: tuple[int, ...] = (), **kwargs: Any) -> httpx.Response:
@@ -182,7 +189,7 @@ def _json(r: httpx.Response, what: str) -> Any:
     try:
         return r.json()
     except ValueError:
-        raise _answer(r, f"{what}: the answer is not JSON") from None
+        raise _not_keycloak(r, f"a JSON body ({what})") from None
 
 
 async def run_setup(request: SetupRequest, *, progress: Progress = lambda step, text: None,
@@ -202,17 +209,28 @@ async def run_setup(request: SetupRequest, *, progress: Progress = lambda step, 
         except httpx.TransportError as error:
             raise SetupFailed(f"step {number}/9 ({name}): cannot reach {request.idp_url}: "
                               f"{_transport_reason(error)}") from None
+        except (KeyError, TypeError, AttributeError, ValueError) as error:  # JSON of an unexpected shape
+            raise SetupFailed(f"step {number}/9 ({name}): unexpected answer from {request.idp_url} "
+                              f"({type(error).__name__}: {error}); is it a Keycloak?") from None
         progress(number, text)
     return state["result"]
 
 
 def _transport_reason(error: httpx.TransportError) -> str:
-    text = str(error) or type(error).__name__
-    if isinstance(error, httpx.ConnectError) and "refused" in text.lower():
-        return "connection refused"
+    """Why the IdP could not be reached, in words: the root cause (trio reports a refused
+    connection as "all attempts to connect ... failed" around a group of the real errors)."""
     if isinstance(error, httpx.TimeoutException):
         return f"timed out ({type(error).__name__})"
-    return text
+    pending: list[BaseException | None] = [error]
+    while pending:
+        cause = pending.pop()
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cause, BaseExceptionGroup):
+            pending.extend(cause.exceptions)
+        elif cause is not None:
+            pending.append(cause.__cause__ or cause.__context__)
+    return str(error) or type(error).__name__
 
 
 # --- the steps: each returns its progress line ----------------------------------------------------
@@ -228,7 +246,7 @@ async def _initial_access(kc: _Keycloak, state: dict[str, Any]) -> str:
                        what="create an initial access token")
     body = _json(r, "initial access")
     if not isinstance(body, dict) or not isinstance(body.get("token"), str):
-        raise _answer(r, "initial access: no token in the answer")
+        raise _not_keycloak(r, "a token")
     state["initial_token"] = body["token"]
     return f"initial access token ({r.status_code})"
 
@@ -241,7 +259,7 @@ async def _registration(kc: _Keycloak, state: dict[str, Any]) -> str:
         body = _json(r, "client registration")
         state["client_uuid"], state["client_secret"] = body.get("id"), body.get("secret")
         if not state["client_uuid"]:
-            raise _answer(r, "client registration: no id in the answer")
+            raise _not_keycloak(r, "the client id")
         return f"registered client {client_id} (id {state['client_uuid']})"
     if r.status_code == 400 and "Client Identifier in use" in r.text:
         found = await kc.admin("GET", "/clients", params={"clientId": client_id}, expect=(200,),
@@ -263,7 +281,7 @@ async def _client_update(kc: _Keycloak, state: dict[str, Any]) -> str:
         r = await kc.admin("GET", f"/clients/{uuid}/client-secret", expect=(200,), what="read the client secret")
         state["client_secret"] = (_json(r, "client secret") or {}).get("value")
         if not state["client_secret"]:
-            raise _answer(r, "client secret: no value in the answer")
+            raise _not_keycloak(r, "the secret value")
     return "service accounts, direct access grants, authorization services on; redirect URIs *"
 
 
@@ -288,7 +306,7 @@ async def _user_profile(kc: _Keycloak, state: dict[str, Any]) -> str:
     profile = _json(r, "user profile")
     attributes = profile.get("attributes") if isinstance(profile, dict) else None
     if not isinstance(attributes, list):
-        raise _answer(r, "user profile: no attributes list in the answer")
+        raise _not_keycloak(r, "an attributes list")
     if any(isinstance(a, dict) and a.get("name") == GROUP_ATTRIBUTE for a in attributes):
         return "attribute group already declared"
     if profile.get("unmanagedAttributePolicy") in KEPT_UNMANAGED:
@@ -359,7 +377,7 @@ async def _discovery(kc: _Keycloak, state: dict[str, Any]) -> str:
     doc = _json(r, "discovery")
     issuer, jwks_uri = doc.get("issuer"), doc.get("jwks_uri")
     if not isinstance(issuer, str) or not isinstance(jwks_uri, str):
-        raise _answer(r, "discovery document without issuer or jwks_uri")
+        raise _not_keycloak(r, "issuer and jwks_uri")
     state["result"] = SetupResult(
         issuer=issuer, jwks_uri=jwks_uri, jwks_path=urlsplit(jwks_uri).path, client_id=kc.request.client_id,
         client_uuid=state["client_uuid"], client_secret=state["client_secret"], users=state["users"],
