@@ -184,6 +184,7 @@ TRACE_KINDS: dict[str, tuple[tuple[str, str], ...]] = {
         ("timeout", "timeout"),
         ("retry", ""),
         ("directResponse", "direct_response"),
+        ("backendAuth", "backend_auth"),
     ),
     "backend": (
         ("backendAuth", "backend_auth"),
