@@ -15,6 +15,7 @@ import trio
 from . import __version__, demo, schema_cli, trace_cli
 from .access_log import configure_logging
 from .config import ConfigError, load_config
+from .idp import cli as idp_cli
 from .server import StartupError, run_until_signalled
 
 
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo_parser.set_defaults(handler=demo.run)
     schema_cli.configure_parser(commands.add_parser("schema", help="print the config's JSON Schema",
                                                     description=schema_cli.DESCRIPTION))
+    idp_cli.configure_parser(commands.add_parser("idp", help="identity provider set-up (idp setup)"))
     return parser
 
 

@@ -152,9 +152,15 @@ async def serve_gateway(
     from .admin.app import create_admin_app
     from .admin.servers import readiness_app, stats_app
 
+    from .admin.auth import admin_token, is_loopback
+
     shutdown = shutdown if shutdown is not None else trio.Event()
-    runtime = Runtime(config)
     servers = config.servers
+    token = admin_token(config)
+    if not token and not is_loopback(servers.admin.host):
+        raise StartupError(f"config.adminAddr: the admin server on {servers.admin} is not loopback-only and"
+                           " needs a bearer token: set ADMIN_TOKEN (or config.adminToken)")
+    runtime = Runtime(config)
     # Bind every socket up front: errors name the place, and nothing runs half-started.
     sockets: list[socket.socket] = []
     try:
@@ -185,7 +191,7 @@ async def serve_gateway(
     async with trio.open_nursery() as aux:
         await aux.start(_serve, readiness_app(lambda: ready["value"] and not shutdown.is_set()), ready_sock, 1.0, drained)
         await aux.start(_serve, stats_app(runtime.metrics), stats_sock, 1.0, drained)
-        await aux.start(_serve, create_admin_app(runtime), admin_sock, 1.0, drained)
+        await aux.start(_serve, create_admin_app(runtime, token=token), admin_sock, 1.0, drained)
         try:
             async with trio.open_nursery() as binds:
                 for port, sock in bind_socks.items():

@@ -247,7 +247,10 @@ class TraceSession:
         self.expression = expression
         self.injection = injection
         self.follow = follow
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5))
+        # An admin server off loopback wants its bearer token; the same variable the gateway reads.
+        token = os.environ.get("ADMIN_TOKEN")
+        headers = {"authorization": f"Bearer {token}"} if token else None
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5), headers=headers)
         self._stream: contextlib.AsyncExitStack | None = None
         self._lines: AsyncIterator[str] | None = None
         self._inject_task: asyncio.Task[None] | None = None

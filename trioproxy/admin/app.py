@@ -2,7 +2,9 @@
 
 Quart-Trio, because the admin is a small web application (pages, JSON, server-sent events)
 where a framework's routing and response helpers pay off; the data plane stays raw ASGI.
-It binds to loopback by default (``config.adminAddr``): nothing here is authenticated.
+It binds to loopback by default (``config.adminAddr``); bound anywhere else, every data
+endpoint needs the admin bearer token (``auth.py``). The web UI is the packaged files under
+``static/`` (plain HTML/JS/CSS, no build step) reading the JSON API of ``api.py``.
 """
 
 from __future__ import annotations
@@ -10,30 +12,52 @@ from __future__ import annotations
 import logging
 from importlib import resources
 
-from quart import Response, redirect, request
+from quart import Response, abort, redirect, request
 from quart_trio import QuartTrio
 
 from ..access_log import level_name, parse_level
 from ..config.dump import config_dump
 from ..runtime import Runtime
+from .api import register_api
+from .auth import require_token
 from .trace_stream import serve_trace
+
+UI_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self';"
+          " base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+STATIC_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".txt": "text/plain; charset=utf-8",
+}
 
 
 def _static(name: str) -> bytes:
     return resources.files("trioproxy.admin").joinpath("static", name).read_bytes()
 
 
-def create_admin_app(runtime: Runtime):
-    """The admin ASGI app: ``/debug/trace`` handled raw, everything else by Quart."""
+def _static_names() -> frozenset[str]:
+    """The packaged UI files; only these names are served (no path joins from the URL)."""
+    folder = resources.files("trioproxy.admin").joinpath("static")
+    return frozenset(entry.name for entry in folder.iterdir() if entry.is_file())
+
+
+def create_admin_app(runtime: Runtime, *, token: str | None = None):
+    """The admin ASGI app: ``/debug/trace`` handled raw, everything else by Quart.
+
+    ``token`` (off loopback) puts every data endpoint behind ``auth.require_token``; it is
+    also scrubbed from trace events, so a traced request carrying it never shows it.
+    """
     quart = _quart_app(runtime)
 
     async def app(scope, receive, send) -> None:
         if scope["type"] == "http" and scope["path"] == "/debug/trace":
-            await serve_trace(scope, receive, send, runtime.trace, runtime.metrics)
+            await serve_trace(scope, receive, send, runtime.trace, runtime.metrics, secrets=(token,) if token else ())
         else:
             await quart(scope, receive, send)
 
-    return app
+    return require_token(app, token)
 
 
 def _quart_app(runtime: Runtime) -> QuartTrio:
@@ -62,6 +86,28 @@ def _quart_app(runtime: Runtime) -> QuartTrio:
                 return Response(f"{error}\n", status=400, content_type="text/plain")
             logger.warning("log level set to %s", level_name(logger.level))
         return app.json.response({"level": level_name(logger.getEffectiveLevel())})
+
+    @app.after_request
+    async def ui_headers(response: Response) -> Response:
+        # The UI only loads its own files and talks to this server; no framing (clickjacking).
+        if request.path.startswith("/ui"):
+            response.headers["content-security-policy"] = UI_CSP
+            response.headers["x-content-type-options"] = "nosniff"
+            response.headers["referrer-policy"] = "no-referrer"
+        return response
+
+    names = _static_names()
+
+    @app.get("/ui/static/<name>")
+    async def ui_static(name: str) -> Response:
+        suffix = name[name.rfind("."):] if "." in name else ""
+        if name not in names or suffix not in STATIC_TYPES:
+            abort(404)
+        response = Response(_static(name), content_type=STATIC_TYPES[suffix])
+        response.headers["cache-control"] = "no-cache"
+        return response
+
+    register_api(app, runtime)
 
     @app.get("/config_dump")
     async def dump() -> Response:

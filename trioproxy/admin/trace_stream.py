@@ -2,12 +2,14 @@
 
 Raw ASGI rather than a Quart view: the stream must notice a reader that goes away (to stop
 offering it requests) and must never hold a request up, so it owns its ``receive`` and its
-timing. Framing: ``: ready``, then ``data: <event>`` each followed by a blank line, ``: keepalive``
+timing. Off loopback the admin token is scrubbed from every event (headers, URLs, bodies), so a
+traced request that carries it never shows it. Framing: ``: ready``, then ``data: <event>`` each followed by a blank line, ``: keepalive``
 every second (``TraceHub.keepalive``) while waiting; the response ends after ``requestFinished``.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 from urllib.parse import parse_qs
@@ -17,10 +19,37 @@ import trio
 from ..asgi import send_text
 from ..cel import CelError, compile_expression
 from ..metrics import Metrics
-from ..trace import TraceHub
+from ..trace import REDACTED, TraceHub
 
 
-async def serve_trace(scope: dict[str, Any], receive: Any, send: Any, hub: TraceHub, metrics: Metrics) -> None:
+def scrub_body(event: dict[str, Any], secrets: tuple[str, ...]) -> dict[str, Any]:
+    """A body snapshot with each secret replaced inside the (base64) body, where ``scrub`` cannot see."""
+    message = event.get("message")
+    if not isinstance(message, dict) or message.get("type") != "bodySnapshot" or not isinstance(message.get("body"), str):
+        return event
+    try:
+        raw = base64.b64decode(message["body"])
+    except ValueError:
+        return event
+    cleaned = raw
+    for secret in secrets:
+        cleaned = cleaned.replace(secret.encode(), REDACTED.encode())
+    if cleaned == raw:
+        return event
+    return {**event, "message": {**message, "body": base64.b64encode(cleaned).decode()}}
+
+
+def scrub(data: bytes, secrets: tuple[str, ...]) -> bytes:
+    """Hide each secret (the admin token) wherever it appears in an event, header redaction aside."""
+    for secret in secrets:
+        for form in (secret.encode(), json.dumps(secret, ensure_ascii=False)[1:-1].encode()):
+            if form and form in data:
+                data = data.replace(form, REDACTED.encode())
+    return data
+
+
+async def serve_trace(scope: dict[str, Any], receive: Any, send: Any, hub: TraceHub, metrics: Metrics,
+                      *, secrets: tuple[str, ...] = ()) -> None:
     if scope["method"] not in ("GET", "POST"):
         await send_text(send, 405, "method not allowed: use POST or GET")
         return
@@ -57,7 +86,11 @@ async def serve_trace(scope: dict[str, Any], receive: Any, send: Any, hub: Trace
                 if waiting.cancelled_caught:
                     await send({"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True})
                     continue
+                if secrets:
+                    event = scrub_body(event, secrets)
                 data = json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode()
+                if secrets:
+                    data = scrub(data, secrets)
                 await send({"type": "http.response.body", "body": b"data: " + data + b"\n\n", "more_body": True})
             tail = b""
             if watcher.dropped:

@@ -255,7 +255,8 @@ def _servers(servers: d.Servers | None, env: Mapping[str, str], r: Reader) -> m.
             except ValueError:
                 r.problem(f"env {env_name}", f"expected HOST:PORT, got {env[env_name]!r}")
         out[attribute] = value or getattr(defaults, attribute)
-    return m.ServerAddrs(**out)
+    token = env.get("ADMIN_TOKEN") or (servers.admin_token if servers is not None else None)
+    return m.ServerAddrs(**out, admin_token=token or None)
 
 
 def compile_document(document: d.Document, env: Mapping[str, str], r: Reader) -> m.Config:

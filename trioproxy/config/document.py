@@ -406,7 +406,7 @@ class Tracing:
 
 @described
 class Servers:
-    """Addresses of the gateway's own servers; env ADMIN_ADDR, STATS_ADDR, READINESS_ADDR override them."""
+    """The gateway's own servers; env ADMIN_ADDR, STATS_ADDR, READINESS_ADDR, ADMIN_TOKEN override them."""
 
     admin_addr: ServerAddress | None = field(
         "Admin server (/ui, /debug/trace, /config_dump); loopback by default.", default=None)
@@ -415,6 +415,9 @@ class Servers:
         "Readiness server (/healthz/ready); default 0.0.0.0:15021.", default=None)
     logging: Logging | None = field("Access log level, format and filter.", default=None)
     tracing: Tracing | None = field("OpenTelemetry trace export.", default=None)
+    admin_token: str | None = field(
+        "Bearer token every admin endpoint requires when adminAddr is not loopback (required then);"
+        " env ADMIN_TOKEN overrides it. Use `$VAR` to read it from the environment.", default=None)
 
 
 @described

@@ -51,6 +51,7 @@ def config_dump(config: Config) -> dict[str, Any]:
             "adminAddr": str(config.servers.admin),
             "statsAddr": str(config.servers.stats),
             "readinessAddr": str(config.servers.readiness),
+            **({"adminToken": REDACTED} if config.servers.admin_token else {}),
         },
         "binds": [
             {

@@ -67,6 +67,8 @@ class ServerAddrs:
     admin: Address = Address("localhost", 15000)
     stats: Address = Address("0.0.0.0", 15020)
     readiness: Address = Address("0.0.0.0", 15021)
+    #: bearer token for the admin server off loopback (``config.adminToken`` / env ``ADMIN_TOKEN``)
+    admin_token: str | None = attrs.field(default=None, repr=False)
 
 
 @frozen

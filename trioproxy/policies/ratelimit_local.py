@@ -173,6 +173,23 @@ class TokenBucket:
         self._refill(now)
         return self._decision(now, self._tokens >= 1)
 
+    def observe(self, now: float) -> tuple[Decision, int]:
+        """(decision, raw balance) at ``now`` without touching the bucket: for the admin API.
+
+        ``peek`` credits due fills into the bucket (harmless for admission, but a write);
+        a dashboard polling every second must not write to the data plane's state at all.
+        """
+        spec = self.spec
+        due = math.floor((now - self._start) / spec.fill_interval + _EPSILON)
+        tokens, fills = self._tokens, self._fills
+        if due > fills:
+            tokens = min(spec.max_tokens, tokens + (due - fills) * spec.tokens_per_fill)
+            fills = due
+        next_fill = self._start + (fills + 1) * spec.fill_interval
+        decision = Decision(tokens >= 1, spec.max_tokens, tokens if tokens > 0 else 0,
+                            max(0, math.ceil(next_fill - now - _EPSILON)))
+        return decision, tokens
+
     def has_capacity(self, now: float) -> Decision:
         """Admission for tokens limits: the cost is unknown until the response, so admit
         while at least one token is left (agentgateway does the same)."""
@@ -250,6 +267,10 @@ class LocalRateLimiter:
     def peek(self, now: float) -> Decision:
         """Most constrained entry right now, consuming nothing."""
         return _most_constrained(b.peek(now) for b in self.buckets)
+
+    def observe(self, now: float) -> tuple[tuple[Decision, int], ...]:
+        """Each entry's (decision, raw balance) at ``now``; reads only (``TokenBucket.observe``)."""
+        return tuple(b.observe(now) for b in self.buckets)
 
     @staticmethod
     def headers(decision: Decision) -> list[tuple[bytes, bytes]]:

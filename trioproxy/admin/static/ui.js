@@ -1,0 +1,619 @@
+// trioproxy admin UI: four pages over the admin JSON API (/api/*) and /debug/trace.
+// Plain modern JS, no build step; trace_model.js holds the trace viewer's state.
+"use strict";
+
+const TOKEN_KEY = "trioproxy.adminToken";
+const $ = (id) => document.getElementById(id);
+
+// -- small DOM helpers ---------------------------------------------------------------------------
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else if (k.startsWith("data-") || k === "title" || k === "role" || k === "aria-label") node.setAttribute(k, v);
+    else node[k] = v;
+  }
+  for (const c of children.flat()) if (c !== null && c !== undefined) node.append(c instanceof Node ? c : String(c));
+  return node;
+}
+const SVG_NS = "http://www.w3.org/2000/svg";
+function svg(tag, attrs = {}, ...children) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  for (const c of children.flat()) if (c !== null && c !== undefined) node.append(c instanceof Node ? c : String(c));
+  return node;
+}
+
+function showError(text) {
+  const banner = $("error-banner");
+  banner.textContent = text || "";
+  banner.hidden = !text;
+}
+
+// -- API with the admin token --------------------------------------------------------------------
+let tokenPrompt = null;
+
+function authHeaders() {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  return token ? { Authorization: `Bearer ${token}` } : {};
+}
+
+/** Ask for the admin token once, however many requests are waiting for it. */
+function askToken() {
+  if (!tokenPrompt) {
+    tokenPrompt = new Promise((resolve) => {
+      const dialog = $("token-dialog");
+      const form = $("token-form");
+      form.onsubmit = (ev) => {
+        ev.preventDefault();
+        const value = $("token-input").value.trim();
+        if (!value) return;
+        sessionStorage.setItem(TOKEN_KEY, value);
+        $("token-input").value = "";
+        dialog.close();
+        tokenPrompt = null;
+        resolve();
+      };
+      dialog.addEventListener("cancel", (ev) => ev.preventDefault());
+      if (!dialog.open) dialog.showModal();
+    });
+  }
+  return tokenPrompt;
+}
+
+async function api(path, options = {}) {
+  for (;;) {
+    const response = await fetch(path, { ...options, headers: { ...(options.headers || {}), ...authHeaders() } });
+    if (response.status === 401) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      await askToken();
+      continue;
+    }
+    if (!response.ok) throw new Error(`${path}: ${response.status} ${(await response.text()).trim()}`);
+    return response;
+  }
+}
+const getJSON = async (path) => (await api(path)).json();
+
+// -- shared: config (route names) and the reload badge -------------------------------------------
+let config = null;
+const routeNames = new Map();
+
+async function loadConfig() {
+  config = await getJSON("/api/config");
+  routeNames.clear();
+  for (const bind of config.binds)
+    for (const listener of bind.listeners)
+      for (const route of listener.routes) routeNames.set(route.key, route.name || route.key);
+  return config;
+}
+function routeLabel(key) {
+  if (!key) return "(no route)";
+  return routeNames.get(key) || key.split("/").pop();
+}
+function limiterLabel(key) {
+  if (routeNames.has(key)) return `route ${routeNames.get(key)}`;
+  if (config) {
+    for (const bind of config.binds)
+      for (const listener of bind.listeners)
+        if (listener.key === key) return `listener ${listener.name || key}`;
+  }
+  return key;
+}
+
+function showReload(state) {
+  const badge = $("reload-badge");
+  const reload = state.reload;
+  badge.textContent = reload.ok ? "config ok" : "reload rejected";
+  badge.className = "badge " + (reload.ok ? "ok" : "bad");
+  badge.title = reload.ok ? `reloads applied: ${reload.applied}` : reload.errors.join("\n");
+}
+
+// -- Overview --------------------------------------------------------------------------------------
+function activePolicies(policies) {
+  return Object.entries(policies || {}).filter(([, v]) => v !== null && v !== undefined);
+}
+function policyChips(policies) {
+  const active = activePolicies(policies);
+  if (!active.length) return el("span", { class: "muted", text: "none" });
+  return el("span", {}, active.map(([kind, spec]) =>
+    el("span", { class: "chip", title: JSON.stringify(spec, null, 2), text: kind })));
+}
+function describeMatch(match) {
+  const parts = [];
+  if (match.path) parts.push(`${match.path.kind} ${match.path.value}`);
+  if (match.method) parts.push(`method ${match.method}`);
+  for (const h of match.headers || []) parts.push(`header ${h.name} ${h.kind || "exact"} ${h.value}`);
+  for (const q of match.query || []) parts.push(`query ${q.name} ${q.kind || "exact"} ${q.value}`);
+  return parts.join(" · ") || JSON.stringify(match);
+}
+
+async function renderOverview() {
+  const [cfg, state] = await Promise.all([loadConfig(), getJSON("/api/statuses")]);
+  showReload(state);
+  const servers = $("servers");
+  servers.replaceChildren(...Object.entries(cfg.config).flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: String(v) })]));
+
+  const reload = state.reload;
+  $("reload").replaceChildren(
+    el("p", { class: reload.ok ? "ok" : "bad", "data-reload": reload.ok ? "ok" : "rejected",
+      text: reload.ok ? "serving the current file" : "last reload rejected: the previous config keeps serving" }),
+    el("p", { class: "muted", text: `reloads applied: ${reload.applied}, rejected: ${reload.rejected}` }),
+    ...(reload.errors.length ? [el("ul", { class: "problems" }, reload.errors.map((p) => el("li", { text: p })))] : []),
+  );
+
+  $("statuses").replaceChildren(renderStatuses(state.statuses));
+
+  $("binds").replaceChildren(...cfg.binds.map((bind) => el("div", { class: "card bind", "data-bind": bind.port },
+    el("h2", { text: `Bind ${bind.port}` }),
+    ...bind.listeners.map((listener) => el("div", { class: "listener" },
+      el("h3", {}, `Listener ${listener.name || listener.key}`,
+        el("span", { class: "muted" }, ` ${listener.protocol} · hostname ${listener.hostname || "*"}`)),
+      el("p", {}, "Policies: ", policyChips(listener.policies)),
+      el("div", { class: "scroll-x" }, el("table", { class: "grid" },
+        el("thead", {}, el("tr", {}, ["Route", "Hostnames", "Matches", "Policies", "Backends"].map((h) => el("th", { text: h })))),
+        el("tbody", {}, listener.routes.map((route) => el("tr", { "data-route": route.name },
+          el("td", {}, el("strong", { text: route.name }), el("div", { class: "muted small", text: route.key })),
+          el("td", { text: route.hostnames.length ? route.hostnames.join(", ") : "*" }),
+          el("td", {}, el("ul", { class: "plain" }, route.matches.map((m) => el("li", { class: "mono", text: describeMatch(m) })))),
+          el("td", {}, policyChips(route.policies)),
+          el("td", {}, route.backends.length ? el("ul", { class: "plain" }, route.backends.map((b) => el("li", {},
+            el("span", { class: "mono", text: b.target }),
+            el("span", { class: "muted", text: ` ${b.type} · weight ${b.weight}` }),
+            activePolicies(b.policies).length ? el("div", {}, policyChips(b.policies)) : null))) : el("span", { class: "muted", text: "none" })),
+        ))),
+      )),
+    )),
+  )));
+}
+/** Resource statuses: {kind, metadata, status: {conditions | parents[] | ancestors[]}} → a table. */
+function renderStatuses(statuses) {
+  const list = Array.isArray(statuses) ? statuses : statuses && typeof statuses === "object" ? Object.values(statuses) : [];
+  if (!list.length) return el("p", { class: "muted", "data-statuses": "none", text: "none" });
+  const conditionsOf = (status) => {
+    const s = (status && status.status) || {};
+    const groups = [...(s.parents || []), ...(s.ancestors || [])];
+    return [...(s.conditions || []), ...groups.flatMap((g) => g.conditions || [])];
+  };
+  return el("ul", { class: "plain statuses", "data-statuses": list.length }, list.map((status) => {
+    if (!status || typeof status !== "object" || !status.kind) return el("li", { text: statusText(status) });
+    const meta = status.metadata || {};
+    const conditions = conditionsOf(status);
+    return el("li", { "data-status": `${status.kind}/${meta.name}` },
+      el("strong", { text: `${status.kind} ` }), el("span", { class: "mono", text: `${meta.namespace ? meta.namespace + "/" : ""}${meta.name || ""}` }),
+      el("div", {}, conditions.length ? conditions.map((c) => el("span", {
+        class: "chip " + (c.status === "True" ? "cond-ok" : "cond-bad"),
+        title: [c.reason, c.message].filter(Boolean).join(": ") || c.type,
+        text: `${c.type}${c.status === "True" ? "" : " " + c.status}${c.reason && c.status !== "True" ? " (" + c.reason + ")" : ""}`,
+      })) : el("span", { class: "muted", text: "no conditions" })));
+  }));
+}
+
+function statusText(status) {
+  if (status && typeof status === "object") {
+    const name = status.name || status.resource || status.key || "";
+    const rest = Object.entries(status).filter(([k]) => !["name", "resource", "key"].includes(k))
+      .map(([k, v]) => `${k}=${typeof v === "object" ? JSON.stringify(v) : v}`).join(" ");
+    return `${name} ${rest}`.trim();
+  }
+  return String(status);
+}
+
+// -- Trace -----------------------------------------------------------------------------------------
+const trace = {
+  view: new TraceModel.TraceView(),
+  running: false,
+  controller: null,
+  validateTimer: null,
+  validation: 0,
+};
+
+function setTraceStatus(text, state) {
+  const node = $("trace-status");
+  node.textContent = text;
+  if (state) node.dataset.state = state;
+}
+
+function scheduleValidate() {
+  clearTimeout(trace.validateTimer);
+  trace.validateTimer = setTimeout(() => validateExpression().catch((error) => {
+    $("trace-expression-state").textContent = `cannot check the expression: ${error.message || error}`;
+  }), 200);
+}
+
+/** Compile the expression on the server (the same CEL engine the trace uses) and say why not. */
+async function validateExpression() {
+  const input = $("trace-expression");
+  const expression = input.value;
+  const ticket = ++trace.validation;
+  const box = $("trace-expression-state");
+  if (!expression.trim()) {
+    input.classList.remove("invalid", "valid");
+    box.textContent = "no expression: the next request is traced";
+    box.dataset.valid = "true";
+    return true;
+  }
+  const result = await getJSON("/api/cel/validate?expression=" + encodeURIComponent(expression));
+  if (ticket !== trace.validation) return result.valid;
+  input.classList.toggle("invalid", !result.valid);
+  input.classList.toggle("valid", result.valid);
+  box.textContent = result.valid ? "expression ok" : `invalid expression: ${result.error}`;
+  box.dataset.valid = String(result.valid);
+  return result.valid;
+}
+
+async function startTrace() {
+  if (trace.running) { stopTrace(); return; }
+  const expression = $("trace-expression").value.trim();
+  if (!(await validateExpression())) { setTraceStatus("fix the expression first", "error"); return; }
+  trace.running = true;
+  if ($("trace-follow").checked) trace.view.showRequests = true; // as the text UI's --follow
+  renderTrace();
+  $("trace-start").textContent = "Stop";
+  try {
+    do {
+      await traceOnce(expression);
+    } while (trace.running && $("trace-follow").checked);
+  } catch (error) {
+    if (error.name !== "AbortError") setTraceStatus(String(error.message || error), "error");
+  } finally {
+    const wasStopped = !trace.running;
+    trace.running = false;
+    trace.controller = null;
+    $("trace-start").textContent = "Start trace";
+    if ($("trace-status").dataset.state !== "error")
+      setTraceStatus(statusLine(wasStopped ? "stopped" : "stream complete"), "done");
+  }
+}
+
+function stopTrace() {
+  trace.running = false;
+  if (trace.controller) trace.controller.abort();
+}
+
+function statusLine(prefix) {
+  const view = trace.view;
+  const n = view.eventCount;
+  let text = `${n} events`;
+  if (view.showRequests) text += ` in ${view.requests.length} requests`;
+  return prefix ? `${prefix}: ${text}` : text;
+}
+
+/** One /debug/trace stream (POST, read with fetch so the token goes in a header). */
+async function traceOnce(expression) {
+  const controller = new AbortController();
+  trace.controller = controller;
+  const url = "/debug/trace" + (expression ? "?expression=" + encodeURIComponent(expression) : "");
+  const response = await api(url, { method: "POST", signal: controller.signal });
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += value;
+    let cut;
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      handleSseBlock(block);
+    }
+  }
+}
+
+function handleSseBlock(block) {
+  const data = [];
+  for (const line of block.split("\n")) {
+    if (line.startsWith(":")) {
+      const comment = line.slice(1).trim();
+      if (comment === "ready") setTraceStatus(statusLine("") + " · waiting for a request", "waiting");
+      else if (comment.startsWith("dropped")) setTraceStatus(comment, "warn");
+    } else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+  }
+  if (!data.length) return;
+  trace.view.addEvent(JSON.parse(data.join("\n")));
+  setTraceStatus(statusLine("") + " · receiving", "receiving");
+  renderTrace();
+}
+
+function renderTrace() {
+  const view = trace.view;
+  $("trace-download").disabled = view.eventCount === 0;
+  $("pane-requests").hidden = !view.showRequests;
+  $("trace-panes").classList.toggle("with-requests", view.showRequests);
+  for (const pane of document.querySelectorAll("#trace-panes .pane"))
+    pane.classList.toggle("focused", pane.dataset.pane === view.focus);
+
+  $("request-rows").replaceChildren(...view.requests.map((r, i) => el("tr", {
+    class: i === view.selectedRequest ? "selected" : "", "data-index": i,
+  }, el("td", { text: i + 1 }), el("td", { text: r.method }), el("td", { class: "mono", text: r.path }),
+    el("td", { text: r.status }), el("td", { text: r.duration }))));
+
+  const current = view.trace;
+  $("event-rows").replaceChildren(...(current ? current.rows : []).map((row, i) => el("tr", {
+    class: `sev-${row.severity}` + (i === view.selectedRow ? " selected" : ""), "data-kind": row.kind, "data-index": i,
+  }, el("td", { text: row.number }), el("td", { text: row.kind }), el("td", { text: row.summary }))));
+
+  $("details-title").textContent = view.detailsTitle();
+  $("details-format").firstChild.textContent = view.fmt + " ";
+  for (const b of document.querySelectorAll(".modes [data-mode]")) b.classList.toggle("active", b.dataset.mode === view.mode);
+  const details = $("details");
+  details.dataset.mode = view.mode;
+  details.replaceChildren(...view.detailsLines().map(([style, line]) => el("span", { class: style ? `line ${style}` : "line", text: line })));
+
+  for (const row of document.querySelectorAll("#event-rows tr.selected, #request-rows tr.selected"))
+    row.scrollIntoView({ block: "nearest" });
+}
+
+/** ``c`` as in the text UI: the details pane's text to the clipboard. */
+function copyDetails() {
+  const text = trace.view.detailsLines().map(([, line]) => line).join("\n");
+  const done = (ok) => setTraceStatus(ok ? "details copied to the clipboard" : "the browser refused the clipboard",
+    $("trace-status").dataset.state);
+  if (!navigator.clipboard) { done(false); return; }
+  navigator.clipboard.writeText(text).then(() => done(true), () => done(false));
+}
+
+function downloadTrace() {
+  const events = trace.view.allEvents();
+  if (!events.length) return;
+  const text = events.map((e) => JSON.stringify(e)).join("\n") + "\n";
+  const link = el("a", {
+    href: URL.createObjectURL(new Blob([text], { type: "application/x-ndjson" })),
+    download: `trace-${new Date().toISOString().replace(/[:.]/g, "-")}.jsonl`,
+  });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(link.href), 1000);
+}
+
+// Keys as in the text UI (tui/keys.py): tab, arrows/j/k, PgUp/PgDn, Home/End/g/G, e/s/d, f.
+function onTraceKey(ev) {
+  if (currentPage() !== "trace" || ev.ctrlKey || ev.metaKey || ev.altKey) return;
+  const target = ev.target;
+  if (target && (target.tagName === "INPUT" || target.tagName === "TEXTAREA" || target.isContentEditable)) return;
+  // Tab moves between the panes only when the focus is not on a control (keep keyboard navigation).
+  if (ev.key === "Tab" && target && target !== document.body && !target.closest("#trace-panes")) return;
+  const view = trace.view;
+  const details = $("details");
+  const page = view.focus === "details" ? Math.max(1, Math.floor(details.clientHeight / 18)) : 10;
+  const scrollDetails = (lines) => { details.scrollTop += lines * 18; };
+  const moves = { ArrowUp: -1, k: -1, ArrowDown: 1, j: 1, PageUp: -page, PageDown: page, Home: -1e9, g: -1e9, End: 1e9, G: 1e9 };
+  if (ev.key in moves) {
+    if (view.focus === "details") {
+      if (Math.abs(moves[ev.key]) >= 1e9) details.scrollTop = moves[ev.key] < 0 ? 0 : details.scrollHeight;
+      else scrollDetails(moves[ev.key]);
+    } else view.move(moves[ev.key]);
+  } else if (ev.key === "Tab") view.focusNext(ev.shiftKey ? -1 : 1);
+  else if (ev.key === "e") view.setMode("event");
+  else if (ev.key === "s") view.setMode("snapshot");
+  else if (ev.key === "d") view.setMode("diff");
+  else if (ev.key === "f") view.toggleFormat();
+  else if (ev.key === "c") { copyDetails(); return; }
+  else return;
+  ev.preventDefault();
+  renderTrace();
+}
+
+function setupTrace() {
+  $("trace-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    startTrace().catch((error) => setTraceStatus(String(error.message || error), "error"));
+  });
+  $("trace-expression").addEventListener("input", scheduleValidate);
+  $("trace-download").addEventListener("click", downloadTrace);
+  $("trace-clear").addEventListener("click", () => {
+    trace.view = new TraceModel.TraceView();
+    if (!trace.running) setTraceStatus("press Start trace, then send a request to the gateway", "idle");
+    renderTrace();
+  });
+  for (const b of document.querySelectorAll(".modes [data-mode]"))
+    b.addEventListener("click", () => { trace.view.setMode(b.dataset.mode); renderTrace(); });
+  $("details-format").addEventListener("click", () => { trace.view.toggleFormat(); renderTrace(); });
+  // Delegated clicks: rows are rebuilt on every event, so handlers live on the table bodies.
+  $("request-rows").addEventListener("click", (ev) => {
+    const row = ev.target.closest("tr[data-index]");
+    if (!row) return;
+    const view = trace.view, i = Number(row.dataset.index);
+    view.selectRequest(i);
+    view.followRequests = i === view.requests.length - 1;
+    renderTrace();
+  });
+  $("event-rows").addEventListener("click", (ev) => {
+    const row = ev.target.closest("tr[data-index]");
+    if (!row) return;
+    trace.view.selectRow(Number(row.dataset.index));
+    renderTrace();
+  });
+  for (const pane of document.querySelectorAll("#trace-panes .pane"))
+    pane.addEventListener("mousedown", () => {
+      trace.view.focus = pane.dataset.pane;
+      for (const p of document.querySelectorAll("#trace-panes .pane")) p.classList.toggle("focused", p === pane);
+    });
+  document.addEventListener("keydown", onTraceKey);
+  renderTrace();
+}
+
+// -- Rate limits -----------------------------------------------------------------------------------
+function seconds(s) {
+  if (s >= 3600 && s % 3600 === 0) return `${s / 3600}h`;
+  if (s >= 60 && s % 60 === 0) return `${s / 60}m`;
+  return `${s}s`;
+}
+
+function meterFill(share) {
+  const fill = el("span", { class: share < 0.2 ? "fill low" : "fill" });
+  fill.style.width = `${(share * 100).toFixed(1)}%`; // CSSOM: allowed by the page's CSP
+  return fill;
+}
+
+async function renderLimiters() {
+  if (!config) await loadConfig();
+  const { limiters } = await getJSON("/api/limiters");
+  const rows = limiters.flatMap((limiter) => limiter.entries.map((e, i) => {
+    const share = e.limit ? Math.max(0, Math.min(1, e.remaining / e.limit)) : 0;
+    return el("tr", { "data-limiter": limiter.key, "data-entry": i },
+      el("td", {}, el("strong", { text: limiterLabel(limiter.key) }), el("div", { class: "muted small", text: limiter.key })),
+      el("td", { text: limiter.scope }),
+      el("td", { text: e.type }),
+      el("td", { class: "num", text: e.limit }),
+      el("td", { class: "remaining" },
+        el("span", { class: "num", "data-remaining": e.remaining, text: `${e.remaining}` }),
+        e.balance < 0 ? el("span", { class: "muted small", title: "LLM usage charged past the budget, paid back by refills",
+          text: ` (${-e.balance} owed)` }) : null,
+        el("span", { class: "meter", title: `${e.remaining} of ${e.limit}` }, meterFill(share))),
+      el("td", { text: `+${e.tokensPerFill} every ${seconds(e.fillIntervalSeconds)}` }),
+      el("td", { class: "num", text: `${e.resetSeconds}s` }));
+  }));
+  $("limiter-rows").replaceChildren(...(rows.length ? rows
+    : [el("tr", {}, el("td", { colSpan: 7, class: "muted", text: "no local rate limits configured" }))]));
+}
+
+// -- Traffic ---------------------------------------------------------------------------------------
+const STATUS_CLASSES = [["2xx", "s2"], ["3xx", "s3"], ["4xx", "s4"], ["5xx", "s5"]];
+const statusClass = (status) => (status >= 500 ? "s5" : status >= 400 ? "s4" : status >= 300 ? "s3" : "s2");
+const ms = (s) => (s === null || s === undefined ? "–" : s < 0.001 ? `${(s * 1000).toFixed(2)} ms` : `${(s * 1000).toFixed(1)} ms`);
+
+function barChart(rows, { width = 560, label = 120, unit = "" } = {}) {
+  // rows: [{name, segments: [{value, cls, title}]}]; horizontal stacked bars on one scale.
+  const lineH = 22, top = 4;
+  const max = Math.max(1, ...rows.map((r) => r.segments.reduce((n, s) => n + s.value, 0)));
+  const plot = width - label - 110; // room for the value text after the longest bar
+  const chart = svg("svg", { viewBox: `0 0 ${width} ${top + rows.length * lineH + 4}`, role: "img", class: "bars" });
+  rows.forEach((row, i) => {
+    const y = top + i * lineH;
+    chart.append(svg("text", { x: label - 6, y: y + 14, "text-anchor": "end", class: "label" }, row.name));
+    let x = label;
+    let total = 0;
+    for (const seg of row.segments) {
+      const w = (seg.value / max) * plot;
+      chart.append(svg("rect", { x, y: y + 3, width: Math.max(seg.value ? 1 : 0, w), height: lineH - 8, class: seg.cls },
+        svg("title", {}, seg.title)));
+      x += w;
+      total += seg.value;
+    }
+    chart.append(svg("text", { x: x + 4, y: y + 14, class: "value" }, row.valueText ?? `${total}${unit}`));
+  });
+  return chart;
+}
+
+function legend(items) {
+  return el("div", { class: "legend" }, items.map(([text, cls]) => el("span", {}, el("i", { class: cls }), text)));
+}
+
+async function renderTraffic() {
+  if (!config) await loadConfig();
+  const summary = await getJSON("/api/metrics");
+  const byRoute = new Map();
+  for (const r of summary.requests) {
+    const entry = byRoute.get(r.route) || { total: 0, statuses: new Map() };
+    entry.total += r.count;
+    entry.statuses.set(r.status, (entry.statuses.get(r.status) || 0) + r.count);
+    byRoute.set(r.route, entry);
+  }
+  const latency = new Map(summary.latency.map((l) => [l.route, l]));
+  const routes = [...new Set([...byRoute.keys(), ...latency.keys()])].sort((a, b) => routeLabel(a).localeCompare(routeLabel(b)));
+
+  const requestsBox = $("chart-requests");
+  if (!routes.length) requestsBox.replaceChildren(el("p", { class: "muted", text: "no requests yet" }));
+  else requestsBox.replaceChildren(barChart(routes.map((route) => {
+    const entry = byRoute.get(route) || { statuses: new Map() };
+    const segments = [...entry.statuses.entries()].sort((a, b) => a[0] - b[0])
+      .map(([status, value]) => ({ value, cls: statusClass(status), title: `${routeLabel(route)} ${status}: ${value}` }));
+    return { name: routeLabel(route), segments };
+  })), legend(STATUS_CLASSES));
+
+  const latencyBox = $("chart-latency");
+  const withLatency = routes.filter((r) => latency.has(r) && latency.get(r).count);
+  if (!withLatency.length) latencyBox.replaceChildren(el("p", { class: "muted", text: "no requests yet" }));
+  else {
+    const rows = withLatency.flatMap((route) => ["p50", "p90", "p99"].map((p, i) => {
+      const value = latency.get(route).percentiles[p] || 0;
+      return { name: i === 0 ? routeLabel(route) : "", segments: [{ value: value * 1000, cls: `q${i}`, title: `${routeLabel(route)} ${p}: ${ms(value)}` }], valueText: `${p} ${ms(value)}` };
+    }));
+    latencyBox.replaceChildren(barChart(rows), legend([["p50", "q0"], ["p90", "q1"], ["p99", "q2"]]));
+  }
+
+  $("traffic-rows").replaceChildren(...(routes.length ? routes.map((route) => {
+    const entry = byRoute.get(route) || { total: 0, statuses: new Map() };
+    const l = latency.get(route) || { percentiles: {} };
+    return el("tr", { "data-route": routeLabel(route) },
+      el("td", { text: routeLabel(route) }),
+      el("td", { class: "num", "data-count": entry.total, text: entry.total }),
+      el("td", { text: [...entry.statuses.entries()].sort((a, b) => a[0] - b[0]).map(([s, n]) => `${s}: ${n}`).join(", ") }),
+      el("td", { class: "num", text: ms(l.percentiles.p50) }),
+      el("td", { class: "num", text: ms(l.percentiles.p90) }),
+      el("td", { class: "num", text: ms(l.percentiles.p99) }),
+      el("td", { class: "num", text: ms(l.meanSeconds) }));
+  }) : [el("tr", {}, el("td", { colSpan: 7, class: "muted", text: "no requests yet" }))]));
+  const errors = summary.upstreamErrors.map((e) => `${routeLabel(e.route)} ${e.kind}: ${e.count}`);
+  $("traffic-extra").textContent = `in flight: ${summary.inFlight}` + (errors.length ? ` · upstream errors: ${errors.join(", ")}` : "");
+}
+
+// -- pages and polling -----------------------------------------------------------------------------
+const PAGES = {
+  overview: { render: renderOverview, every: 5000 },
+  trace: { render: async () => renderTrace(), every: 0 },
+  ratelimits: { render: renderLimiters, every: 1000 },
+  traffic: { render: renderTraffic, every: 2000 },
+};
+let pollTimer = null;
+let generation = 0;
+
+function currentPage() {
+  const name = location.hash.replace(/^#\/?/, "");
+  return name in PAGES ? name : "overview";
+}
+
+async function showPage() {
+  const name = currentPage();
+  const mine = ++generation;
+  clearTimeout(pollTimer);
+  for (const section of document.querySelectorAll(".page")) section.hidden = section.id !== `page-${name}`;
+  for (const link of document.querySelectorAll("nav a")) {
+    if (link.dataset.page === name) link.setAttribute("aria-current", "page");
+    else link.removeAttribute("aria-current");
+  }
+  document.title = `${document.querySelector(`nav a[data-page="${name}"]`).textContent} · trioproxy admin`;
+  const tick = async () => {
+    if (mine !== generation) return;
+    try {
+      await PAGES[name].render();
+      document.body.dataset.loaded = name;
+      showError("");
+    } catch (error) {
+      showError(`could not load ${name}: ${error.message || error}`);
+    }
+    if (PAGES[name].every && mine === generation) pollTimer = setTimeout(tick, PAGES[name].every);
+  };
+  await tick();
+}
+
+async function refreshBadge() {
+  try { showReload(await getJSON("/api/statuses")); } catch (error) { /* the page shows errors */ }
+}
+
+/** Before any data request: does this admin server want a token, and is the stored one right? */
+async function ensureToken() {
+  for (;;) {
+    const response = await fetch("/api/auth", { headers: authHeaders() });
+    const state = await response.json();
+    if (!state.required || state.accepted) return;
+    sessionStorage.removeItem(TOKEN_KEY);
+    await askToken();
+  }
+}
+
+async function main() {
+  setupTrace();
+  try { await ensureToken(); } catch (error) { showError(`admin server unreachable: ${error.message || error}`); }
+  window.addEventListener("hashchange", showPage);
+  if (!location.hash) history.replaceState(null, "", "#/overview");
+  showPage();
+  refreshBadge();
+  setInterval(refreshBadge, 5000);
+}
+
+main();
