@@ -82,3 +82,22 @@ def test_parse_origin():
     assert parse_origin("https://e.com:8443") == ("https", "e.com", 8443)
     for bad in ("ftp://e.com", "http://e.com:0", "http://e.com/x", "http://e*.com", "e.com", "http://:80"):
         assert parse_origin(bad) is None, bad
+
+
+def test_wildcard_host_matching_agrees_with_a_regex():
+    import re
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from trioproxy.policies.cors import _wildcard_match
+
+    alphabet = st.sampled_from("ab.*")
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.text(alphabet, max_size=8), st.text(st.sampled_from("ab."), max_size=8))
+    def check(pattern, value):
+        reference = re.fullmatch(".*".join(map(re.escape, pattern.split("*"))), value) is not None
+        assert _wildcard_match(pattern, value) is reference
+
+    check()

@@ -10,6 +10,7 @@ import json
 
 import pytest
 import trio
+import trio.testing
 
 from .conftest import free_port, start_gateway
 from .jwks_server import JwksServer
@@ -224,3 +225,34 @@ async def test_a_reload_that_adds_a_jwks_url_fetches_it(nursery, backend, keys, 
         assert response.status_code == 200
         rejected = await client.get("/api", headers={"authorization": f"Bearer {first_key.token()}"})
         assert rejected.status_code == 401  # the old issuer's key is no longer trusted
+
+
+async def test_access_log_names_the_subject_never_the_token(nursery, backend, keys):
+    import io
+    import logging
+
+    from trioproxy.access_log import configure_logging
+
+    key, _ = keys["RS256"]
+    server = await nursery.start(JwksServer(jwks(key)).serve)
+    gw = await start(nursery, backend, route("api", jwt_auth("strict", server.url), backend.port))
+    root = logging.getLogger("trioproxy")
+    saved = (list(root.handlers), root.level, root.propagate)
+    stream = io.StringIO()
+    configure_logging("info", "json", stream=stream, env={})
+    try:
+        token = key.token(sub="carol")
+        async with gw.client() as client:
+            assert (await client.get("/api", headers={"authorization": f"Bearer {token}"})).status_code == 200
+            assert (await client.get("/api", headers={"authorization": "Bearer nope"})).status_code == 401
+        await trio.testing.wait_all_tasks_blocked()
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        root.propagate = saved[2]
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    requests = [line for line in lines if line["message"] == "request"]
+    assert requests[0]["jwt.sub"] == "carol" and requests[0]["http.status"] == 200
+    assert requests[1]["http.status"] == 401 and "jwt.sub" not in requests[1]
+    assert requests[1]["error"] == "authentication failure: token is malformed"
+    assert token not in stream.getvalue()

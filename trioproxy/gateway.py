@@ -152,6 +152,8 @@ class Gateway:
         }
         if x.error:
             fields["error"] = x.error
+        if x.jwt is not None and isinstance(x.jwt.get("sub"), str):
+            fields["jwt.sub"] = x.jwt["sub"]  # as agentgateway; never the token
         if llm is not None:
             fields["gen_ai.provider.name"] = llm.get("provider")
             fields["gen_ai.request.model"] = llm.get("model")

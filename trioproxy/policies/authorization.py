@@ -22,6 +22,7 @@ from typing import Any, Literal
 from attrs import frozen
 
 from ..cel import compile_expression
+from ..errors import AuthorizationDenied
 
 __all__ = ["AuthorizationDecision", "AuthorizationPolicy", "AuthorizationSpec", "Rule", "decide"]
 
@@ -85,8 +86,6 @@ class AuthorizationStage:
         self.policy = policy
 
     async def request(self, x: Any) -> None:
-        from ..errors import AuthorizationDenied
-
         decision = decide(self.policy, x.activation())
         if x.tracer:
             x.tracer.event("policy", severity="info" if decision.allowed else "warn", kind="authorization",

@@ -24,6 +24,8 @@ from typing import Any
 
 from attrs import frozen
 
+from ..errors import DirectResponse
+
 __all__ = ["CorsDecision", "CorsSpec", "decide", "parse_origin"]
 
 Header = tuple[bytes, bytes]
@@ -169,8 +171,6 @@ class CorsStage:
         self.policy = policy
 
     async def request(self, x: Any) -> None:
-        from ..errors import DirectResponse
-
         decision = self.policy.decide(x.scope["method"], x.headers)
         if x.tracer and decision.result != "no origin":
             x.tracer.event("policy", severity="warn" if decision.result.startswith("disallowed") else "info",

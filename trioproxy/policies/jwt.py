@@ -1,4 +1,4 @@
-"""JWT authentication (``jwtAuth``): the frozen spec, JWKS parsing and the pure verifier.
+"""JWT authentication (``jwtAuth``): the frozen spec, JWKS parsing, the pure verifier and its thin stage.
 
 Behaviour follows agentgateway's ``http/jwt.rs``:
 
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -38,6 +39,8 @@ import attrs
 import jwt as pyjwt
 from attrs import frozen
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
+
+from ..errors import AuthenticationFailed
 
 __all__ = [
     "LEEWAY_SECONDS",
@@ -392,10 +395,6 @@ class JwtAuthStage:
         return refreshed
 
     async def request(self, x: Any) -> None:
-        import time
-
-        from ..errors import AuthenticationFailed
-
         tr = x.tracer
         mode = self.spec.mode
         token = bearer_token(x.headers)
