@@ -26,7 +26,6 @@ expected is its text as written (``1.10`` and ``off`` stay strings); YAML 1.2 re
 from __future__ import annotations
 
 import difflib
-import math
 import re
 import types
 import typing
@@ -60,8 +59,9 @@ STR_TAG = "tag:yaml.org,2002:str"
 INT_TAG = "tag:yaml.org,2002:int"
 FLOAT_TAG = "tag:yaml.org,2002:float"
 BOOL_TAG = "tag:yaml.org,2002:bool"
-#: Reading stops after this many nodes (aliases can make a small file describe a huge tree).
-NODE_BUDGET = 2_000_000
+#: Most mapping and list values a document may expand to, aliases counted each time they are
+#: used (a 1,000-route file has ~15,000): bounds reading and compiling alike.
+NODE_BUDGET = 250_000
 
 
 # --- the description: fields and classes -----------------------------------------------------
@@ -115,7 +115,7 @@ class Problem:
 
     def render(self, source: str | None) -> str:
         text = f"{self.path}: {self.message}" if self.path else self.message
-        if source is None or self.line is None:
+        if source is None or self.line is None or self.column is None:
             return text
         return f"{source}:{self.line + 1}:{self.column + 1}: {text}"
 
@@ -139,12 +139,13 @@ def describe_node(node: Node) -> str:
         return "a mapping"
     if isinstance(node, SequenceNode):
         return "a list"
-    if node.tag == NULL_TAG and not node.style:
+    plain = not getattr(node, "style", None)
+    if node.tag == NULL_TAG and plain:
         return "null"
-    if node.tag == BOOL_TAG and not node.style:
+    if node.tag == BOOL_TAG and plain:
         return "a boolean"
-    if node.tag in (INT_TAG, FLOAT_TAG) and not node.style:
-        return node.value
+    if node.tag in (INT_TAG, FLOAT_TAG) and plain:
+        return str(node.value)
     return repr(node.value)
 
 
@@ -155,8 +156,10 @@ class Reader:
         self.env = env
         self.problems: list[Problem] = []
         self.origins: dict[int, Origin] = {}
-        self.budget = NODE_BUDGET
-        self._active: set[int] = set()  # mapping/list nodes being read (recursive aliases)
+        self.expanded = 0  # mapping and list nodes read, aliases counted as often as used
+        self.over_budget = False
+        self._active: set[int] = set()  # mapping/list nodes being read
+        self.memo: dict[tuple[int, int], tuple[Any, int]] = {}  # (node, kind) -> (value, expanded size)
 
     def problem(self, path: str, message: str, node: Node | None = None) -> None:
         mark = node.start_mark if node is not None else None
@@ -173,11 +176,11 @@ class Reader:
     def origin(self, obj: Any) -> Origin:
         return self.origins[id(obj)]
 
-    def scalar_text(self, node: ScalarNode, path: str) -> tuple[str, str, bool]:
+    def scalar_text(self, node: Node, path: str) -> tuple[str, str, bool]:
         """(tag, text, plain) of a scalar after ``$VAR`` expansion (expanded text is a string)."""
-        text = node.value
+        text = str(node.value)
         if "$" not in text:
-            return node.tag, text, not node.style
+            return str(node.tag), text, not getattr(node, "style", None)
 
         def substitute(found: re.Match[str]) -> str:
             if found.group(3):
@@ -190,16 +193,40 @@ class Reader:
 
         return STR_TAG, SIMPLE_ENV.sub(substitute, text), False
 
-    def enter(self, node: Node, path: str) -> bool:
-        self.budget -= 1
-        if self.budget < 0:
-            if self.budget == -1:
-                self.problem(path, "document too large (aliases expand to too many values)", node)
-            return False
+    def nested(self, kind: Kind, node: Node, path: str, read: Callable[[], Any]) -> Any:
+        """Read a mapping or list node once per kind, whatever the number of aliases to it.
+
+        The expanded size (what a reader without sharing would walk) is counted against
+        ``NODE_BUDGET``, so aliases cannot make a small file compile to millions of routes;
+        a node that contains itself is a problem, not endless recursion.
+        """
+        key = (id(node), id(kind))
+        hit = self.memo.get(key)
+        if hit is not None:
+            self.expanded += hit[1]
+            return hit[0] if self._within_budget(node, path) else INVALID
         if id(node) in self._active:
             self.problem(path, "recursive alias", node)
-            return False
-        return True
+            return INVALID
+        before = self.expanded
+        self.expanded += 1
+        if not self._within_budget(node, path):
+            return INVALID
+        self._active.add(id(node))
+        try:
+            value = read()
+        finally:
+            self._active.discard(id(node))
+        self.memo[key] = (value, self.expanded - before)
+        return value
+
+    def _within_budget(self, node: Node, path: str) -> bool:
+        if self.expanded <= NODE_BUDGET:
+            return True
+        if not self.over_budget:
+            self.over_budget = True
+            self.problem(path, f"document too large: aliases expand it past {NODE_BUDGET} values", node)
+        return False
 
 
 # --- kinds: how one type is read and how its schema looks ------------------------------------
@@ -348,7 +375,10 @@ class Scalar(Kind):
         return INVALID
 
     def schema(self, s: _SchemaWriter) -> dict[str, Any]:
-        return dict(self.json)
+        out = dict(self.json)
+        if s.openapi:
+            out.pop("format", None)  # the API server knows only its own formats
+        return out
 
 
 @attrs.frozen(eq=False)
@@ -378,34 +408,37 @@ class Items(Kind):
     shape = "list"
 
     def read(self, r: Reader, node: Node, path: str) -> Any:
-        assert self.item is not None
         if isinstance(node, ScalarNode) and node.tag == NULL_TAG and not node.style:
-            values: list[Any] = []
-        elif not isinstance(node, SequenceNode):
+            return self._check(r, node, path, ())
+        if not isinstance(node, SequenceNode):
             r.problem(path, f"expected a list, got {describe_node(node)}", node)
             return INVALID
-        else:
-            if not r.enter(node, path):
-                return INVALID
-            r._active.add(id(node))
-            values = []
-            ok = True
-            for i, child in enumerate(node.value):
-                where = f"{path}[{i}]"
-                value = self.item.read(r, child, where)
-                if value is INVALID:
-                    ok = False
-                    continue
-                if attrs.has(type(value)):
+        return r.nested(self, node, path, lambda: self._items(r, node, path))
+
+    def _items(self, r: Reader, node: SequenceNode, path: str) -> Any:
+        assert self.item is not None
+        values = []
+        ok = True
+        for i, child in enumerate(node.value):
+            where = f"{path}[{i}]"
+            value = self.item.read(r, child, where)
+            if value is INVALID:
+                ok = False
+                continue
+            if attrs.has(type(value)):
+                known = r.origins.get(id(value))
+                if known is None or known.index is None:  # else an alias of an item placed already
                     r.origins[id(value)] = Origin(where, child, i)
-                values.append(value)
-            r._active.discard(id(node))
-            if not ok and not values:
-                return INVALID
+            values.append(value)
+        if not ok and not values:
+            return INVALID
+        return self._check(r, node, path, tuple(values))
+
+    def _check(self, r: Reader, node: Node, path: str, values: tuple[Any, ...]) -> Any:
         if len(values) < self.min_items:
             r.problem(path, "expected at least one entry", node)
             return INVALID
-        return tuple(values)
+        return values
 
     def schema(self, s: _SchemaWriter) -> dict[str, Any]:
         assert self.item is not None
@@ -510,21 +543,12 @@ class Described(Kind):
     cls: type
     shape = "mapping"
 
-    def plan(self) -> ClassPlan:
-        return plan_of(self.cls)
-
     def read(self, r: Reader, node: Node, path: str) -> Any:
         plan = plan_of(self.cls)
         if not isinstance(node, MappingNode):
             r.problem(path, f"expected a mapping, got {describe_node(node)}", node)
             return INVALID
-        if not r.enter(node, path):
-            return INVALID
-        r._active.add(id(node))
-        try:
-            return self._read_fields(plan, r, node, path)
-        finally:
-            r._active.discard(id(node))
+        return r.nested(self, node, path, lambda: self._read_fields(plan, r, node, path))
 
     def _read_fields(self, plan: ClassPlan, r: Reader, node: MappingNode, path: str) -> Any:
         by_wire = plan.by_wire
@@ -546,7 +570,9 @@ class Described(Kind):
                 r.problem(_join(path, key), unknown_field_message(self.cls, key, plan.wire_names), key_node)
                 ok = False
         skip: set[str] = set()
-        if plan.one_of and sum(name in present for name in plan.one_of) != 1:
+        chosen = sum(name in present for name in plan.one_of)
+        # none chosen but an unknown key: that key is the likely misspelling, one message is enough
+        if plan.one_of and chosen != 1 and (chosen or ok):
             r.problem(path, f"expected exactly one of: {', '.join(plan.one_of)}", node)
             skip = set(plan.one_of)
             ok = False
@@ -568,7 +594,7 @@ class Described(Kind):
         if not ok:
             return INVALID
         instance = self.cls(**values)
-        r.origins[id(instance)] = Origin(path, node, None)
+        r.origins.setdefault(id(instance), Origin(path, node, None))
         return instance
 
     def schema(self, s: _SchemaWriter) -> dict[str, Any]:
@@ -636,10 +662,10 @@ def kind_of(hint: Any, where: str) -> Kind:
         inner = kind_of(args[0], where) if len(args) == 1 else Either(tuple(kind_of(a, where) for a in args))
         return Optional(inner) if len(args) < len(get_args(hint)) else inner
     if origin is tuple:
-        args = get_args(hint)
-        if len(args) != 2 or args[1] is not Ellipsis:
+        items = get_args(hint)
+        if len(items) != 2 or items[1] is not Ellipsis:
             raise TypeError(f"{where}: use tuple[X, ...]")
-        return Items(kind_of(args[0], where))
+        return Items(kind_of(items[0], where))
     if origin is dict:
         key, value = get_args(hint)
         return Entries(kind_of(key, where), kind_of(value, where))
@@ -722,11 +748,8 @@ class _SchemaWriter:
 
 
 def _json_default(value: Any) -> Any:
-    if isinstance(value, (str, bool, int)) and not (isinstance(value, float) and math.isnan(value)):
-        return value
-    if isinstance(value, float):
-        return value
-    return None
+    """A default the schema can show (scalars); ``None`` for none or empty ones."""
+    return value if isinstance(value, (str, bool, int, float)) else None
 
 
 def json_schema(cls: type, *, schema_id: str | None = None, title: str | None = None) -> dict[str, Any]:

@@ -182,7 +182,7 @@ class PathMatch:
 class ValueCondition:
     """How a header or query value must match: exactly one of exact, regex."""
 
-    exact: str | None = field("The value, exactly.", default=None)
+    exact: Annotated[str, Text(min_length=0)] | None = field("The value, exactly.", default=None)
     regex: Regex | None = field("A regular expression the whole value must match.", default=None)
 
 
