@@ -173,7 +173,7 @@ def test_cli_off_loopback_without_token_is_one_line_exit_1(tmp_path):
     result = run_cli("--config", str(path), env=env)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        "error: config.adminAddr: the admin server on 0.0.0.0:0 is not loopback-only and needs a bearer token:"
+        "trioproxy: error: config.adminAddr: the admin server on 0.0.0.0:0 is not loopback-only and needs a bearer token:"
         " set ADMIN_TOKEN (or config.adminToken)"]
 
 

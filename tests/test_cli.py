@@ -42,8 +42,8 @@ def test_validate_only_prints_every_problem_and_fails(tmp_path):
     result = run_cli("-f", path, "--validate-only")
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
-        f"error: {path}:3:9: binds[0].port: expected an integer, got 'notaport'",
-        f"error: {path}:7:25: binds[1].listeners[0].routes[0].backends[0].host: expected HOST:PORT, got 'nope'",
+        f"trioproxy: error: {path}:3:9: binds[0].port: expected an integer, got 'notaport'",
+        f"trioproxy: error: {path}:7:25: binds[1].listeners[0].routes[0].backends[0].host: expected HOST:PORT, got 'nope'",
     ]
     assert "Traceback" not in result.stderr
 
@@ -51,7 +51,7 @@ def test_validate_only_prints_every_problem_and_fails(tmp_path):
 def test_missing_config_file_and_missing_flag():
     missing = run_cli("--config", "/nonexistent/gw.yaml")
     assert missing.returncode == 1
-    assert missing.stderr.strip() == "error: /nonexistent/gw.yaml: cannot read config file: No such file or directory"
+    assert missing.stderr.strip() == "trioproxy: error: /nonexistent/gw.yaml: cannot read config file: No such file or directory"
     no_flag = run_cli()
     assert no_flag.returncode == 2
     assert "--config FILE is required" in no_flag.stderr
@@ -65,7 +65,7 @@ def test_busy_port_is_one_line_error(tmp_path):
         path = write(tmp_path, f"binds:\n- port: {port}\n")
         result = run_cli("--config", path, env=LOOPBACK_SERVERS)
     assert result.returncode == 1
-    assert result.stderr.strip() == f"error: binds[0].port: cannot listen on 0.0.0.0:{port}: Address already in use"
+    assert result.stderr.strip() == f"trioproxy: error: binds[0].port: cannot listen on 0.0.0.0:{port}: Address already in use"
 
 
 async def test_second_start_names_the_trioproxy_holding_the_port(tmp_path):

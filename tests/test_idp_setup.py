@@ -229,7 +229,7 @@ async def test_cli_failures_are_one_line_without_traceback():
             "idp", "setup", "--idp-url", kc.url, "--realm", "demo", "--admin-user", "admin",
             "--admin-password", "nope", "--client-id", "gateway"))
     assert wrong.returncode == 1
-    assert wrong.stderr.splitlines() == [("error: step 1/9 (admin token): admin token for 'admin' in realm 'master': "
+    assert wrong.stderr.splitlines() == [("trioproxy: error: step 1/9 (admin token): admin token for 'admin' in realm 'master': "
                                           "Keycloak answered 400 invalid_grant: Invalid user credentials")]
 
 
@@ -251,7 +251,7 @@ def test_cli_unreachable_idp(capsys):
     args[3] = f"http://127.0.0.1:{free_port()}"
     status, err = cli_in_process(capsys, *args)
     assert status == 1
-    assert len(err.splitlines()) == 1 and err.startswith("error: step 1/9 (admin token): cannot reach ")
+    assert len(err.splitlines()) == 1 and err.startswith("trioproxy: error: step 1/9 (admin token): cannot reach ")
 
 
 @pytest.mark.parametrize(("flags", "message"), [

@@ -61,7 +61,7 @@ def _run_gateway(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         config = load_config(args.config)
     except ConfigError as error:
         for problem in error.problems:
-            print(f"error: {problem}", file=sys.stderr)
+            print(f"trioproxy: error: {problem}", file=sys.stderr)
         return 1
     if args.validate_only:
         print(f"{args.config}: valid ({len(config.binds)} binds, "
@@ -79,7 +79,7 @@ def _run_gateway(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
     except* StartupError as group:
         failures.extend(group.exceptions)  # type: ignore[arg-type]
     for error in failures:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"trioproxy: error: {error}", file=sys.stderr)
     return 1 if failures else 0
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from typing import NoReturn
@@ -93,21 +94,28 @@ def run(args: argparse.Namespace) -> int:
 
     def progress(step: int, line: str) -> None:
         if text:
-            print(f"[{step}/{len(STEPS)}] {STEPS[step - 1]}: {line}", flush=True)
+            try:
+                print(f"[{step}/{len(STEPS)}] {STEPS[step - 1]}: {line}", flush=True)
+            except BrokenPipeError:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
     try:
         result = trio.run(lambda: run_setup(request, progress=progress))
     except SetupFailed as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"trioproxy: error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+        print("trioproxy: error: interrupted", file=sys.stderr)
         return 130
-    if text:
-        print()
-        print(render_text(result, request))
-    else:
-        print(json.dumps(result.to_json(), indent=2))
+    try:
+        if text:
+            print()
+            print(render_text(result, request))
+        else:
+            print(json.dumps(result.to_json(), indent=2))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `idp setup | head`: the reader left; the realm is set up all the same
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
