@@ -157,18 +157,12 @@ class OtlpReceiver:
     async def app(self, scope, receive, send) -> None:
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-        from trioproxy.asgi import serve_lifespan
+        from trioproxy.asgi import read_body, serve_lifespan
 
         if scope["type"] == "lifespan":
             await serve_lifespan(receive, send)
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        request = ExportTraceServiceRequest.FromString(body)
+        request = ExportTraceServiceRequest.FromString(await read_body(receive))
         for resource in request.resource_spans:
             for scope_spans in resource.scope_spans:
                 self.spans.extend(scope_spans.spans)

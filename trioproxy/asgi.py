@@ -16,6 +16,16 @@ async def serve_lifespan(receive: Any, send: Any) -> None:
             return
 
 
+async def read_body(receive: Any) -> bytes:
+    """The whole request body (for the small apps that answer after reading it all)."""
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if message["type"] != "http.request" or not message.get("more_body"):
+            return b"".join(chunks)
+
+
 async def send_text(send: Any, status: int, body: str | bytes, content_type: bytes = b"text/plain") -> None:
     """A complete response with a fixed body."""
     data = body.encode() if isinstance(body, str) else body

@@ -18,7 +18,7 @@ from typing import Any
 import trio
 
 from .access_log import configure_logging
-from .asgi import serve_lifespan
+from .asgi import read_body, serve_lifespan
 from .config import ConfigError, parse_config
 from .server import Address, ServerInfo, StartupError, _listen, _serve, run_until_signalled
 
@@ -56,12 +56,7 @@ async def demo_backend(scope: Scope, receive: Any, send: Any) -> None:
         return
     if scope["type"] != "http":
         return
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
+    body = await read_body(receive)
     if scope["method"] == "POST" and scope["path"] == "/v1/chat/completions":
         await _completion(body, send)
         return
