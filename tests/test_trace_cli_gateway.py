@@ -5,10 +5,12 @@ from __future__ import annotations
 import base64
 import json
 import os
+import select
 import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -131,6 +133,75 @@ def test_gateway_name_is_found_through_the_registry(real_gateway):
     assert unknown.returncode == 1
     assert "nope" in unknown.stderr and len(unknown.stderr.strip().splitlines()) == 1
     assert "Traceback" not in unknown.stderr
+
+
+def _hammer(port: int, stop: threading.Event, seen: list[str]) -> None:
+    """Another client keeping the gateway busy while a trace runs."""
+    with httpx.Client(timeout=5) as client:
+        n = 0
+        while not stop.is_set():
+            client.get(f"http://127.0.0.1:{port}/other/{n}")
+            seen.append(f"/other/{n}")
+            n += 1
+
+
+def test_inject_on_a_busy_gateway_with_an_expression_traces_exactly_its_own_request(real_gateway):
+    stop, seen = threading.Event(), []
+    others = [threading.Thread(target=_hammer, args=(real_gateway.port, stop, seen)) for _ in range(3)]
+    for thread in others:
+        thread.start()
+    try:
+        result = real_gateway.trace(
+            "trace", "--local", "--proxy-admin-port", str(real_gateway.admin_port), "--raw",
+            "--expression", 'request.method == "POST"', "--port", str(real_gateway.port), "--",
+            "http://api.example.com/mine", "-X", "POST", "-d", "x")
+    finally:
+        stop.set()
+        for thread in others:
+            thread.join(10)
+    events = events_of(result)
+    assert len(seen) > 10  # the gateway really was busy while the trace was open
+    assert sum(e["message"]["type"] == "requestStarted" for e in events) == 1
+    assert final_request(events)["path"] == "/mine" and final_request(events)["method"] == "POST"
+
+
+def test_follow_traces_request_after_request_until_stopped(real_gateway):
+    proc = subprocess.Popen([sys.executable, "-m", "trioproxy", "trace", "--local", "--proxy-admin-port",
+                             str(real_gateway.admin_port), "--follow"], cwd=ROOT, env=real_gateway.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    paths: list[str] = []
+    try:
+        deadline = time.monotonic() + 20
+        n = 0
+        while len(paths) < 3:
+            httpx.get(f"http://127.0.0.1:{real_gateway.port}/follow/{n}", timeout=5)
+            n += 1
+            while True:  # read what has arrived; each finished request adds its path
+                line = _readline_nowait(proc)
+                if line is None:
+                    break
+                event = json.loads(line)
+                if event["message"]["type"] == "requestSnapshot" and event["message"]["stage"] == "initial request":
+                    paths.append(event["message"]["requestState"]["request"]["path"])
+            assert time.monotonic() < deadline, paths
+            time.sleep(0.05)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert len(set(paths)) == len(paths) >= 3 and all(p.startswith("/follow/") for p in paths)
+
+
+def _readline_nowait(proc: subprocess.Popen) -> str | None:
+    ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+    return proc.stdout.readline() if ready else None
+
+
+def test_bad_expression_exit_code_against_a_real_gateway(real_gateway):
+    result = real_gateway.trace("trace", "--local", "--proxy-admin-port", str(real_gateway.admin_port),
+                                "--expression", "request.path ==", "--raw")
+    assert result.returncode == 1
+    assert result.stderr.startswith("trioproxy: error: ") and "invalid expression" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_unreachable_admin_is_one_line_error(real_gateway):
