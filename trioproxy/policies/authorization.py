@@ -23,6 +23,8 @@ from attrs import frozen
 
 from ..cel import compile_expression
 from ..errors import AuthorizationDenied
+from ..trace import activation
+from .stage import Stage
 
 __all__ = ["AuthorizationDecision", "AuthorizationPolicy", "AuthorizationSpec", "Rule", "decide"]
 
@@ -77,7 +79,7 @@ def decide(policy: AuthorizationPolicy, activation: Mapping[str, Any]) -> Author
     return AuthorizationDecision(True, "no deny rule matched and every require rule held")
 
 
-class AuthorizationStage:
+class AuthorizationStage(Stage):
     """``authorization``: 403 ``authorization failed`` unless the rules allow the request."""
 
     kind = "authorization"
@@ -86,7 +88,7 @@ class AuthorizationStage:
         self.policy = policy
 
     async def request(self, x: Any) -> None:
-        decision = decide(self.policy, x.activation())
+        decision = decide(self.policy, activation(x))
         if x.tracer:
             x.tracer.event("policy", severity="info" if decision.allowed else "warn", kind="authorization",
                            result="allowed" if decision.allowed else "denied", reason=decision.reason,

@@ -24,11 +24,12 @@ from typing import Any
 
 from attrs import frozen
 
+from ..asgi import Header
 from ..errors import DirectResponse
+from .stage import Stage
 
 __all__ = ["CorsDecision", "CorsSpec", "decide", "parse_origin"]
 
-Header = tuple[bytes, bytes]
 
 
 @frozen
@@ -162,7 +163,7 @@ def decide(spec: CorsSpec, method: str, headers: Sequence[Header]) -> CorsDecisi
     return CorsPolicy(spec).decide(method, headers)
 
 
-class CorsStage:
+class CorsStage(Stage):
     """``cors``: answers preflights itself; adds CORS headers to allowed responses."""
 
     kind = "cors"
