@@ -75,6 +75,11 @@ USAGE_LOCATION = f"""\
             default_type application/json;
             return 200 '{USAGE_BODY}';
         }}"""
+
+
+def with_config(conf: str, lines: str) -> str:
+    """``conf`` with ``lines`` (YAML under ``config:``, 2-space indented) added to its config section."""
+    return conf.replace("  readinessAddr: 127.0.0.1:0\n", "  readinessAddr: 127.0.0.1:0\n" + lines, 1)
 CHAT_PATH = "/v1/chat/completions"
 PROMPT = " ".join(f"word{i}" for i in range(60))  # the mock echoes it, split over the chunks
 
@@ -82,7 +87,14 @@ PROMPT = " ".join(f"word{i}" for i in range(60))  # the mock echoes it, split ov
 MAX_LIMITER_DELTA_MS = 0.05
 MAX_SSE_RATIO = 1.10
 
-POLICY_VARIANTS = ["plain", "limited", "token-limited", "tracing-idle"]
+POLICY_VARIANTS = ["plain", "limited", "token-limited", "tracing-idle", "log-off", "otel-1pct", "otel-100pct"]
+MAX_ACCESS_LOG_DELTA_MS = 0.05  # issue 18: JSON access log to a file
+MAX_OTEL_1PCT_DELTA_MS = 0.02  # issue 18: tracing sampled at 1%
+OTLP_LOCATION = """\
+        location = /v1/traces {
+            default_type application/x-protobuf;
+            return 200 '';
+        }"""
 SSE_VARIANTS = ["sse-unlimited", "sse-token-limited"]
 
 
@@ -283,11 +295,16 @@ def part_policy(procs: pc.Processes, tmp: Path, args: argparse.Namespace, proxy_
                 client_cpu: int | None) -> tuple[list[Summary], list[str]]:
     print("== policy: nginx backend, trioproxy variants", file=sys.stderr, flush=True)
     backend_port = pc.free_port()
-    backend = pc.start_nginx(procs, tmp, "backend", pc.nginx_backend_conf(tmp, backend_port, USAGE_LOCATION),
+    backend = pc.start_nginx(procs, tmp, "backend",
+                             pc.nginx_backend_conf(tmp, backend_port, USAGE_LOCATION + "\n" + OTLP_LOCATION),
                              backend_port, client_cpu)
-    confs = {"plain": pc.trioproxy_conf(backend_port), "limited": pc.trioproxy_conf(backend_port, LIMIT_REQUESTS),
+    plain = pc.trioproxy_conf(backend_port)
+    otlp = f"  tracing: {{otlpEndpoint: 'http://127.0.0.1:{backend_port}', otlpProtocol: http, randomSampling: %s}}\n"
+    confs = {"plain": with_config(plain, "  logging: {format: json}\n"),
+             "limited": pc.trioproxy_conf(backend_port, LIMIT_REQUESTS),
              "token-limited": pc.trioproxy_conf(backend_port, LIMIT_TOKENS),
-             "tracing-idle": pc.trioproxy_conf(backend_port)}
+             "tracing-idle": plain, "log-off": with_config(plain, "  logging: {level: warn}\n"),
+             "otel-1pct": with_config(plain, otlp % "0.01"), "otel-100pct": with_config(plain, otlp % "1.0")}
     variants: list[Variant] = []
     admin_port = pc.free_port()
     for name in POLICY_VARIANTS:
@@ -394,6 +411,15 @@ def verdicts(summaries: list[Summary]) -> list[str]:
             out.append(f"{name} vs plain: {s.delta_cpu_ms:+.3f} ms CPU/request ({s.cpu_ratio:.3f}x), "
                        f"req/s {s.rps_ratio:.3f}x (issue 5 target: <= +{MAX_LIMITER_DELTA_MS} ms): "
                        f"{'PASS' if ok else 'FAIL'}")
+    if (s := by.get("log-off")) is not None and s.delta_cpu_ms is not None:
+        ok = -s.delta_cpu_ms <= MAX_ACCESS_LOG_DELTA_MS
+        out.append(f"access log (JSON lines to a file, the default) vs log-off: {-s.delta_cpu_ms:+.3f} ms CPU/request "
+                   f"(issue 18 target: <= +{MAX_ACCESS_LOG_DELTA_MS} ms): {'PASS' if ok else 'FAIL'}")
+    for name, limit in (("otel-1pct", MAX_OTEL_1PCT_DELTA_MS), ("otel-100pct", None)):
+        if (s := by.get(name)) is not None and s.delta_cpu_ms is not None:
+            verdict = f" (issue 18 target: <= +{limit} ms): {'PASS' if s.delta_cpu_ms <= limit else 'FAIL'}" \
+                if limit is not None else " (informational: every request exported)"
+            out.append(f"{name} (OTLP/HTTP spans to nginx) vs plain: {s.delta_cpu_ms:+.3f} ms CPU/request{verdict}")
     if (s := by.get("tracing-idle")) is not None and s.delta_cpu_ms is not None:
         out.append(f"tracing-idle (a never-matching watcher connected) vs plain: {s.delta_cpu_ms:+.3f} ms "
                    f"CPU/request ({s.cpu_ratio:.3f}x), req/s {s.rps_ratio:.3f}x (informational: the worst case "

@@ -1,4 +1,4 @@
-"""Smoke tests for bench/proxy_compare.py and bench/policy_overhead.py: their --quick runs work.
+"""Smoke tests for bench/proxy_compare.py, policy_overhead.py and jwt_overhead.py: their --quick runs work.
 
 No timing assertions: only that the scripts run, clean up and print their tables.
 """
@@ -57,3 +57,13 @@ def test_quick_policy_overhead_prints_every_variant(tmp_path: Path) -> None:
         assert sum(line.startswith(f"| {variant} ") for line in lines) == 1, (variant, stdout)
     assert any(line.startswith("token-limited vs plain:") for line in lines), stdout
     assert any(line.startswith("sse-token-limited vs sse-unlimited:") for line in lines), stdout
+
+
+def test_quick_jwt_overhead_prints_both_parts(tmp_path: Path) -> None:
+    """bench/jwt_overhead.py --quick: plain vs RS256 jwtAuth through the gateway, and the verify timings."""
+    lines = run_quick("jwt_overhead.py", tmp_path / "jwt.json")
+    stdout = "\n".join(lines)
+    for variant in ("plain", "jwt"):
+        assert sum(line.startswith(f"| {variant} ") for line in lines) == 1, (variant, stdout)
+    assert any(line.startswith("jwt (RS256, cached) vs plain:") for line in lines), stdout
+    assert sum("whole jwtAuth stage, cached token" in line for line in lines) == 3, stdout

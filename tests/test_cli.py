@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -11,6 +12,7 @@ import sys
 import textwrap
 
 import httpx
+import pytest
 import trio
 
 from .conftest import LOOPBACK_SERVERS, ROOT, free_port, run_cli, start_gateway
@@ -66,6 +68,25 @@ def test_busy_port_is_one_line_error(tmp_path):
     assert result.stderr.strip() == f"error: binds[0].port: cannot listen on 0.0.0.0:{port}: Address already in use"
 
 
+async def test_second_start_names_the_trioproxy_holding_the_port(tmp_path):
+    """Running the quick start twice: the second one says who has the port, in one line."""
+    port = free_port()
+    path = write(tmp_path, f"binds:\n- port: {port}\n")
+    first = subprocess.Popen([sys.executable, "-m", "trioproxy", "--config", path], cwd=ROOT, text=True,
+                             stderr=subprocess.PIPE, env={**os.environ, **LOOPBACK_SERVERS})
+    try:
+        with trio.fail_after(20):
+            await _wait_ports(first)
+        second = run_cli("--config", path, env=LOOPBACK_SERVERS)
+        assert second.returncode == 1
+        assert second.stderr.strip().endswith(
+            f"binds[0].port: cannot listen on 0.0.0.0:{port}: port in use by trioproxy (pid {first.pid})"), second.stderr
+        assert second.stderr.count("\n") == 1
+    finally:
+        first.terminate()
+        first.wait()
+
+
 async def _wait_ports(proc: subprocess.Popen) -> dict[str, int]:
     """Read the startup lines (``... listening on http://HOST:PORT``) from stderr."""
     ports = {}
@@ -108,6 +129,48 @@ async def test_sigterm_drains_the_request_in_flight_and_exits_0(tmp_path, backen
             code = await trio.to_thread.run_sync(proc.wait)
         assert results["slow"].status_code == 200
         assert code == 0
+        rest = proc.stderr.read()
+        assert "Traceback" not in rest
+        messages = [json.loads(line)["message"] for line in rest.splitlines() if line.startswith("{")]
+        assert messages == ["draining 1 requests", "request", "drained"], rest  # the slow one's access line
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_a_second_signal_stops_at_once_without_waiting_for_the_drain(tmp_path, backend):
+    port = free_port()
+    path = write(tmp_path, f"""
+        binds:
+        - port: {port}
+          listeners:
+          - routes:
+            - backends: [{{host: "127.0.0.1:{backend.port}"}}]
+    """)
+    # A drain that would outlast the test: only the second signal can end the process in time.
+    proc = subprocess.Popen([sys.executable, "-m", "trioproxy", "--config", path, "--drain-timeout", "600"],
+                            cwd=ROOT, text=True, stderr=subprocess.PIPE, env={**os.environ, **LOOPBACK_SERVERS})
+    try:
+        with trio.fail_after(20):
+            await _wait_ports(proc)
+
+            async def hang() -> None:
+                async with httpx.AsyncClient(timeout=None) as client:
+                    try:
+                        await client.get(f"http://127.0.0.1:{port}/hang")
+                    except httpx.HTTPError:
+                        pass
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(hang)
+                await backend.hang_started.wait()
+                proc.send_signal(signal.SIGTERM)
+                while "shutting down" not in await trio.to_thread.run_sync(proc.stderr.readline):
+                    pass
+                proc.send_signal(signal.SIGTERM)
+                code = await trio.to_thread.run_sync(proc.wait)
+                nursery.cancel_scope.cancel()
+        assert code == 0
         assert "Traceback" not in proc.stderr.read()
     finally:
         proc.kill()
@@ -147,6 +210,10 @@ async def test_reload_applies_a_valid_config_and_keeps_serving_on_an_invalid_one
                 await trio.sleep(0.05)
         assert gw.info.runtime.reload_errors == [f"{path}:2:9: binds[0].port: expected an integer, got 'broken'"]
         assert gw.info.runtime.state is state
+        registry = gw.info.runtime.metrics.registry
+        assert registry.get_sample_value("trioproxy_config_reloads_total", {"result": "rejected"}) == 1
+        assert registry.get_sample_value("trioproxy_config_reloads_total", {"result": "applied"}) == 1
+        assert registry.get_sample_value("trioproxy_config_synchronized") == 0
         assert (await client.get("/new")).status_code == 200
 
 
@@ -162,3 +229,20 @@ def test_admin_listens_on_loopback_by_default():
         assert sock.getsockname()[0] == "127.0.0.1"
     finally:
         sock.close()
+
+
+@pytest.mark.parametrize("module", ["fixtures.echo_backend", "fixtures.mock_openai"])
+def test_fixture_programs_busy_port_and_bad_flag_are_one_line(module):
+    """A demo backend started twice, or with a typo, says so in one line: no traceback."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", module, "--port", str(port)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in proc.stderr
+    bad = subprocess.run([sys.executable, "-m", module, "--port", "abc"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "invalid int value" in bad.stderr

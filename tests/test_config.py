@@ -8,6 +8,8 @@ import pytest
 
 from trioproxy.config import ConfigError, parse_config
 
+from .conftest import ROOT
+
 BACKEND = "backends: [{host: '127.0.0.1:8080'}]"
 
 
@@ -105,7 +107,17 @@ BAD_CONFIGS = [
     ('binds: [\n',
      ['<config>:2:1: invalid YAML: did not find expected node content']),
     ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {jwtAuth: {issuer: x}}\n',
-     ['<config>:5:27: binds[0].listeners[0].routes[0].policies.jwtAuth: policy is not supported by this version of trioproxy']),
+     ['<config>:5:27: binds[0].listeners[0].routes[0].policies.jwtAuth: jwks is required (or give providers)']),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {retry: {attempts: 2}}\n',
+     ['<config>:5:25: binds[0].listeners[0].routes[0].policies.retry: policy is not supported by this version of trioproxy']),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {authorization: {rules: ["jwt.sub =="]}}\n',
+     ["<config>:5:42: binds[0].listeners[0].routes[0].policies.authorization.rules[0]: syntax error: mismatched input '<EOF>' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER} at line 1, column 11"]),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {jwtAuth: {issuer: x, jwks: \'{"keys": []}\'}}\n',
+     ['<config>:5:45: binds[0].listeners[0].routes[0].policies.jwtAuth.jwks: JWKS has no usable signing key']),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {jwtAuth: {issuer: x, jwks: {file: /nonexistent/jwks.json}}}\n',
+     ['<config>:5:52: binds[0].listeners[0].routes[0].policies.jwtAuth.jwks.file: cannot read /nonexistent/jwks.json: No such file or directory']),
+    ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {cors: {allowOrigins: [\'ftp://x\']}}\n',
+     ['<config>:5:40: binds[0].listeners[0].routes[0].policies.cors.allowOrigins[0]: expected * or an origin such as https://app.example.com or https://*.example.com, got \'ftp://x\'']),
 ]
 
 
@@ -250,6 +262,20 @@ def test_bench_old_and_new_loaders_build_the_same_config():
     from .conftest import ROOT
 
     done = subprocess.run([sys.executable, "bench/config_load.py", "--routes", "40", "--repeat", "1"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "same Config from both loaders: yes" in done.stdout or "before: skipped" in done.stdout, done.stdout
+
+
+def test_the_pure_python_parser_reads_the_same(monkeypatch):
+    """Without ruamel.yaml.clib the loader falls back to ruamel's pure parser: same problems
+    (syntax errors aside, which libyaml words differently), same config."""
+    import ruamel.yaml
+
+    expected = [problems(text) for text, _ in BAD_CONFIGS if not text.startswith("binds: [")]
+    example = (ROOT / "fixtures" / "configs" / "all-fields.yaml").read_text()
+    config = load(example)
+    init = ruamel.yaml.YAML.__init__
+    monkeypatch.setattr(ruamel.yaml.YAML, "__init__", lambda self, **kw: init(self, **{**kw, "pure": True}))
+    assert [problems(text) for text, _ in BAD_CONFIGS if not text.startswith("binds: [")] == expected
+    assert load(example) == config

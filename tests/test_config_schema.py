@@ -92,4 +92,5 @@ def test_openapi_flavour_is_inline_and_structural():
     assert schema["properties"]["backends"]["items"]["properties"]["weight"] == {
         "type": "integer", "minimum": 0, "maximum": 1000000,
         "description": "Share of the route's requests (0: none).", "default": 1}
-    assert "jwtAuth" not in schema["properties"]["policies"]["properties"]  # not built yet: absent
+    assert "retry" not in schema["properties"]["policies"]["properties"]  # not built yet: absent
+    assert "jwtAuth" in schema["properties"]["policies"]["properties"]

@@ -15,9 +15,9 @@ def runtime(tmp_path, monkeypatch):
 
 
 def test_register_writes_entry_and_close_removes_it(runtime):
-    reg = registry.register(["default"], "127.0.0.1:15000")
+    reg = registry.register(["default"], "127.0.0.1:15000", [3000, 15000, 3000])
     entry = json.loads((runtime / f"{os.getpid()}.json").read_text())
-    assert entry == {"pid": os.getpid(), "gateways": ["default"], "admin": "127.0.0.1:15000"}
+    assert entry == {"pid": os.getpid(), "gateways": ["default"], "admin": "127.0.0.1:15000", "ports": [3000, 15000]}
     assert registry.lookup("default") == "127.0.0.1:15000"
     reg.close()
     reg.close()  # idempotent

@@ -8,8 +8,10 @@ import io
 import json
 import shutil
 import socket
+import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,6 +21,7 @@ from trioproxy import registry, trace_cli
 from trioproxy.trace_client import TRACE_HEADER, TraceSession, parse_curl_args, request_target
 
 HAS_CURL = shutil.which("curl") is not None
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -261,13 +264,50 @@ def test_unknown_gateway(capsys, tmp_path, monkeypatch):
         (["gateway/a", "gateway/b"], "unexpected arguments: gateway/b"),
         (["gateway/a", "--bogus"], "unrecognized arguments: --bogus"),
         (["--port", "abc"], "invalid int value"),
-        (["--file", "x", "--port", "1", "--", "http://a/"], "cannot be combined"),
+        (["--file", "x", "--port", "1", "--", "http://a/"], "cannot be combined with --port"),
+        (["-f", "x", "--expression", "true"], "cannot be combined with --expression"),
+        (["--file", "x", "--follow"], "cannot be combined with --follow"),
+        (["--file", "x", "gateway/a"], "cannot be combined with gateway/NAME"),
+        (["--local", "gateway/a"], "--local and gateway/a name two different gateways"),
+        (["gateway/a", "--local", "--raw"], "--local and gateway/a name two different gateways"),
     ],
 )
 def test_bad_flags(argv, message, capsys):
     assert trace_cli.main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+    assert err.count("\n") == 1 or "usage:" in err  # argparse's own errors come with the usage line
+    assert err.rstrip("\n").splitlines()[-1].startswith(("trioproxy: error: ", "trioproxy trace: error: "))
+
+
+# -- no terminal ---------------------------------------------------------------------------------
+def test_piped_stdout_prints_raw_lines_without_raw_flag(gw, capsys):
+    """capsys makes stdout a pipe: the text UI must not be drawn; JSON lines come instead."""
+    client = send_when_watching(gw)
+    assert trace_cli.main(local(gw)) == 0
+    client.join(10)
+    events = raw_events(capsys.readouterr().out)
+    assert events[0]["message"]["type"] == "requestStarted" and events[-1]["message"]["type"] == "requestFinished"
+
+
+def test_short_f_reads_a_file_and_closed_stdin_is_no_traceback(tmp_path, capsys, monkeypatch):
+    jl = tmp_path / "t.jsonl"
+    jl.write_text("\n".join(json.dumps(e) for e in canned_events()) + "\n")
+    closed = io.StringIO("")
+    closed.close()
+    monkeypatch.setattr(sys, "stdin", closed)
+    assert trace_cli.main(["-f", str(jl)]) == 0
+    out, err = capsys.readouterr()
+    assert raw_events(out) == canned_events() and "Traceback" not in err
+
+
+def test_real_process_with_closed_stdin_and_piped_stdout(tmp_path):
+    jl = tmp_path / "t.jsonl"
+    jl.write_text("\n".join(json.dumps(e) for e in canned_events()) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "trioproxy", "trace", "-f", str(jl)], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert raw_events(proc.stdout) == canned_events() and proc.stderr == ""
 
 
 # -- as a subcommand of the main CLI -------------------------------------------------------------

@@ -38,8 +38,9 @@ sources longer than :data:`MAX_EXPRESSION_LENGTH` are refused at compile time.
 
 from __future__ import annotations
 
+import ipaddress
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import cel as _cel
@@ -86,6 +87,28 @@ _ROOT_ANY = r"(?<![\w.])%s\b"
 # First diagnostic of the engine's parse error:
 #   "Failed to parse expression '1 +': ERROR: <input>:1:4: Syntax error: mismatched ..."
 _PARSE_ERROR = re.compile(r"ERROR: <input>:(\d+):(\d+): (.*)")
+
+
+def _cidr(text: str) -> str:
+    """``cidr("10.0.0.0/8")``: the network as text (checked by ``containsIP``)."""
+    return text
+
+
+def _contains_ip(network: str, address: str) -> bool:
+    """``cidr(...).containsIP(source.address)``: false for an invalid network or address (the
+    engine would print a Python error for every raising call); IPv4-mapped IPv6 counts as IPv4."""
+    try:
+        ip = ipaddress.ip_address(address)
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        return ip in ipaddress.ip_network(network, strict=False)
+    except ValueError:
+        return False
+
+
+#: agentgateway's CEL extensions that this module provides. Only expressions that call one
+#: pay for the engine's ``Context`` (~30 µs per evaluation); the others get a plain dict.
+EXTENSION_FUNCTIONS: dict[str, Callable[..., Any]] = {"cidr": _cidr, "containsIP": _contains_ip}
 
 
 class CelError(ValueError):
@@ -159,7 +182,7 @@ def _evaluation_message(exc: BaseException) -> str:
 class Expression:
     """A compiled CEL expression.  Immutable; safe to share between requests."""
 
-    __slots__ = ("source", "roots", "_program", "_fields")
+    __slots__ = ("source", "roots", "_program", "_fields", "_functions")
 
     def __init__(self, source: str, program: Any, roots: tuple[str, ...]) -> None:
         self.source = source
@@ -167,6 +190,11 @@ class Expression:
         self.roots = roots
         self._program = program
         self._fields = tuple((root, _referenced_fields(source, root)) for root in roots)
+        try:
+            called = set(program.functions())
+        except Exception:  # engines without the introspection: never needed
+            called = set()
+        self._functions = {name: f for name, f in EXTENSION_FUNCTIONS.items() if name in called} or None
 
     def __repr__(self) -> str:
         return f"Expression({self.source!r})"
@@ -181,7 +209,7 @@ class Expression:
         # Only the referenced roots cross into the engine: conversion dominates the cost.
         # An absent root is an empty map, so ``has(jwt.sub)`` is false without a JWT.
         # When a root only appears as ``root.field``, only those fields are handed over.
-        bindings = {}
+        bindings: dict[str, Any] = {}
         for name, fields in self._fields:
             value = activation.get(name)
             if value is None:
@@ -189,6 +217,8 @@ class Expression:
             elif fields is not None and isinstance(value, Mapping):
                 value = {f: value[f] for f in fields if f in value}
             bindings[name] = value
+        if self._functions is not None:
+            return _cel.Context(variables=bindings, functions=self._functions)  # type: ignore[return-value]
         return bindings
 
     def evaluate_strict(self, activation: Mapping[str, Any]) -> Any:

@@ -7,14 +7,15 @@ Every user-facing failure ends as one line on stderr naming its place and a non-
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 
 import trio
 
-from . import __version__, schema_cli, trace_cli
+from . import __version__, demo, schema_cli, trace_cli
+from .access_log import configure_logging
 from .config import ConfigError, load_config
+from .idp import cli as idp_cli
 from .server import StartupError, run_until_signalled
 
 
@@ -27,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--validate-only", action="store_true", help="load and validate the config, then exit")
     parser.add_argument("--drain-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="on SIGINT/SIGTERM, how long requests in flight may take to finish (default 10)")
+    parser.add_argument("--log-level", metavar="LEVEL",
+                        help="trace|debug|info|warn|error (default info, or LOG_LEVEL); LOG_FORMAT=text|json")
     parser.add_argument("--version", action="version", version=f"trioproxy {__version__}")
     parser.set_defaults(handler=None)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -41,8 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         trace_cli.configure_parser(trace)
         trace.set_defaults(handler=trace_cli.run)
+    demo_parser = commands.add_parser("demo", help="run the gateway with a bundled demo backend (Ctrl-C stops both)",
+                                      description=demo.__doc__.splitlines()[0] if demo.__doc__ else None)
+    demo.configure_parser(demo_parser)
+    demo_parser.set_defaults(handler=demo.run)
     schema_cli.configure_parser(commands.add_parser("schema", help="print the config's JSON Schema",
                                                     description=schema_cli.DESCRIPTION))
+    idp_cli.configure_parser(commands.add_parser("idp", help="identity provider set-up (idp setup)"))
     return parser
 
 
@@ -59,7 +67,12 @@ def _run_gateway(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         print(f"{args.config}: valid ({len(config.binds)} binds, "
               f"{sum(len(l.routes) for b in config.binds for l in b.listeners)} routes)")
         return 0
-    logging.basicConfig(level=logging.WARNING, format="trioproxy: %(message)s")
+    try:
+        configure_logging(args.log_level, config_level=config.logging.level if config.logging else None,
+                          config_format=config.logging.format if config.logging else None)
+    except ValueError as error:
+        print(f"trioproxy: error: {error}", file=sys.stderr)
+        return 2
     failures: list[StartupError] = []
     try:
         trio.run(lambda: run_until_signalled(config, config_path=args.config, drain_timeout=args.drain_timeout))

@@ -7,29 +7,70 @@ can run several gateways without their counters mixing. Labelled children are ca
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+# ``_created`` series double every counter and histogram for a value dashboards never use.
+disable_created_metrics()
+
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+# OpenTelemetry's advised buckets for gen_ai.client.token.usage (powers of 4).
+TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
+REQUEST_LABELS = ("bind", "gateway", "listener", "route", "backend", "method", "status", "reason")
 
 
 class Metrics:
     def __init__(self, *, open_upstream_connections: Callable[[], int] = lambda: 0) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
-            "trioproxy_requests", "Requests handled, by route and response status.",
-            ["bind", "route", "status"], registry=self.registry,
+            "trioproxy_requests", "Requests handled; reason names the gateway's own answer (empty when the "
+            "backend answered).", REQUEST_LABELS, registry=self.registry,
         )
         self.duration = Histogram(
             "trioproxy_request_duration_seconds", "Time from request arrival to the end of the response.",
-            ["bind", "route"], buckets=DURATION_BUCKETS, registry=self.registry,
+            ["bind", "gateway", "listener", "route", "backend", "method", "status"], buckets=DURATION_BUCKETS,
+            registry=self.registry,
         )
         self.upstream_errors = Counter(
-            "trioproxy_upstream_errors", "Backend calls that failed, by route and kind.",
-            ["bind", "route", "kind"], registry=self.registry,
+            "trioproxy_upstream_errors", "Backend calls that failed, by route and reason.",
+            ["bind", "route", "reason"], registry=self.registry,
         )
+        self.token_usage = Histogram(
+            "trioproxy_gen_ai_client_token_usage", "LLM tokens per request, as the provider's usage reports them "
+            "(OpenTelemetry gen_ai.client.token.usage).", ["gen_ai_token_type", "gen_ai_request_model", "route"],
+            buckets=TOKEN_BUCKETS, registry=self.registry,
+        )
+        self.ratelimit_decisions = Counter(
+            "trioproxy_ratelimit_decisions", "Rate-limit decisions, by policy kind, where it is attached and result.",
+            ["policy", "key", "result"], registry=self.registry,
+        )
+        self.build_info = Gauge(
+            "trioproxy_build_info", "Always 1; the labels say which build runs.", ["version", "python"],
+            registry=self.registry,
+        )
+        from . import __version__
+
+        self.build_info.labels(__version__, platform.python_version()).set(1)
+        self.config_synchronized = Gauge(
+            "trioproxy_config_synchronized", "1 when the config file on disk is the one serving; 0 after a "
+            "rejected reload (the previous config keeps serving).", registry=self.registry,
+        )
+        self.config_synchronized.set(1)
+        self.config_last_reload = Gauge(
+            "trioproxy_config_last_reload_success_timestamp_seconds", "When the config was last loaded successfully.",
+            registry=self.registry,
+        )
+        self.config_last_reload.set_to_current_time()
         self.in_flight = Gauge(
             "trioproxy_requests_in_flight", "Requests being handled now.", registry=self.registry,
         )
@@ -42,26 +83,51 @@ class Metrics:
             "trioproxy_config_reloads", "Config file reloads, applied or rejected (the old config kept serving).",
             ["result"], registry=self.registry,
         )
+        self.otlp_export_failures = Counter(
+            "trioproxy_otlp_export_failures", "Spans the OTLP exporter could not deliver (requests are never slowed).",
+            registry=self.registry,
+        )
         self.trace_events_dropped = Counter(
             "trioproxy_trace_events_dropped", "Trace events dropped because a trace reader was too slow.",
             registry=self.registry,
         )
-        self._requests: dict[tuple[str, str, int], Callable[[], None]] = {}
-        self._durations: dict[tuple[str, str], Callable[[float], None]] = {}
+        self._requests: dict[tuple[str, ...], tuple[Callable[[], None], Callable[[float], None]]] = {}
+        self._decisions: dict[tuple[str, str, str], Callable[[], None]] = {}
 
-    def observe(self, bind: str, route: str, status: int, seconds: float) -> None:
-        key = (bind, route, status)
-        inc = self._requests.get(key)
+    def observe(self, bind: str, gateway: str, listener: str, route: str, backend: str, method: str, status: int,
+                reason: str, seconds: float) -> None:
+        """Count a finished request; labelled children are cached per label tuple (a dict lookup)."""
+        key = (bind, gateway, listener, route, backend, method, str(status), reason)
+        found = self._requests.get(key)
+        if found is None:
+            found = self._requests[key] = (self.requests.labels(*key).inc, self.duration.labels(*key[:7]).observe)
+        found[0]()
+        found[1](seconds)
+
+    def upstream_error(self, bind: str, route: str, reason: str) -> None:
+        self.upstream_errors.labels(bind, route, reason).inc()
+
+    def ratelimit_decision(self, policy: str, key: str, result: str) -> None:
+        labels = (policy, key, result)
+        inc = self._decisions.get(labels)
         if inc is None:
-            inc = self._requests[key] = self.requests.labels(bind, route, str(status)).inc
+            inc = self._decisions[labels] = self.ratelimit_decisions.labels(*labels).inc
         inc()
-        observe = self._durations.get((bind, route))
-        if observe is None:
-            observe = self._durations[(bind, route)] = self.duration.labels(bind, route).observe
-        observe(seconds)
 
-    def upstream_error(self, bind: str, route: str, kind: str) -> None:
-        self.upstream_errors.labels(bind, route, kind).inc()
+    def tokens(self, model: str, route: str, input_tokens: int | None, output_tokens: int | None) -> None:
+        if input_tokens is not None:
+            self.token_usage.labels("input", model, route).observe(input_tokens)
+        if output_tokens is not None:
+            self.token_usage.labels("output", model, route).observe(output_tokens)
+
+    def requests_in_flight(self) -> int:
+        return int(self.in_flight.collect()[0].samples[0].value)
+
+    def reload(self, applied: bool) -> None:
+        self.config_reloads.labels("applied" if applied else "rejected").inc()
+        self.config_synchronized.set(1 if applied else 0)
+        if applied:
+            self.config_last_reload.set_to_current_time()
 
     def exposition(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

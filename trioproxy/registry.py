@@ -1,8 +1,9 @@
 """Per-user runtime registry of running gateways.
 
-Each running trioproxy writes ``<runtime_dir>/<pid>.json`` = ``{pid, gateways, admin}`` so that
+Each running trioproxy writes ``<runtime_dir>/<pid>.json`` = ``{pid, gateways, admin, ports}`` so that
 ``trioproxy trace gateway/NAME`` can find the admin address of the local process that serves the
-Gateway ``NAME`` without the user knowing its admin port. Entries of dead processes are ignored
+Gateway ``NAME`` without the user knowing its admin port, and so that a second start on a busy port
+can say which trioproxy holds it. Entries of dead processes are ignored
 (and cleaned up), so a crashed gateway never misdirects a trace.
 
 The directory is ``$TRIOPROXY_RUNTIME_DIR`` if set (tests), else ``$XDG_RUNTIME_DIR/trioproxy``,
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["Registration", "lookup", "register", "runtime_dir"]
+__all__ = ["Registration", "holder_of_port", "lookup", "register", "runtime_dir"]
 
 
 def runtime_dir() -> Path:
@@ -55,7 +56,7 @@ class Registration:
         self.close()
 
 
-def register(gateway_names: Sequence[str], admin_addr: str) -> Registration:
+def register(gateway_names: Sequence[str], admin_addr: str, ports: Sequence[int] = ()) -> Registration:
     """Record that this process serves ``gateway_names`` with its admin server at ``admin_addr``.
 
     Written to a temporary file and renamed, so a concurrent ``lookup`` never reads half a file.
@@ -64,7 +65,7 @@ def register(gateway_names: Sequence[str], admin_addr: str) -> Registration:
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     pid = os.getpid()
     path = directory / f"{pid}.json"
-    entry = {"pid": pid, "gateways": list(gateway_names), "admin": admin_addr}
+    entry = {"pid": pid, "gateways": list(gateway_names), "admin": admin_addr, "ports": sorted(set(ports))}
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{pid}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
@@ -92,6 +93,34 @@ def _serves(gateways: Sequence[str], name: str) -> bool:
     return any(g == name or g.endswith("/" + name) for g in gateways)
 
 
+def _live_entries() -> list[tuple[float, dict[str, object]]]:
+    """Registry entries of live processes (mtime, entry); entries of dead ones are removed."""
+    directory = runtime_dir()
+    found: list[tuple[float, dict[str, object]]] = []
+    for path in directory.glob("*.json") if directory.is_dir() else ():
+        try:
+            entry = json.loads(path.read_text())
+            pid = int(entry["pid"])
+            mtime = path.stat().st_mtime
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if not _pid_alive(pid):
+            with contextlib.suppress(OSError):
+                path.unlink()
+            continue
+        found.append((mtime, entry))
+    return found
+
+
+def holder_of_port(port: int) -> int | None:
+    """The pid of a live local trioproxy listening on ``port`` (a bind or server port), if any."""
+    for _, entry in _live_entries():
+        ports = entry.get("ports")
+        if isinstance(ports, list) and port in ports and entry.get("pid") != os.getpid():
+            return int(entry["pid"])  # type: ignore[call-overload]
+    return None
+
+
 def lookup(gateway_name: str) -> str:
     """Admin ``host:port`` of the live local process serving ``gateway_name``.
 
@@ -100,19 +129,10 @@ def lookup(gateway_name: str) -> str:
     """
     directory = runtime_dir()
     found: list[tuple[float, str]] = []
-    for path in directory.glob("*.json") if directory.is_dir() else ():
-        try:
-            entry = json.loads(path.read_text())
-            pid, gateways, admin = int(entry["pid"]), entry["gateways"], str(entry["admin"])
-            mtime = path.stat().st_mtime
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if not _pid_alive(pid):
-            with contextlib.suppress(OSError):
-                path.unlink()
-            continue
-        if _serves(gateways, gateway_name):
-            found.append((mtime, admin))
+    for mtime, entry in _live_entries():
+        gateways = entry.get("gateways")
+        if isinstance(gateways, list) and _serves(gateways, gateway_name) and "admin" in entry:
+            found.append((mtime, str(entry["admin"])))
     if not found:
         raise LookupError(
             f"no running trioproxy serves gateway/{gateway_name} "

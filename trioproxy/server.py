@@ -65,6 +65,8 @@ def _listen(address: Address, where: str) -> socket.socket:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
             reason = f"address not available ({exc})"
+        elif exc.errno == errno.EADDRINUSE and (holder := registry.holder_of_port(address.port)) is not None:
+            reason = f"port in use by trioproxy (pid {holder})"
         raise StartupError(f"{where}: cannot listen on {host}:{address.port}: {reason}") from None
     sock.setblocking(False)
     return sock
@@ -116,7 +118,7 @@ async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0) 
             for problem in error.problems:
                 log.error("config reload rejected, keeping the previous config: %s", problem)
             runtime.reload_errors = error.problems
-            runtime.metrics.config_reloads.labels("rejected").inc()
+            runtime.metrics.reload(applied=False)
             continue
         old_ports = {b.port for b in runtime.state.config.binds}
         new_ports = {b.port for b in config.binds}
@@ -124,7 +126,7 @@ async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0) 
             log.warning("config reload: bind ports changed (%s → %s); restart to listen on new ports",
                         sorted(old_ports), sorted(new_ports))
         runtime.apply(config)
-        runtime.metrics.config_reloads.labels("applied").inc()
+        runtime.metrics.reload(applied=True)
         log.warning("config reloaded from %s", path)
 
 
@@ -195,24 +197,30 @@ async def serve_gateway(
                 for port, sock in bind_socks.items():
                     await binds.start(_serve, Gateway(runtime, port), sock, drain_timeout, shutdown)
                 async with trio.open_nursery() as background:
+                    await background.start(runtime.jwks.run)  # first JWKS fetches, then refreshes
                     if config_path is not None:
                         background.start_soon(_watch_config, Path(config_path), runtime)
                     if extra_tasks is not None:
                         await extra_tasks(background, info)
                     # Let `trioproxy trace gateway/NAME` find this gateway's admin server.
                     admin_host = "127.0.0.1" if info.admin.host in ("0.0.0.0", "::") else info.admin.host
-                    with registry.register(config.gateway_names, f"{admin_host}:{info.admin.port}"):
+                    ports = [*info.ports.values(), info.admin.port, info.stats.port, info.readiness.port]
+                    with registry.register(config.gateway_names, f"{admin_host}:{info.admin.port}", ports):
                         ready["value"] = True
                         task_status.started(info)
                         await shutdown.wait()
                     background.cancel_scope.cancel()
+                    log.warning("draining %d requests", runtime.metrics.requests_in_flight())
                 # Leaving this block waits for every bind to drain (hypercorn's grace deadline).
+            log.warning("drained")
         finally:
             drained.set()
     runtime.pool.close_idle()
+    await trio.to_thread.run_sync(runtime.close)  # flush spans without blocking the loop
 
 
-async def run_until_signalled(config: Config, *, config_path: str | None, drain_timeout: float) -> None:
+async def run_until_signalled(config: Config, *, config_path: str | None, drain_timeout: float,
+                              extra_tasks: Callable[[trio.Nursery, ServerInfo], Awaitable[None]] | None = None) -> None:
     """The CLI's main: serve until SIGINT/SIGTERM, then drain; a second signal stops at once."""
     shutdown = trio.Event()
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -228,7 +236,7 @@ async def run_until_signalled(config: Config, *, config_path: str | None, drain_
             async def gateway(task_status: trio.TaskStatus[ServerInfo] = trio.TASK_STATUS_IGNORED) -> None:
                 try:
                     await serve_gateway(config, config_path=config_path, drain_timeout=drain_timeout,
-                                        shutdown=shutdown, task_status=task_status)
+                                        shutdown=shutdown, extra_tasks=extra_tasks, task_status=task_status)
                 finally:
                     nursery.cancel_scope.cancel()  # drained: stop listening for signals
 

@@ -46,9 +46,11 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
                         help="the gateway runs locally; its admin server is on localhost:--proxy-admin-port")
     parser.add_argument("--proxy-admin-port", type=int, default=DEFAULT_ADMIN_PORT, metavar="PORT",
                         help="admin port with --local (default %(default)s)")
-    parser.add_argument("--raw", action="store_true", help="print one JSON event per line instead of the text UI")
+    parser.add_argument("--raw", action="store_true",
+                        help="print one JSON event per line instead of the text UI "
+                             "(the default when stdin or stdout is not a terminal)")
     parser.add_argument("--expression", metavar="CEL", help="trace only requests matching this CEL expression")
-    parser.add_argument("--file", metavar="F", help="show a saved trace (JSON lines or SSE; - for stdin)")
+    parser.add_argument("-f", "--file", metavar="F", help="show a saved trace (JSON lines or SSE; - for stdin)")
     parser.add_argument("--follow", action="store_true", help="keep tracing request after request")
     parser.add_argument("--port", type=int, metavar="N",
                         help="inject mode: send the request given after -- to 127.0.0.1:N")
@@ -86,6 +88,34 @@ def _split_rest(args: argparse.Namespace) -> Options:
     return Options(target, after)
 
 
+def check_conflicts(args: argparse.Namespace, opts: Options) -> None:
+    """Flags that contradict each other are usage errors, never a silent choice of one."""
+    if args.port is not None and not opts.request:
+        raise UsageError("--port needs the request to send: --port N -- URL [curl args...]")
+    if opts.request and args.port is None:
+        raise UsageError("a URL after -- needs --port N (the gateway listener to send it to)")
+    if args.file is not None:
+        for flag, given in (("--port", args.port is not None), ("--expression", args.expression is not None),
+                            ("--follow", args.follow), ("--local", args.local),
+                            ("gateway/NAME", opts.target is not None)):
+            if given:
+                raise UsageError(f"--file shows a saved trace; it cannot be combined with {flag}")
+    if args.local and opts.target is not None:
+        raise UsageError(f"--local and {opts.target} name two different gateways; give one of them")
+
+
+def wants_raw(args: argparse.Namespace) -> bool:
+    """The text UI needs a terminal on both ends; piped or scripted use gets JSON lines."""
+    return bool(args.raw) or not (_isatty(sys.stdin) and _isatty(sys.stdout))
+
+
+def _isatty(stream: object) -> bool:
+    try:
+        return bool(stream is not None and stream.isatty())  # type: ignore[attr-defined]
+    except (ValueError, OSError):  # closed stream
+        return False
+
+
 def resolve_admin(args: argparse.Namespace, target: str | None) -> str:
     """Admin ``host:port``: ``--local`` (or no gateway named) is localhost, else the registry."""
     if args.local or target is None:
@@ -119,7 +149,7 @@ def _read_file(name: str) -> list[Event]:
 async def _run_async(args: argparse.Namespace, opts: Options) -> int:
     if args.file is not None:
         events = _read_file(args.file)
-        if args.raw:
+        if wants_raw(args):
             for event in events:
                 _print_raw(event)
             return 0
@@ -130,7 +160,7 @@ async def _run_async(args: argparse.Namespace, opts: Options) -> int:
     admin = resolve_admin(args, opts.target)
     injection = Injection(args.port, opts.request) if args.port is not None else None
     async with TraceSession(admin, args.expression, injection=injection, follow=args.follow) as session:
-        if args.raw:
+        if wants_raw(args):
             async for event in session.events():
                 _print_raw(event)
             return 0
@@ -143,18 +173,13 @@ def run(args: argparse.Namespace) -> int:
     """Run the trace command for parsed ``args``; returns the exit status, prints no traceback."""
     try:
         opts = _split_rest(args)
-        if args.port is not None and not opts.request:
-            raise UsageError("--port needs the request to send: --port N -- URL [curl args...]")
-        if opts.request and args.port is None:
-            raise UsageError("a URL after -- needs --port N (the gateway listener to send it to)")
-        if args.file is not None and args.port is not None:
-            raise UsageError("--file and --port cannot be combined")
+        check_conflicts(args, opts)
         return asyncio.run(_run_async(args, opts))
     except UsageError as exc:
-        print(f"trace: error: {exc}", file=sys.stderr)
+        print(f"trioproxy: error: {exc}", file=sys.stderr)
         return 2
     except (TraceError, LookupError) as exc:
-        print(f"trace: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        print(f"trioproxy: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

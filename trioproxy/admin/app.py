@@ -9,11 +9,13 @@ endpoint needs the admin bearer token (``auth.py``). The web UI is the packaged 
 
 from __future__ import annotations
 
+import logging
 from importlib import resources
 
 from quart import Response, abort, redirect, request
 from quart_trio import QuartTrio
 
+from ..access_log import level_name, parse_level
 from ..config.dump import config_dump
 from ..runtime import Runtime
 from .api import register_api
@@ -71,6 +73,19 @@ def _quart_app(runtime: Runtime) -> QuartTrio:
     @app.get("/ui/")
     async def ui() -> Response:
         return Response(_static("ui.html"), content_type="text/html; charset=utf-8")
+
+    @app.route("/logging", methods=["GET", "POST"])
+    async def logging_level() -> Response:
+        """Read (GET) or change (POST ``?level=debug``) the log level at runtime, as agentgateway's admin does."""
+        logger = logging.getLogger("trioproxy")
+        if request.method == "POST":
+            wanted = request.args.get("level", "")
+            try:
+                logger.setLevel(parse_level(wanted, "level"))
+            except ValueError as error:
+                return Response(f"{error}\n", status=400, content_type="text/plain")
+            logger.warning("log level set to %s", level_name(logger.level))
+        return app.json.response({"level": level_name(logger.getEffectiveLevel())})
 
     @app.after_request
     async def ui_headers(response: Response) -> Response:

@@ -1,4 +1,4 @@
-"""Stats (``/metrics``) and readiness (``/healthz/ready``): raw ASGI, they answer probes only."""
+"""Stats (``/metrics``, also ``/stats/prometheus`` as Envoy and agentgateway name it) and readiness (``/healthz/ready``): raw ASGI, they answer probes only."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def stats_app(metrics: Metrics):
             await serve_lifespan(receive, send)
         elif scope["type"] != "http":
             return
-        elif scope["path"] != "/metrics":
+        elif scope["path"] not in ("/metrics", "/stats/prometheus"):
             await send_text(send, 404, "not found: try /metrics")
         else:
             body, content_type = metrics.exposition()

@@ -24,8 +24,8 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "Servers": _names(
         "additionalTrustDomains backend caAddress caAuthToken clusterId connectionMinTerminationDeadline "
         "connectionTerminationDeadline customFunctions database dns enableIpv6 gateway hbone histograms "
-        "localXdsPath logging mcp metrics modelCatalog namespace network sensitiveHeaders serviceAccount "
-        "session skipValidateTrustDomain spiffe standardAttributes storage tracing trustDomain "
+        "localXdsPath mcp metrics modelCatalog namespace network sensitiveHeaders serviceAccount "
+        "session skipValidateTrustDomain spiffe standardAttributes storage trustDomain "
         "workerThreads xdsAddress xdsAuthToken"
     ),
     "Bind": _names("mode tunnelProtocol"),
@@ -47,4 +47,7 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "OpenAIOptions": _names("moderation"),
     "DirectResponse": _names("bodyExpression headers"),
     "BackendAuth": _names("aws azure crossAppAccess gcp jwtSign oauthTokenExchange passthrough"),
+    # only the Authorization: Bearer header is read; exp is always required
+    "JwtAuth": _names("location jwtValidationOptions"),
+    "JwtProvider": _names("jwtValidationOptions"),
 }

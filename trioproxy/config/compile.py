@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
 
+from ..policies.authorization import AuthorizationSpec, Rule
+from ..policies.cors import CorsSpec
+from ..policies.jwt import JwksError, JwksSource, JwtAuthSpec, ProviderSpec, parse_jwks
 from ..policies.ratelimit_local import LocalRateLimitSpec
 from . import document as d
 from . import model as m
@@ -61,8 +65,87 @@ def _local_rate_limit(value: tuple[d.LocalRateLimit, ...], r: Reader) -> tuple[L
     return tuple(specs) if len(specs) == len(value) else None
 
 
+def _jwks(value: d.JwksRef | str, owner: Any, r: Reader) -> JwksSource | None:
+    """A JWKS source; a file or inline JWKS is read and checked now, a URL at start."""
+    if isinstance(value, str):
+        text, source = value, JwksSource(inline=value)
+    elif value.url is not None:
+        if not value.url.startswith(("http://", "https://")):
+            r.at(value, "url", f"expected an http:// or https:// URL, got {value.url!r}")
+            return None
+        return JwksSource(url=value.url)
+    else:
+        assert value.file is not None
+        try:
+            text = Path(value.file).read_text()
+        except OSError as exc:
+            r.at(value, "file", f"cannot read {value.file}: {exc.strerror or exc}")
+            return None
+        source = JwksSource(file=value.file, inline=text)
+    try:
+        parse_jwks(text)
+    except JwksError as exc:
+        r.at(value if not isinstance(value, str) else owner, "file" if not isinstance(value, str) else "jwks", str(exc))
+        return None
+    return source
+
+
+def _jwt_auth(value: d.JwtAuth, r: Reader) -> JwtAuthSpec | None:
+    single = value.issuer is not None or value.jwks is not None or value.audiences
+    if value.providers and single:
+        r.at(value, "providers", "use either providers or issuer/audiences/jwks, not both")
+        return None
+    providers = []
+    if value.providers:
+        for provider in value.providers:
+            source = _jwks(provider.jwks, provider, r)
+            if source is not None:
+                providers.append(ProviderSpec(provider.issuer, source, provider.audiences))
+        if len(providers) != len(value.providers):
+            return None
+    else:
+        ok = True
+        for wire, given in (("issuer", value.issuer), ("jwks", value.jwks)):
+            if given is None:
+                r.at(value, None, f"{wire} is required (or give providers)")
+                ok = False
+        if not ok:
+            return None
+        assert value.issuer is not None and value.jwks is not None
+        source = _jwks(value.jwks, value, r)
+        if source is None:
+            return None
+        providers.append(ProviderSpec(value.issuer, source, value.audiences))
+    return JwtAuthSpec(tuple(providers), value.mode)
+
+
+def _authorization(value: d.Authorization, r: Reader) -> AuthorizationSpec:
+    rules = []
+    for rule in value.rules:
+        if isinstance(rule, str):
+            rules.append(Rule("allow", rule))
+        else:
+            if rule.allow is not None:  # exactly one of the three, checked when read
+                rules.append(Rule("allow", rule.allow))
+            elif rule.deny is not None:
+                rules.append(Rule("deny", rule.deny))
+            elif rule.require is not None:
+                rules.append(Rule("require", rule.require))
+    return AuthorizationSpec(tuple(rules))
+
+
+def _cors(value: d.Cors, r: Reader) -> CorsSpec:
+    return CorsSpec(allow_origins=value.allow_origins, allow_methods=value.allow_methods,
+                    allow_headers=value.allow_headers, expose_headers=value.expose_headers,
+                    allow_credentials=value.allow_credentials,
+                    max_age=int(value.max_age) if value.max_age is not None else None)
+
+
 #: attribute of ``document.*Policies`` / ``model.Policies`` → document value to runtime spec.
 POLICY_COMPILERS: dict[str, Callable[[Any, Reader], Any]] = {
+    "jwt_auth": _jwt_auth,
+    "authorization": _authorization,
+    "cors": _cors,
     "local_rate_limit": _local_rate_limit,
     "request_header_modifier": _header_modifier,
     "response_header_modifier": _header_modifier,
@@ -186,4 +269,39 @@ def compile_document(document: d.Document, env: Mapping[str, str], r: Reader) ->
             r.at(bind, "port", f"port {bind.port} is already bound by binds[{ports[bind.port]}]")
         ports.setdefault(bind.port, index)
         binds.append(m.Bind(bind.port, tuple(_listener(x, bind.port, r) for x in bind.listeners)))
-    return m.Config(servers=_servers(document.config, env, r), binds=tuple(binds))
+    servers = document.config
+    return m.Config(servers=_servers(servers, env, r), binds=tuple(binds),
+                    logging=_logging(servers.logging, r) if servers and servers.logging else None,
+                    tracing=_tracing(servers.tracing, r) if servers and servers.tracing else None)
+
+
+def _log_fields(value: d.LogFields | None, r: Reader) -> m.LogFieldsSpec:
+    if value is None:
+        return m.LogFieldsSpec()
+    for name, source in value.add.items():
+        _check_cel(source, value, "add", r, f"{name}: ")
+    return m.LogFieldsSpec(tuple(value.add.items()), value.remove)
+
+
+def _check_cel(source: str, obj: Any, wire: str, r: Reader, prefix: str = "") -> None:
+    from ..cel import CelError, compile_expression
+
+    try:
+        compile_expression(source)
+    except CelError as error:
+        r.at(obj, wire, f"{prefix}invalid CEL expression: {error}")
+
+
+def _logging(value: d.Logging, r: Reader) -> m.LoggingSpec:
+    if value.filter is not None:
+        _check_cel(value.filter, value, "filter", r)
+    return m.LoggingSpec(value.level, value.format, value.filter, _log_fields(value.fields, r))
+
+
+def _tracing(value: d.Tracing, r: Reader) -> m.TracingSpec:
+    if not value.otlp_endpoint.startswith(("http://", "https://")):
+        r.at(value, "otlpEndpoint", f"expected an http:// or https:// URL, got {value.otlp_endpoint!r}")
+    return m.TracingSpec(
+        value.otlp_endpoint, value.otlp_protocol, tuple(value.headers.items()), value.path,
+        0.0 if value.random_sampling is None else value.random_sampling,
+        1.0 if value.client_sampling is None else value.client_sampling, _log_fields(value.fields, r))

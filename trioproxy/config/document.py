@@ -6,13 +6,13 @@ The wire name is the attribute in camelCase unless ``name=`` says otherwise. Not
 decides what a value *means* at run time: ``compile.py`` turns a read ``Document`` into the
 frozen ``model.Config``.
 
-To add a policy (say ``cors``, today ``NOT_SUPPORTED``):
+To add a policy (say ``retry``, today ``NOT_SUPPORTED``):
 
 1. Describe its value here as a ``@described`` class (docstring = schema description; one
    ``field(...)`` per wire field, constraints in the annotation).
 2. In each phase class below that takes it (``GatewayPolicies``, ``RoutePolicies``,
-   ``BackendPolicies``), replace ``cors: NotBuilt = not_built(CORS)`` with
-   ``cors: Cors | None = field(CORS, default=None)``. The attribute name is the model's.
+   ``BackendPolicies``), replace ``retry: NotBuilt = not_built(RETRY)`` with
+   ``retry: Retry | None = field(RETRY, default=None)``. The attribute name is the model's.
 3. Add the same attribute to ``model.Policies`` (and to ``model.TRACE_KINDS``), and one compile
    function to ``compile.POLICY_COMPILERS`` (document value → runtime spec; report cross-field
    problems there with ``reader.at(obj, "wireField", message)``).
@@ -31,15 +31,19 @@ from typing import Annotated, Any, Literal
 from .describe import NOT_SUPPORTED, Integer, Items, Text, described, field
 from .model import Address
 from .scalars import (
+    CEL,
     DURATION,
     HEADER_NAME,
     HEADER_VALUE,
     HOST_PORT_ADDRESS,
     HOSTNAME_NAME,
     METHOD,
+    ORIGIN,
     PATH,
     REGEX,
+    SAMPLING,
     SERVER_ADDRESS,
+    TOKEN_OR_STAR,
 )
 
 Port = Annotated[int, Integer(0, 65535)]
@@ -118,6 +122,89 @@ class LocalRateLimit:
 
 
 LOCAL_RATE_LIMIT = "Token buckets for requests or LLM tokens."
+
+CelText = Annotated[str, CEL]
+
+
+@described(one_of=("url", "file"))
+class JwksRef:
+    """Where a JSON Web Key Set is: exactly one of url, file (or write the JWKS JSON itself as a string)."""
+
+    url: str | None = field(
+        "HTTP(S) URL of the JWKS: fetched at start, refreshed every 5 minutes, refetched (rate-limited) "
+        "when a token names an unknown key; the last good keys keep serving while it is unreachable.",
+        default=None)
+    file: str | None = field("Path of a JWKS file (relative to the working directory).", default=None)
+
+
+Jwks = JwksRef | str
+
+
+@described
+class JwtProvider:
+    """One trusted token issuer and its keys."""
+
+    issuer: str = field("Expected `iss` claim, matched exactly.")
+    audiences: tuple[str, ...] = field("Accepted audiences; a non-empty list requires a matching `aud`.", default=())
+    jwks: Jwks = field("The issuer's public keys: {url}, {file} or the JWKS JSON inline.")
+
+
+@described
+class JwtAuth:
+    """Validate `Authorization: Bearer` JWTs: either issuer/audiences/jwks, or providers (several issuers).
+
+    The key is chosen by the token's `kid`; `exp` is required; `exp`/`nbf` get 60 s of leeway.
+    A validated token is removed from the request; its claims are `jwt.<claim>` in CEL.
+    """
+
+    mode: Literal["strict", "optional", "permissive"] = field(
+        "strict: a valid token is required. optional (default): requests without a token pass, invalid "
+        "tokens are rejected. permissive: missing or invalid tokens pass without claims.", default="optional")
+    issuer: str | None = field("Expected `iss` claim, matched exactly (single-issuer form).", default=None)
+    audiences: tuple[str, ...] = field(
+        "Accepted audiences; a non-empty list requires a matching `aud` (single-issuer form).", default=())
+    jwks: Jwks | None = field("The issuer's public keys: {url}, {file} or the JWKS JSON inline.", default=None)
+    providers: tuple[JwtProvider, ...] = field("Several trusted issuers (instead of issuer/audiences/jwks).",
+                                               default=())
+
+
+@described(one_of=("allow", "deny", "require"))
+class AuthorizationRule:
+    """One rule: exactly one of allow, deny, require."""
+
+    allow: CelText | None = field("Allow the request when this CEL expression is true.", default=None)
+    deny: CelText | None = field(
+        "Deny the request when this CEL expression is true (an expression that fails to evaluate does not deny).",
+        default=None)
+    require: CelText | None = field("Deny the request unless this CEL expression is true.", default=None)
+
+
+@described
+class Authorization:
+    """CEL rules over the request (`request.*`, `source.address`, `jwt.<claim>`); a denial is 403.
+
+    Any true deny rule denies; every require rule must be true; when allow rules exist one must be true.
+    """
+
+    rules: tuple[AuthorizationRule | CelText, ...] = field(
+        "Rules: a plain CEL string is an allow rule; or {allow|deny|require: <CEL>}.")
+
+
+@described
+class Cors:
+    """Cross-origin resource sharing; the gateway answers preflight requests itself."""
+
+    allow_origins: tuple[Annotated[str, ORIGIN], ...] = field(
+        "Origins allowed (* for any; a * in the host is a wildcard: https://*.example.com).", default=())
+    allow_methods: tuple[Annotated[str, TOKEN_OR_STAR], ...] = field(
+        "Access-Control-Allow-Methods of preflight answers (* echoes the requested method).", default=())
+    allow_headers: tuple[Annotated[str, TOKEN_OR_STAR], ...] = field(
+        "Access-Control-Allow-Headers of preflight answers (* echoes the requested headers).", default=())
+    expose_headers: tuple[Annotated[str, TOKEN_OR_STAR], ...] = field(
+        "Access-Control-Expose-Headers of allowed responses.", default=())
+    allow_credentials: bool = field("Send Access-Control-Allow-Credentials: true.", default=False)
+    max_age: Duration | None = field("Access-Control-Max-Age of preflight answers (whole seconds).", default=None)
+
 JWT_AUTH = "Validate a JWT bearer token (strict, optional or permissive)."
 AUTHORIZATION = "CEL rules that allow or deny a request."
 CORS = "Cross-origin resource sharing."
@@ -133,9 +220,9 @@ LocalRateLimits = Annotated[tuple[LocalRateLimit, ...], Items(min_items=1)]
 class GatewayPolicies:
     """Policies of a listener (gateway phase); a localRateLimit here is one budget shared by all its routes."""
 
-    jwt_auth: NotBuilt = not_built(JWT_AUTH)
-    authorization: NotBuilt = not_built(AUTHORIZATION)
-    cors: NotBuilt = not_built(CORS)
+    jwt_auth: JwtAuth | None = field(JWT_AUTH, default=None)
+    authorization: Authorization | None = field(AUTHORIZATION, default=None)
+    cors: Cors | None = field(CORS, default=None)
     local_rate_limit: LocalRateLimits = field(LOCAL_RATE_LIMIT, default=())
     remote_rate_limit: NotBuilt = not_built(REMOTE_RATE_LIMIT)
 
@@ -144,9 +231,9 @@ class GatewayPolicies:
 class RoutePolicies:
     """Policies of a route (route phase)."""
 
-    jwt_auth: NotBuilt = not_built(JWT_AUTH)
-    authorization: NotBuilt = not_built(AUTHORIZATION)
-    cors: NotBuilt = not_built(CORS)
+    jwt_auth: JwtAuth | None = field(JWT_AUTH, default=None)
+    authorization: Authorization | None = field(AUTHORIZATION, default=None)
+    cors: Cors | None = field(CORS, default=None)
     local_rate_limit: LocalRateLimits = field(LOCAL_RATE_LIMIT, default=())
     remote_rate_limit: NotBuilt = not_built(REMOTE_RATE_LIMIT)
     request_header_modifier: HeaderModifier | None = field(REQUEST_HEADERS, default=None)
@@ -278,6 +365,46 @@ ServerAddress = Annotated[Address, SERVER_ADDRESS]
 
 
 @described
+class LogFields:
+    """Fields added to (name → CEL expression) or removed from each access-log line or span."""
+
+    add: dict[str, str] = field("Field name → CEL expression whose value is added.", default={})
+    remove: tuple[str, ...] = field("Names of fields left out.", default=())
+
+
+@described
+class Logging:
+    """The access log: one line per finished request (docs/observability.md)."""
+
+    level: Literal["trace", "debug", "info", "warn", "error"] | None = field(
+        "Log level (default info; --log-level and LOG_LEVEL override it).", default=None)
+    format: Literal["text", "json"] | None = field(
+        "text or json (default: text on a terminal, JSON lines otherwise; LOG_FORMAT overrides it).", default=None)
+    filter: str | None = field("CEL expression: only requests for which it is true are logged.", default=None)
+    fields: LogFields | None = field("Fields added to or removed from each line.", default=None)
+
+
+Sampling = Annotated[float, SAMPLING]
+
+
+@described
+class Tracing:
+    """OpenTelemetry spans exported over OTLP (a server span per request, a client span per backend call)."""
+
+    otlp_endpoint: str = field("OTLP collector endpoint URL, e.g. http://localhost:4317 (grpc) or :4318 (http).")
+    otlp_protocol: Literal["grpc", "http"] = field("OTLP transport: grpc or http (protobuf).", default="grpc")
+    headers: dict[str, str] = field("Headers sent with each export (authentication).", default={})
+    path: str | None = field("OTLP/HTTP path (default /v1/traces).", default=None)
+    random_sampling: Sampling | None = field(
+        "Share of requests without a trace context that start a trace: true, false or 0.0-1.0 (default false).",
+        default=None)
+    client_sampling: Sampling | None = field(
+        "Share of requests whose client sent a sampled traceparent that are traced: true, false or 0.0-1.0 "
+        "(default true).", default=None)
+    fields: LogFields | None = field("Span attributes added (CEL) or removed.", default=None)
+
+
+@described
 class Servers:
     """The gateway's own servers; env ADMIN_ADDR, STATS_ADDR, READINESS_ADDR, ADMIN_TOKEN override them."""
 
@@ -286,6 +413,8 @@ class Servers:
     stats_addr: ServerAddress | None = field("Metrics server (/metrics); default 0.0.0.0:15020.", default=None)
     readiness_addr: ServerAddress | None = field(
         "Readiness server (/healthz/ready); default 0.0.0.0:15021.", default=None)
+    logging: Logging | None = field("Access log level, format and filter.", default=None)
+    tracing: Tracing | None = field("OpenTelemetry trace export.", default=None)
     admin_token: str | None = field(
         "Bearer token every admin endpoint requires when adminAddr is not loopback (required then);"
         " env ADMIN_TOKEN overrides it. Use `$VAR` to read it from the environment.", default=None)

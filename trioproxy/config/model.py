@@ -13,6 +13,9 @@ from typing import Literal
 import attrs
 from attrs import frozen
 
+from ..policies.authorization import AuthorizationSpec
+from ..policies.cors import CorsSpec
+from ..policies.jwt import JwtAuthSpec
 from ..policies.ratelimit_local import LocalRateLimitSpec
 
 PathKind = Literal["exact", "pathPrefix", "regex"]
@@ -26,6 +29,35 @@ class Address:
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
+
+
+@frozen
+class LogFieldsSpec:
+    add: tuple[tuple[str, str], ...] = ()  # (name, CEL source)
+    remove: tuple[str, ...] = ()
+
+
+@frozen
+class LoggingSpec:
+    """``config.logging``: level/format as written (flags and env win), a CEL filter source."""
+
+    level: str | None = None
+    format: str | None = None
+    filter: str | None = None
+    fields: LogFieldsSpec = LogFieldsSpec()
+
+
+@frozen
+class TracingSpec:
+    """``config.tracing``: where spans go and how many requests start one."""
+
+    endpoint: str
+    protocol: str = "grpc"
+    headers: tuple[tuple[str, str], ...] = ()
+    path: str | None = None
+    random_sampling: float = 0.0
+    client_sampling: float = 1.0
+    fields: LogFieldsSpec = LogFieldsSpec()
 
 
 @frozen
@@ -116,6 +148,9 @@ class Policies:
     ``policySelection.effectivePolicy`` shows unset kinds as ``null``.
     """
 
+    jwt_auth: JwtAuthSpec | None = None
+    authorization: AuthorizationSpec | None = None
+    cors: CorsSpec | None = None
     local_rate_limit: tuple[LocalRateLimitSpec, ...] = ()
     request_header_modifier: HeaderModifier | None = None
     response_header_modifier: HeaderModifier | None = None
@@ -132,16 +167,16 @@ EMPTY_POLICIES = Policies()
 # camelCase kind -> attribute, per phase, in trace order.
 TRACE_KINDS: dict[str, tuple[tuple[str, str], ...]] = {
     "gateway": (
-        ("jwtAuth", ""),
-        ("authorization", ""),
-        ("cors", ""),
+        ("jwtAuth", "jwt_auth"),
+        ("authorization", "authorization"),
+        ("cors", "cors"),
         ("localRateLimit", "local_rate_limit"),
         ("remoteRateLimit", ""),
     ),
     "route": (
-        ("jwtAuth", ""),
-        ("authorization", ""),
-        ("cors", ""),
+        ("jwtAuth", "jwt_auth"),
+        ("authorization", "authorization"),
+        ("cors", "cors"),
         ("localRateLimit", "local_rate_limit"),
         ("remoteRateLimit", ""),
         ("requestHeaderModifier", "request_header_modifier"),
@@ -217,4 +252,6 @@ class Bind:
 class Config:
     servers: ServerAddrs
     binds: tuple[Bind, ...]
+    logging: LoggingSpec | None = None
+    tracing: TracingSpec | None = None
     gateway_names: tuple[str, ...] = ("default",)

@@ -102,4 +102,52 @@ METHOD = Scalar("method", parse_method,
                 "an HTTP method such as GET or POST")
 HEADER_NAME = Scalar("header name", parse_header_name,
                      {"type": "string", "pattern": r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"}, "a header name")
+def parse_cel(text: str) -> str:
+    """A CEL expression that compiles (the source is kept; policies compile it once more)."""
+    from ..cel import compile_expression  # late: cel imports the native engine
+
+    compile_expression(text)  # CelError is a ValueError with a one-line message
+    return text
+
+
+def parse_origin_pattern(text: str) -> str:
+    """``*`` or ``scheme://host[:port]`` where the host may hold ``*`` wildcards."""
+    from ..policies.cors import parse_origin
+
+    if text != "*" and parse_origin(text, allow_wildcard_host=True) is None:
+        raise ValueError()
+    return text
+
+
+def parse_token_or_star(text: str) -> str:
+    if text != "*" and not TOKEN.match(text):
+        raise ValueError()
+    return text
+
+
 HEADER_VALUE = Scalar("header value", parse_header_value, {"type": "string"}, "a header value")
+CEL = Scalar("CEL expression", parse_cel, {"type": "string", "minLength": 1}, "a CEL expression")
+ORIGIN = Scalar("origin", parse_origin_pattern, {"type": "string", "minLength": 1},
+                "* or an origin such as https://app.example.com or https://*.example.com")
+TOKEN_OR_STAR = Scalar("token", parse_token_or_star, {"type": "string", "pattern": r"^([!#$%&'*+.^_`|~0-9A-Za-z-]+|\*)$"},
+                       "* or a method or header name")
+
+
+def parse_sampling(text: str) -> float:
+    """agentgateway's sampling value: true/false or a ratio from 0.0 to 1.0 (CEL expressions are not built)."""
+    word = text.strip().lower()
+    if word in ("true", "false"):
+        return 1.0 if word == "true" else 0.0
+    try:
+        ratio = float(word)
+    except ValueError:
+        raise ValueError(f"expected true, false or a ratio from 0.0 to 1.0, got {text!r} "
+                         "(CEL sampling expressions are not supported)") from None
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"expected a ratio from 0.0 to 1.0, got {text}")
+    return ratio
+
+
+SAMPLING = Scalar("sampling", parse_sampling,
+                  {"anyOf": [{"type": "boolean"}, {"type": "number", "minimum": 0, "maximum": 1}]},
+                  "true, false or a ratio from 0.0 to 1.0")

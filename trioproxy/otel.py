@@ -1,0 +1,139 @@
+"""OpenTelemetry spans over OTLP (``config.tracing``): the always-on, sampled view of traffic.
+
+A request gets a server span when it is sampled: a client's ``traceparent`` with the sampled
+flag is honoured (``clientSampling``, default all of them), and a request without one starts a
+trace with probability ``randomSampling`` (default none). The decision is made here, before the
+SDK is touched, so an unsampled request costs a random draw and a header lookup. The upstream
+call gets a client span, and ``traceparent`` goes to the backend.
+
+Export is the SDK's: a ``BatchSpanProcessor`` thread hands spans to the OTLP exporter (gRPC or
+HTTP/protobuf), so a slow or dead collector never slows or fails a request; spans it could not
+send are counted by ``trioproxy_otlp_export_failures_total``. The debug ``/debug/trace`` stream
+is separate and unchanged.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from opentelemetry import trace as otel_trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from . import __version__
+from .asgi import Header
+from .config.model import TracingSpec
+
+PROPAGATOR = TraceContextTextMapPropagator()
+
+__all__ = ["OtelTracing"]
+
+
+class _CountingExporter(SpanExporter):
+    """Wraps the OTLP exporter: export failures become a metric, never an exception."""
+
+    def __init__(self, inner: SpanExporter, on_failure: Callable[[int], None]) -> None:
+        self.inner = inner
+        self.on_failure = on_failure
+
+    def export(self, spans: Sequence[Any]) -> SpanExportResult:
+        try:
+            result = self.inner.export(spans)
+        except Exception:  # noqa: BLE001 - the collector's problem must not reach the data plane
+            result = SpanExportResult.FAILURE
+        if result is not SpanExportResult.SUCCESS:
+            self.on_failure(len(spans))
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+def _exporter(spec: TracingSpec) -> SpanExporter:
+    headers = dict(spec.headers)
+    if spec.protocol == "http":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+            OTLPSpanExporter as HttpExporter,
+        )
+
+        endpoint = spec.endpoint.rstrip("/") + (spec.path or "/v1/traces")
+        return HttpExporter(endpoint=endpoint, headers=headers, timeout=5)
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+        OTLPSpanExporter as GrpcExporter,
+    )
+
+    return GrpcExporter(endpoint=spec.endpoint, headers=headers or None, timeout=5,
+                        insecure=spec.endpoint.startswith("http://"))
+
+
+class OtelTracing:
+    """Sampling decision, span creation and propagation for one tracing config."""
+
+    def __init__(self, spec: TracingSpec, *, on_export_failure: Callable[[int], None] = lambda n: None,
+                 exporter: SpanExporter | None = None) -> None:
+        self.spec = spec
+        self.provider = TracerProvider(resource=Resource.create({"service.name": "trioproxy",
+                                                                 "service.version": __version__}))
+        self.processor = BatchSpanProcessor(_CountingExporter(exporter or _exporter(spec), on_export_failure),
+                                            schedule_delay_millis=500)
+        self.provider.add_span_processor(self.processor)
+        self.tracer = self.provider.get_tracer("trioproxy", __version__)
+        self._random = random.random
+
+    def start(self, method: str, path: str, headers: Sequence[Header], start_ns: int) -> Any | None:
+        """A server span for a sampled request, else ``None`` (the common, cheap case)."""
+        traceparent = None
+        for name, value in headers:
+            if name == b"traceparent":
+                traceparent = value.decode("latin-1")
+                break
+        if traceparent is None:
+            if self.spec.random_sampling <= 0.0 or self._random() >= self.spec.random_sampling:
+                return None
+            context = None
+        else:
+            context = PROPAGATOR.extract({"traceparent": traceparent})
+            parent = otel_trace.get_current_span(context).get_span_context()
+            sampled = parent.is_valid and parent.trace_flags.sampled
+            if not sampled or self.spec.client_sampling <= 0.0 or self._random() >= self.spec.client_sampling:
+                return None
+        return self.tracer.start_span(f"{method} {path}", context=context, kind=SpanKind.SERVER,
+                                      start_time=start_ns,
+                                      attributes={"http.request.method": method, "url.path": path})
+
+    def client_span(self, server_span: Any, name: str, attributes: Mapping[str, Any]) -> Any:
+        context = otel_trace.set_span_in_context(server_span)
+        return self.tracer.start_span(name, context=context, kind=SpanKind.CLIENT, attributes=dict(attributes))
+
+    @staticmethod
+    def traceparent(span: Any) -> Header:
+        carrier: dict[str, str] = {}
+        PROPAGATOR.inject(carrier, context=otel_trace.set_span_in_context(span))
+        return (b"traceparent", carrier["traceparent"].encode())
+
+    @staticmethod
+    def trace_id(span: Any) -> str:
+        return format(span.get_span_context().trace_id, "032x")
+
+    @staticmethod
+    def finish(span: Any, status: int, attributes: Mapping[str, Any], error: str | None) -> None:
+        span.set_attributes({k: v for k, v in attributes.items() if v is not None})
+        span.set_attribute("http.response.status_code", status)
+        if status >= 500 or error is not None and status >= 400:
+            span.set_status(Status(StatusCode.ERROR, error or str(status)))
+        span.end()
+
+    def shutdown(self) -> None:
+        self.provider.shutdown()
