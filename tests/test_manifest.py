@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import textwrap
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -11,7 +11,7 @@ from trioproxy.config import ConfigError, parse_config
 from trioproxy.config.manifest import compile_manifest, parse_documents, read_resources
 from trioproxy.policies.ratelimit_local import LocalRateLimitSpec
 
-NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 STAMP = "2026-01-02T03:04:05Z"
 
 GATEWAY = """
@@ -198,7 +198,7 @@ def test_route_from_another_namespace_needs_allowed_routes_all():
     assert routes(result) == {}
     assert result.statuses[1]["status"]["parents"][0]["conditions"][0]["reason"] == "NotAllowedByListeners"
     opened = GATEWAY.replace("protocol: HTTP}", "protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}")
-    assert list(routes(compile_docs(opened, other)))[0].endswith("/apps/llm")
+    assert next(iter(routes(compile_docs(opened, other)))).endswith("/apps/llm")
 
 
 INVALID = [
@@ -209,12 +209,12 @@ INVALID = [
      'spec.traffic.rateLimit.local[0]: Invalid value: "object": exactly one of requests or tokens must be set'),
     ("{tokens: 10, burst: 2, unit: Hours}",
      'spec.traffic.rateLimit.local[0]: Invalid value: "object": burst is allowed only with requests'),
-    ("{requests: 0, unit: Hours}", "spec.traffic.rateLimit.local[0].requests: Invalid value: 0: "
-     "spec.traffic.rateLimit.local[0].requests in body should be greater than or equal to 1"),
-    ("{requests: 1, burst: -1, unit: Hours}", "spec.traffic.rateLimit.local[0].burst: Invalid value: -1: "
-     "spec.traffic.rateLimit.local[0].burst in body should be greater than or equal to 0"),
-    ("{requests: ten, unit: Hours}", 'spec.traffic.rateLimit.local[0].requests: Invalid value: "string": '
-     'spec.traffic.rateLimit.local[0].requests in body must be of type integer: "string"'),
+    ("{requests: 0, unit: Hours}", ("spec.traffic.rateLimit.local[0].requests: Invalid value: 0: "
+     "spec.traffic.rateLimit.local[0].requests in body should be greater than or equal to 1")),
+    ("{requests: 1, burst: -1, unit: Hours}", ("spec.traffic.rateLimit.local[0].burst: Invalid value: -1: "
+     "spec.traffic.rateLimit.local[0].burst in body should be greater than or equal to 0")),
+    ("{requests: ten, unit: Hours}", ('spec.traffic.rateLimit.local[0].requests: Invalid value: "string": '
+     'spec.traffic.rateLimit.local[0].requests in body must be of type integer: "string"')),
     ("{requests: 1}", "spec.traffic.rateLimit.local[0].unit: Required value"),
     ("{requests: 1, unit: Hours, per: user}", 'unknown field "spec.traffic.rateLimit.local[0].per"'),
 ]
@@ -269,12 +269,12 @@ def test_invalid_gateway_and_route_do_not_stop_the_valid_ones():
     assert list(listeners(result)) == ["gateway-system/gw/bind/3000/listener0"]
     assert len(routes(result)) == 2
     assert result.rejected == (
-        "m.yaml: document 5: unsupported resource apiVersion='v1' kind='Service' (expected Gateway "
-        "(gateway.networking.k8s.io/v1), HTTPRoute (gateway.networking.k8s.io/v1), ProxyPolicy (trioproxy.dev/v1alpha1))",
-        "Gateway gateway-system/bad rejected: spec.listeners[0].port: Invalid value: 70000: "
-        "spec.listeners[0].port in body should be less than or equal to 65535",
-        "HTTPRoute gateway-system/broken rejected: spec.rules[0].matches[0].path.type: Unsupported value: "
-        '"Glob": supported values: "Exact", "PathPrefix", "RegularExpression"')
+        ("m.yaml: document 5: unsupported resource apiVersion='v1' kind='Service' (expected Gateway "
+         "(gateway.networking.k8s.io/v1), HTTPRoute (gateway.networking.k8s.io/v1), ProxyPolicy (trioproxy.dev/v1alpha1))"),
+        ("Gateway gateway-system/bad rejected: spec.listeners[0].port: Invalid value: 70000: "
+         "spec.listeners[0].port in body should be less than or equal to 65535"),
+        ("HTTPRoute gateway-system/broken rejected: spec.rules[0].matches[0].path.type: Unsupported value: "
+         '"Glob": supported values: "Exact", "PathPrefix", "RegularExpression"'))
     assert result.statuses[1]["status"]["conditions"][0]["status"] == "False"
     assert result.statuses[3]["status"]["parents"][0]["conditions"][0]["reason"] == "UnsupportedValue"
 

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
         yaml = YAML(typ="safe", pure=True)
         yaml.default_flow_style = False
-        yaml.sort_base_mapping_type_on_output = False  # type: ignore[attr-defined]
+        yaml.sort_base_mapping_type_on_output = False  # type: ignore[assignment]
         out = StringIO()
         yaml.dump(list(statuses), out)
         print(out.getvalue(), end="")

@@ -137,7 +137,10 @@ def parse_config(text: str, *, source: str = "<config>", env: Mapping[str, str] 
     with _gc_paused():
         documents = compose(text, source)
         if len(documents) > 1 or (documents and _is_manifest(documents[0])):
-            from .manifest import ManifestError, load_manifest  # Gateway/HTTPRoute/ProxyPolicy: docs/manifests.md
+            from .manifest import (  # Gateway/HTTPRoute/ProxyPolicy: docs/manifests.md
+                ManifestError,
+                load_manifest,
+            )
 
             try:
                 return load_manifest(text, source, env=env).config

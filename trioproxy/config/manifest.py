@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import attrs
@@ -33,8 +33,16 @@ from .describe import Reader
 from .manifest_document import GATEWAY_GROUP, SPECS
 from .manifest_validate import strip_nulls, validate_spec
 
-__all__ = ["CONTROLLER", "ManifestResult", "Resource", "TRAFFIC_TRANSLATORS", "compile_manifest",
-           "is_manifest_text", "read_resources", "statuses_of"]
+__all__ = [
+    "CONTROLLER",
+    "TRAFFIC_TRANSLATORS",
+    "ManifestResult",
+    "Resource",
+    "compile_manifest",
+    "is_manifest_text",
+    "read_resources",
+    "statuses_of",
+]
 
 log = logging.getLogger("trioproxy.config")
 
@@ -96,12 +104,13 @@ def read_resources(documents: list[Any], source: str) -> tuple[list[Resource], l
         if not isinstance(doc, dict):
             rejected.append(f"{where}: expected a mapping with apiVersion and kind")
             continue
-        api, kind = doc.get("apiVersion"), doc.get("kind")
+        api, kind = str(doc.get("apiVersion")), str(doc.get("kind"))
         if (api, kind) not in SPECS:
             known = ", ".join(f"{k} ({a})" for a, k in SPECS)
-            rejected.append(f"{where}: unsupported resource apiVersion={api!r} kind={kind!r} (expected {known})")
+            rejected.append(f"{where}: unsupported resource apiVersion={doc.get('apiVersion')!r} "
+                            f"kind={doc.get('kind')!r} (expected {known})")
             continue
-        meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+        meta: dict[str, Any] = doc["metadata"] if isinstance(doc.get("metadata"), dict) else {}
         name, namespace = meta.get("name"), meta.get("namespace") or "default"
         if not isinstance(name, str) or not name:
             rejected.append(f"{where}: {kind} metadata.name: Required value: name is required")
@@ -133,8 +142,8 @@ def _condition(kind: str, ok: bool, reason: str, message: str, resource: Resourc
 
 
 def _timestamp(now: datetime | None) -> str:
-    now = now or datetime.now(timezone.utc)
-    return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = now or datetime.now(UTC)
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # --- translation -----------------------------------------------------------------------------------
@@ -330,7 +339,7 @@ def compile_manifest(resources: list[Resource], *, env: Mapping[str, str] | None
     for route in [r for r in resources if r.kind == "HTTPRoute"]:
         parents = route_parents.setdefault(route.index, [])
         spec = route.spec if isinstance(route.spec, dict) else {}
-        refs = spec.get("parentRefs") if isinstance(spec.get("parentRefs"), list) else []
+        refs: list[Any] = spec["parentRefs"] if isinstance(spec.get("parentRefs"), list) else []
         if problems[route.index]:
             message = "; ".join(problems[route.index])
             for ref in refs or [{}]:
@@ -359,7 +368,7 @@ def compile_manifest(resources: list[Resource], *, env: Mapping[str, str] | None
                                 f"Gateway {ns}/{ref['name']} allows routes from its own namespace only")
                 elif not hosts:
                     accepted = (False, "NoMatchingListenerHostname",
-                                "no hostname of the route matches a listener of " f"Gateway {ns}/{ref['name']}")
+                                f"no hostname of the route matches a listener of Gateway {ns}/{ref['name']}")
                 else:
                     accepted = (True, "Accepted", "Route was valid")
                     for listener in hosts:
@@ -385,7 +394,7 @@ def compile_manifest(resources: list[Resource], *, env: Mapping[str, str] | None
                     invalid.append(f"{exc.args[0]}: not supported by this version of trioproxy")
             if invalid:
                 out_rejected.append(f"{policy.ref} rejected: {'; '.join(invalid)}")
-        refs = spec.get("targetRefs") if isinstance(spec.get("targetRefs"), list) else []
+        refs = spec["targetRefs"] if isinstance(spec.get("targetRefs"), list) else []
         for target in [t for t in refs if isinstance(t, dict)] or [{}]:
             kind, name = target.get("kind", "?"), target.get("name", "?")
             targets: list[_Listener] = []
@@ -405,10 +414,10 @@ def compile_manifest(resources: list[Resource], *, env: Mapping[str, str] | None
                 elif not targets:
                     pending = f"HTTPRoute {policy.namespace}/{name} is not attached to any Gateway"
             if invalid:
-                accepted = _condition("Accepted", False, "Invalid", "; ".join(invalid), policy, stamp)
+                accepted_c = _condition("Accepted", False, "Invalid", "; ".join(invalid), policy, stamp)
                 attached = _condition("Attached", False, "Pending", "the policy is not valid", policy, stamp)
             else:
-                accepted = _condition("Accepted", True, "Valid", "Policy is valid", policy, stamp)
+                accepted_c = _condition("Accepted", True, "Valid", "Policy is valid", policy, stamp)
                 attached = (_condition("Attached", False, "Pending", pending, policy, stamp) if pending else
                             _condition("Attached", True, "Attached", "Policy is attached", policy, stamp))
             if not invalid and not pending:
@@ -425,18 +434,18 @@ def compile_manifest(resources: list[Resource], *, env: Mapping[str, str] | None
             if gateways:
                 for ns, gw_name in sorted(gateways):
                     ancestors.append(_ancestor({"group": GATEWAY_GROUP, "kind": "Gateway", "namespace": ns,
-                                                "name": gw_name}, [accepted, attached]))
+                                                "name": gw_name}, [accepted_c, attached]))
             else:
                 ref = {"group": target.get("group", GATEWAY_GROUP), "kind": kind, "namespace": policy.namespace,
                        "name": name}
                 if "sectionName" in target:
                     ref["sectionName"] = target["sectionName"]
-                ancestors.append(_ancestor(ref, [accepted, attached]))
+                ancestors.append(_ancestor(ref, [accepted_c, attached]))
 
     # the model
     binds: dict[int, list[m.Listener]] = {}
     for listener in listeners:
-        routes = []
+        routes: list[m.Route] = []
         for route, rule in listener.routes:
             key = f"{listener.key}/{route.namespace}/{route.name}{rule.suffix}"
             extra = listener.route_policies.get(key)

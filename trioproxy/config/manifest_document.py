@@ -19,7 +19,7 @@ import attrs
 
 from .describe import Integer, Items, Kind, Text, described, field
 
-__all__ = ["GatewaySpec", "HTTPRouteSpec", "ProxyPolicySpec", "SPECS"]
+__all__ = ["SPECS", "GatewaySpec", "HTTPRouteSpec", "ProxyPolicySpec"]
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 Port = Annotated[int, Integer(1, 65535)]
