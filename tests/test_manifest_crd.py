@@ -49,3 +49,11 @@ def test_the_shipped_crd_rejects_what_the_gateway_rejects():
            "spec": {"targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "r"}],
                     "traffic": {"rateLimit": {"local": [{"requests": 0, "unit": "Fortnights"}]}}}}
     assert sorted(e.validator for e in validator.iter_errors(bad)) == ["enum", "minimum"]
+
+
+def test_the_readme_manifest_is_the_bundled_example():
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "kind: ProxyPolicy" in b)
+    assert list(yaml.safe_load_all(block)) == list(yaml.safe_load_all(MANIFESTS[0].read_text()))
