@@ -286,3 +286,27 @@ def test_parse_config_dispatches_on_apiversion_and_keeps_statuses():
     with pytest.raises(ConfigError) as error:
         parse_config("apiVersion: x\n---\n- [", source="m.yaml")
     assert error.value.problems == ["m.yaml:4:1: invalid YAML: did not find expected node content"]
+
+
+def test_an_invalid_edit_keeps_the_last_valid_version_and_unchanged_conditions_keep_their_time():
+    good = policy("""
+        spec:
+          targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: llm}]
+          traffic: {rateLimit: {local: [{requests: 5, unit: Minutes}]}}
+        """)
+    first = compile_docs(GATEWAY, ROUTE, good)
+    text = "\n---\n".join(textwrap.dedent(d).strip("\n") for d in (GATEWAY, ROUTE, good.replace("Minutes", "Weeks")))
+    resources, _ = read_resources(parse_documents(text, "m.yaml"), "m.yaml")
+    later = datetime(2026, 1, 2, 4, 0, 0, tzinfo=UTC)
+    second = compile_manifest(resources, now=later, env={}, previous=first.config)
+    assert all(r.policies.local_rate_limit == (LocalRateLimitSpec(5, 5, 60),) for r in routes(second).values())
+    message = ('spec.traffic.rateLimit.local[0].unit: Unsupported value: "Weeks": supported values: "Seconds", '
+               '"Minutes", "Hours"; the last valid version keeps applying')
+    accepted, attached = second.statuses[2]["status"]["ancestors"][0]["conditions"]
+    assert (accepted["status"], accepted["reason"], accepted["message"]) == ("False", "Invalid", message)
+    assert accepted["lastTransitionTime"] == "2026-01-02T04:00:00Z"  # it changed
+    assert attached == cond("Attached", True, "Attached", "Policy is attached")  # unchanged: the first time
+    assert second.rejected == (f"ProxyPolicy gateway-system/limits rejected: {message}",)
+    # a resource removed from the file is gone, not kept
+    third = compile_manifest(resources[:2], now=later, env={}, previous=second.config)
+    assert all(r.policies.local_rate_limit == () for r in routes(third).values())

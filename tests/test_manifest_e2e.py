@@ -164,34 +164,41 @@ async def test_reload_keeps_budgets_and_an_invalid_edit_is_reported(tmp_path, nu
     path.write_text(manifest(*docs).format(port=port))
     gw = await start_gateway(nursery, manifest(*docs), config_path=str(path), port=port)
     runtime = gw.info.runtime
-    state = runtime.state
 
-    async def wait_for_reload() -> None:
-        nonlocal state
+    async def wait_for(predicate) -> None:
+        """Until the watcher (polling each second) has applied or rejected the edit."""
         with trio.fail_after(10):
-            while runtime.state is state and not runtime.reload_errors:
+            while not predicate():
                 await trio.sleep(0.05)
-        state = runtime.state
+
+    def policy_message() -> str:
+        return runtime.state.config.statuses[2]["status"]["ancestors"][0]["conditions"][0]["message"]
 
     async with gw.client() as client, httpx.AsyncClient(base_url=gw.admin_url) as admin:
         assert (await client.get("/")).status_code == 200
         # an unrelated edit: the route's budget (1 left) is kept
         path.write_text(manifest(*docs, route("other", "/other", backend.port)).format(port=port))
-        await wait_for_reload()
+        await wait_for(lambda: len(runtime.state.config.statuses) == 4)
         assert limits(await client.get("/"))[:2] == ("2", "0")
         assert (await client.get("/")).status_code == 429
-        # an invalid policy edit: everything valid keeps serving, the status says why
+        # an invalid policy edit: its last valid version (and budget) keeps applying, the status says why
         path.write_text(manifest(GATEWAY, route("api", "/", backend.port),
                                  policy("HTTPRoute", "api", "{{requests: 2, unit: Weeks}}")).format(port=port))
-        await wait_for_reload()
+        await wait_for(lambda: "Weeks" in policy_message())
         dump = (await admin.get("/config_dump")).json()
         accepted = dump["statuses"][2]["status"]["ancestors"][0]["conditions"][0]
         assert (accepted["status"], accepted["reason"]) == ("False", "Invalid")
         assert 'Unsupported value: "Weeks"' in accepted["message"]
-        assert (await client.get("/")).status_code == 200
+        assert accepted["message"].endswith("the last valid version keeps applying")
+        assert (await client.get("/")).status_code == 429
+        # the edit fixed: the new limit applies (a new bucket: its spec changed)
+        path.write_text(manifest(GATEWAY, route("api", "/", backend.port),
+                                 policy("HTTPRoute", "api", "{{requests: 3, unit: Hours}}")).format(port=port))
+        await wait_for(lambda: policy_message() == "Policy is valid")
+        assert limits(await client.get("/"))[:2] == ("3", "2")
         # a file that cannot be parsed: the previous config keeps serving, the reload error says why
         path.write_text("apiVersion: [\n")
-        await wait_for_reload()
-        assert runtime.state.config.statuses[2]["status"]["ancestors"][0]["conditions"][0]["reason"] == "Invalid"
+        await wait_for(lambda: bool(runtime.reload_errors))
+        assert runtime.state.config.statuses[2]["status"]["ancestors"][0]["conditions"][0]["reason"] == "Valid"  # the last applied config
         assert runtime.reload_errors and "invalid YAML" in runtime.reload_errors[0]
         assert (await client.get("/")).status_code == 200

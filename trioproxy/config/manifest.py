@@ -300,8 +300,14 @@ class _Listener:
 
 
 def compile_manifest(resources: list[Resource], *, env: Mapping[str, str] | None = None,
-                     now: datetime | None = None, rejected: tuple[str, ...] = ()) -> ManifestResult:
-    """The served config and every resource's status (pure: same resources and time, same answer)."""
+                     now: datetime | None = None, rejected: tuple[str, ...] = (),
+                     previous: m.Config | None = None) -> ManifestResult:
+    """The served config and every resource's status (pure: same inputs, same answer).
+
+    ``previous`` is the config of the last load: a resource whose edit is invalid keeps its last
+    valid version (as an API server refuses an invalid update), and a condition that did not
+    change keeps its ``lastTransitionTime``.
+    """
     stamp = _timestamp(now)
     statuses: dict[int, dict[str, Any]] = {}
     out_rejected = list(rejected)
@@ -317,8 +323,20 @@ def compile_manifest(resources: list[Resource], *, env: Mapping[str, str] | None
         else:
             seen[identity] = res
         problems[res.index] = found
+
+    kept: dict[int, list[str]] = {}
+    last_valid = {(r.kind, r.namespace, r.name): r for r in (previous.manifest_sources if previous else ())}
+    for i, res in enumerate(resources):
+        before = last_valid.get((res.kind, res.namespace, res.name))
+        if problems[res.index] and before is not None and not problems[res.index][0].startswith("duplicate"):
+            kept[res.index] = problems[res.index]
+            problems[res.index] = []
+            resources = [*resources[:i], attrs.evolve(before, index=res.index, generation=res.generation),
+                         *resources[i + 1:]]
+    for res in resources:
+        found = problems[res.index] or kept.get(res.index, [])
         if found:
-            out_rejected.append(f"{res.ref} rejected: {'; '.join(found)}")
+            out_rejected.append(f"{res.ref} rejected: {'; '.join(found)}{KEPT if res.index in kept else ''}")
 
     def valid(kind: str) -> list[Resource]:
         return [r for r in resources if r.kind == kind and not problems[r.index]]
@@ -381,6 +399,7 @@ def compile_manifest(resources: list[Resource], *, env: Mapping[str, str] | None
 
     # ProxyPolicies → policies of listeners and routes
     policy_ancestors: dict[int, list[dict[str, Any]]] = {}
+    invalid_policies: set[int] = set()
     for policy in [r for r in resources if r.kind == "ProxyPolicy"]:
         ancestors = policy_ancestors.setdefault(policy.index, [])
         spec = policy.spec if isinstance(policy.spec, dict) else {}
@@ -393,6 +412,7 @@ def compile_manifest(resources: list[Resource], *, env: Mapping[str, str] | None
                 except NotApplied as exc:
                     invalid.append(f"{exc.args[0]}: not supported by this version of trioproxy")
             if invalid:
+                invalid_policies.add(policy.index)
                 out_rejected.append(f"{policy.ref} rejected: {'; '.join(invalid)}")
         refs = spec["targetRefs"] if isinstance(spec.get("targetRefs"), list) else []
         for target in [t for t in refs if isinstance(t, dict)] or [{}]:
@@ -465,16 +485,57 @@ def compile_manifest(resources: list[Resource], *, env: Mapping[str, str] | None
             statuses[res.index] = {"parents": route_parents.get(res.index, [])}
         else:
             statuses[res.index] = {"ancestors": policy_ancestors.get(res.index, [])}
+    for index, found in kept.items():
+        _mark_kept(statuses[index], "; ".join(found) + KEPT)
     out = tuple({**res.head(), "status": statuses[res.index]} for res in resources)
+    if previous is not None:
+        out = _carry_times(out, previous.statuses)
     from .compile import _servers
 
     reader = Reader(env if env is not None else {})
     config = m.Config(servers=_servers(None, env if env is not None else {}, reader),
                       binds=tuple(m.Bind(port, tuple(ls)) for port, ls in binds.items()),
                       gateway_names=tuple(dict.fromkeys(gw.name for gw in valid("Gateway"))) or ("default",),
-                      statuses=out)
+                      statuses=out, manifest_sources=tuple(
+                          r for r in resources if not problems[r.index] and r.index not in invalid_policies))
     out_rejected.extend(p.render(None) for p in reader.problems)
     return ManifestResult(config, out, tuple(out_rejected))
+
+
+KEPT = "; the last valid version keeps applying"
+
+
+def _mark_kept(status: dict[str, Any], message: str) -> None:
+    """An invalid edit of a resource whose last valid version still applies: Accepted says why."""
+    entries = status.get("parents") or status.get("ancestors") or [status]
+    for entry in entries:
+        for condition in entry.get("conditions", []):
+            if condition["type"] == "Accepted":
+                reason = "UnsupportedValue" if "parents" in status else "Invalid"
+                condition.update(status="False", reason=reason, message=message)
+
+
+def _carry_times(statuses: tuple[dict[str, Any], ...], before: tuple[Any, ...]) -> tuple[dict[str, Any], ...]:
+    """Keep ``lastTransitionTime`` of every condition whose status and reason did not change."""
+    old_times: dict[str, str] = {}
+
+    def walk(status: Any, prefix: str, record: bool) -> None:
+        entries = [(str(e.get("parentRef") or e.get("ancestorRef")), e)
+                   for e in status.get("parents", []) + status.get("ancestors", [])] + [("", status)]
+        for ref, entry in entries:
+            for c in entry.get("conditions", []):
+                key = f"{prefix}|{ref}|{c['type']}|{c['status']}|{c['reason']}"
+                if record:
+                    old_times[key] = c["lastTransitionTime"]
+                elif key in old_times:
+                    c["lastTransitionTime"] = old_times[key]
+
+    for item in before:
+        if isinstance(item, dict):
+            walk(item.get("status", {}), f"{item['kind']}|{item['metadata']}", True)
+    for item in statuses:
+        walk(item["status"], f"{item['kind']}|{item['metadata']}", False)
+    return statuses
 
 
 def _parent(ref: dict[str, Any], route: Resource, conditions: list[dict[str, Any]]) -> dict[str, Any]:
@@ -516,11 +577,11 @@ def statuses_of(text: str, source: str, *, env: Mapping[str, str] | None = None,
 
 
 def load_manifest(text: str, source: str, *, env: Mapping[str, str] | None = None,
-                  now: datetime | None = None) -> ManifestResult:
+                  now: datetime | None = None, previous: m.Config | None = None) -> ManifestResult:
     """The loader's path for manifests: logs one line per rejected resource."""
     documents = parse_documents(text, source)
     resources, rejected = read_resources(documents, source)
-    result = compile_manifest(resources, env=env, now=now, rejected=tuple(rejected))
+    result = compile_manifest(resources, env=env, now=now, rejected=tuple(rejected), previous=previous)
     for line in result.rejected:
         log.warning("%s: %s", source, line) if not line.startswith(source) else log.warning("%s", line)
     return result

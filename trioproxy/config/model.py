@@ -259,3 +259,6 @@ class Config:
     #: statuses of the Kubernetes-style resources it was translated from (``config/manifest.py``);
     #: ``()`` for a standalone file. Not part of equality: a status is about the config, not in it.
     statuses: tuple[Any, ...] = attrs.field(default=(), eq=False, repr=False)
+    #: the resources it was translated from, as accepted (a reload keeps the last valid version
+    #: of a resource whose edit is invalid)
+    manifest_sources: tuple[Any, ...] = attrs.field(default=(), eq=False, repr=False)
