@@ -113,7 +113,7 @@ async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0) 
             continue
         last = stamp
         try:
-            config = load_config(path)
+            config = load_config(path, previous=runtime.state.config)
         except ConfigError as error:
             for problem in error.problems:
                 log.error("config reload rejected, keeping the previous config: %s", problem)

@@ -131,17 +131,30 @@ def _gc_paused() -> Iterator[None]:
         gc.enable()
 
 
-def parse_config(text: str, *, source: str = "<config>", env: Mapping[str, str] | None = None) -> m.Config:
-    """Parse and validate config text (raises ``ConfigError``; problems name ``source``)."""
+def parse_config(text: str, *, source: str = "<config>", env: Mapping[str, str] | None = None,
+                 previous: m.Config | None = None) -> m.Config:
+    """Parse and validate config text (raises ``ConfigError``; problems name ``source``).
+
+    ``previous`` (the running config, on a reload) lets a manifest keep the last valid version
+    of a resource whose edit is invalid (docs/manifests.md)."""
     env = os.environ if env is None else env
     with _gc_paused():
         documents = compose(text, source)
         if len(documents) > 1 or (documents and _is_manifest(documents[0])):
-            raise ConfigError([f"{source}: Kubernetes-style manifests are not supported by this version of trioproxy"])
+            from .manifest import (  # Gateway/HTTPRoute/ProxyPolicy: docs/manifests.md
+                ManifestError,
+                load_manifest,
+            )
+
+            try:
+                return load_manifest(text, source, env=env, previous=previous).config
+            except ManifestError as error:
+                raise ConfigError(error.problems) from None
         return build_from_node(documents[0] if documents else None, source=source, env=env)
 
 
-def load_config(path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None) -> m.Config:
+def load_config(path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None,
+                previous: m.Config | None = None) -> m.Config:
     """Read, parse and validate a config file (raises ``ConfigError``)."""
     name = str(path)
     try:
@@ -150,7 +163,7 @@ def load_config(path: str | os.PathLike[str], *, env: Mapping[str, str] | None =
         raise ConfigError([f"{name}: cannot read config file: {exc.strerror or exc}"]) from None
     except UnicodeDecodeError:
         raise ConfigError([f"{name}: config file is not UTF-8 text"]) from None
-    return parse_config(text, source=name, env=env)
+    return parse_config(text, source=name, env=env, previous=previous)
 
 
 def build_config(document: Any, *, env: Mapping[str, str] | None = None) -> m.Config:

@@ -8,7 +8,7 @@ swaps it in whole; nothing is mutated.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 from attrs import frozen
@@ -256,3 +256,9 @@ class Config:
     logging: LoggingSpec | None = None
     tracing: TracingSpec | None = None
     gateway_names: tuple[str, ...] = ("default",)
+    #: statuses of the Kubernetes-style resources it was translated from (``config/manifest.py``);
+    #: ``()`` for a standalone file. Not part of equality: a status is about the config, not in it.
+    statuses: tuple[Any, ...] = attrs.field(default=(), eq=False, repr=False)
+    #: the resources it was translated from, as accepted (a reload keeps the last valid version
+    #: of a resource whose edit is invalid)
+    manifest_sources: tuple[Any, ...] = attrs.field(default=(), eq=False, repr=False)
