@@ -252,3 +252,12 @@ async def test_ui_files_are_served_from_the_package(nursery, gateway):
             assert response.status_code == 200 and response.headers["content-type"].startswith(kind)
         for bad in ("/ui/static/nope.js", "/ui/static/..%2Fapp.py", "/ui/static/ui.html.bak"):
             assert (await admin.get(bad)).status_code == 404
+
+
+async def test_a_configured_token_is_required_on_loopback_too(nursery, backend):
+    gw = await start_gateway(nursery, "config:\n  adminToken: loop-token\n" + LIMITED, port=free_port(),
+                             backend=backend.port)
+    async with httpx.AsyncClient(base_url=gw.admin_url) as admin:
+        assert (await admin.get("/api/config")).status_code == 401
+        ok = await admin.get("/api/config", headers={"authorization": "Bearer loop-token"})
+        assert ok.status_code == 200 and ok.json()["config"]["adminToken"] == "<redacted>"

@@ -329,3 +329,31 @@ async def test_every_token_limiter_of_the_request_is_charged(nursery, mock_clock
             break
         await trio.sleep(0)
     assert sorted(lim.buckets[0].tokens for lim in limiters) == [30, 930]  # and the listener's too
+
+
+async def test_route_level_backend_auth_reaches_every_backend_without_its_own(nursery, mock_clock):
+    """agentgateway's examples put backendAuth on the route: each backend gets it unless it has one."""
+    mock = await start_mock(nursery)
+    gw = await start_routes(nursery, """
+        - name: llm
+          policies:
+            backendAuth: {{key: sk-route}}
+          backends:
+          - ai:
+              name: mock
+              provider: {{openAI: {{}}}}
+              hostOverride: "127.0.0.1:{mock}"
+              pathOverride: /v1/chat/completions
+        - name: own
+          matches: [{{headers: [{{name: x-own, value: {{exact: "1"}}}}]}}]
+          policies:
+            backendAuth: {{key: sk-route}}
+          backends:
+          - host: "127.0.0.1:{mock}"
+            policies:
+              backendAuth: {{key: sk-backend}}
+        """, port=free_port(), mock=mock.port)
+    async with gw.client() as client:
+        await client.post("/chat", json=CHAT, headers={"authorization": "Bearer client"})
+        await client.post("/v1/chat/completions", json=CHAT, headers={"x-own": "1"})
+    assert [r.header("authorization") for r in mock.chat_requests] == ["Bearer sk-route", "Bearer sk-backend"]

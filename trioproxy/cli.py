@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import trio
 
-from . import __version__, demo, schema_cli, trace_cli
+from . import __version__, demo, schema_cli, status_cli, trace_cli
 from .access_log import configure_logging
 from .config import ConfigError, load_config
 from .idp import cli as idp_cli
@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="trioproxy",
         description="A gateway proxy on Trio: routes, policies, LLM token limits and tracing.",
     )
-    parser.add_argument("-f", "--config", metavar="FILE", help="gateway config (standalone YAML)")
+    parser.add_argument("-f", "--config", metavar="FILE", help="gateway config (standalone YAML, or a Gateway/HTTPRoute/ProxyPolicy manifest)")
     parser.add_argument("--validate-only", action="store_true", help="load and validate the config, then exit")
     parser.add_argument("--drain-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="on SIGINT/SIGTERM, how long requests in flight may take to finish (default 10)")
@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo_parser.set_defaults(handler=demo.run)
     schema_cli.configure_parser(commands.add_parser("schema", help="print the config's JSON Schema",
                                                     description=schema_cli.DESCRIPTION))
+    status_cli.configure_parser(commands.add_parser("status", help="print the status of a manifest's resources",
+                                                    description=status_cli.DESCRIPTION))
     idp_cli.configure_parser(commands.add_parser("idp", help="identity provider set-up (idp setup)"))
     return parser
 

@@ -5,8 +5,7 @@ trioproxy does not implement`` instead of "unknown field; did you mean ...": a u
 agentgateway config learns the feature is missing, not that they made a typo. Keys are the
 ``document.py`` class names; values are wire names (agentgateway's, from its schema/config.json).
 When trioproxy builds one of these, move it from here to a ``field(...)`` in ``document.py`` (a
-test fails while a name is in both). Route-level ``backendAuth`` is left out on purpose: trioproxy
-has the policy (on backends), so the message lists where it is allowed.
+test fails while a name is in both).
 """
 
 from __future__ import annotations

@@ -210,14 +210,19 @@ def _backend(backend: d.Backend, r: Reader) -> m.Backend:
 def _route(route: d.Route, listener_key: str, r: Reader) -> m.Route:
     index = r.origin(route).index or 0
     name = route.name or f"route{index}"
+    policies = compile_policies(route.policies, r)
+    backends = tuple(_backend(b, r) for b in route.backends)
+    if policies.backend_auth is not None:  # a route's backendAuth is each backend's, unless it has its own
+        backends = tuple(b if b.policies.backend_auth is not None else attrs.evolve(
+            b, policies=attrs.evolve(b.policies, backend_auth=policies.backend_auth)) for b in backends)
     return m.Route(
         key=f"{listener_key}/{route.namespace}/{name}",
         name=name,
         namespace=route.namespace,
         hostnames=route.hostnames,
         matches=tuple(_match(x) for x in route.matches) or (m.RouteMatch(),),
-        policies=compile_policies(route.policies, r),
-        backends=tuple(_backend(b, r) for b in route.backends),
+        policies=policies,
+        backends=backends,
         index=index,
     )
 

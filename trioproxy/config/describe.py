@@ -81,15 +81,19 @@ def field(description: str, *, default: Any = attrs.NOTHING, name: str | None = 
     return attrs.field(default=default, metadata=metadata)
 
 
-def described(cls: type | None = None, *, one_of: tuple[str, ...] = ()) -> Any:
+def described(cls: type | None = None, *, one_of: tuple[str, ...] = (),
+              rules: tuple[tuple[str, str], ...] = ()) -> Any:
     """Make ``cls`` a described class (attrs, frozen, keyword-only).
 
     ``one_of`` names wire fields of which exactly one must be present (``host`` xor ``ai``);
     when that rule is broken none of them is read further, so the one message says it all.
+    ``rules`` are ``(CEL rule over self, message)`` pairs: a CRD's ``x-kubernetes-validations``
+    (``config/manifest_validate.py`` evaluates them as the API server would).
     """
 
     def wrap(klass: type) -> type:
         klass.__describe_one_of__ = one_of  # type: ignore[attr-defined]
+        klass.__describe_rules__ = rules  # type: ignore[attr-defined]
         return attrs.frozen(kw_only=True)(klass)
 
     return wrap(cls) if cls is not None else wrap
@@ -609,6 +613,7 @@ class ClassPlan:
     wire_names: tuple[str, ...]
     one_of: tuple[str, ...]
     description: str
+    rules: tuple[tuple[str, str], ...] = ()
 
 
 _PLANS: dict[type, ClassPlan] = {}
@@ -640,7 +645,7 @@ def plan_of(cls: type) -> ClassPlan:
     if not doc:
         raise TypeError(f"{cls.__name__}: a described class needs a docstring (it is its schema description)")
     plan = ClassPlan(cls, tuple(fields), {f.wire: f for f in fields}, tuple(sorted(f.wire for f in fields)),
-                     getattr(cls, "__describe_one_of__", ()), doc)
+                     getattr(cls, "__describe_one_of__", ()), doc, getattr(cls, "__describe_rules__", ()))
     _PLANS[cls] = plan
     return plan
 
@@ -744,6 +749,8 @@ class _SchemaWriter:
             out["additionalProperties"] = False
         if plan.one_of:
             out["oneOf"] = [{"required": [name]} for name in plan.one_of]
+        if plan.rules and self.openapi:
+            out["x-kubernetes-validations"] = [{"rule": rule, "message": message} for rule, message in plan.rules]
         return out
 
 

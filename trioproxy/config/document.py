@@ -241,6 +241,9 @@ class RoutePolicies:
     timeout: Timeout | None = field("Request and backend time limits.", default=None)
     retry: NotBuilt = not_built(RETRY)
     direct_response: DirectResponse | None = field("Answer without calling a backend.", default=None)
+    backend_auth: BackendAuth | None = field(
+        "Credentials sent to every backend of the route that has no backendAuth of its own (where "
+        "agentgateway's examples put it).", default=None)
 
 
 @described

@@ -92,4 +92,5 @@ def config_dump(config: Config) -> dict[str, Any]:
             }
             for bind in config.binds
         ],
+        "statuses": list(config.statuses),
     }

@@ -137,7 +137,15 @@ def parse_config(text: str, *, source: str = "<config>", env: Mapping[str, str] 
     with _gc_paused():
         documents = compose(text, source)
         if len(documents) > 1 or (documents and _is_manifest(documents[0])):
-            raise ConfigError([f"{source}: Kubernetes-style manifests are not supported by this version of trioproxy"])
+            from .manifest import (  # Gateway/HTTPRoute/ProxyPolicy: docs/manifests.md
+                ManifestError,
+                load_manifest,
+            )
+
+            try:
+                return load_manifest(text, source, env=env).config
+            except ManifestError as error:
+                raise ConfigError(error.problems) from None
         return build_from_node(documents[0] if documents else None, source=source, env=env)
 
 

@@ -8,7 +8,7 @@ swaps it in whole; nothing is mutated.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 from attrs import frozen
@@ -184,6 +184,7 @@ TRACE_KINDS: dict[str, tuple[tuple[str, str], ...]] = {
         ("timeout", "timeout"),
         ("retry", ""),
         ("directResponse", "direct_response"),
+        ("backendAuth", "backend_auth"),
     ),
     "backend": (
         ("backendAuth", "backend_auth"),
@@ -255,3 +256,6 @@ class Config:
     logging: LoggingSpec | None = None
     tracing: TracingSpec | None = None
     gateway_names: tuple[str, ...] = ("default",)
+    #: statuses of the Kubernetes-style resources it was translated from (``config/manifest.py``);
+    #: ``()`` for a standalone file. Not part of equality: a status is about the config, not in it.
+    statuses: tuple[Any, ...] = attrs.field(default=(), eq=False, repr=False)
