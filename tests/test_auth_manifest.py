@@ -56,3 +56,80 @@ def test_authorization_translates_and_checks_every_rule():
         translate_authorization({"rules": ["true", {"deny": "jwt.sub =="}]})
     with pytest.raises(ManifestValueError, match=r"rules\[0\]: expected exactly one of: allow, deny, require"):
         translate_authorization({"rules": [{"allow": "true", "deny": "false"}]})
+
+
+# --- through the manifest translation and a gateway started from a manifest ---------------------------
+
+
+def test_proxy_policy_applies_jwt_and_authorization_to_its_route(jwks_text):
+    from .test_manifest import GATEWAY, ROUTE, VALID, compile_docs, policy, routes
+
+    result = compile_docs(GATEWAY, ROUTE, policy(f"""
+        spec:
+          targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: llm}}]
+          traffic:
+            jwtAuthentication:
+              mode: Strict
+              providers: [{{issuer: "https://idp", audiences: [api], jwks: {{inline: {json.dumps(jwks_text)}}}}}]
+            authorization:
+              rules: ['jwt.group == "eng"']
+        """))
+    assert result.statuses[2]["status"]["ancestors"][0]["conditions"] == VALID
+    for route in routes(result).values():
+        assert route.policies.jwt_auth.mode == "strict"
+        assert route.policies.jwt_auth.providers[0].issuer == "https://idp"
+        assert route.policies.authorization == AuthorizationSpec((Rule("allow", 'jwt.group == "eng"'),))
+
+
+def test_an_invalid_jwt_authentication_is_not_accepted_and_names_the_field():
+    from .test_manifest import GATEWAY, ROUTE, compile_docs, cond, policy, routes
+
+    result = compile_docs(GATEWAY, ROUTE, policy("""
+        spec:
+          targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: llm}]
+          traffic:
+            jwtAuthentication: {mode: Strict, providers: [{issuer: i, jwks: {remote: {url: "ftp://x"}}}]}
+        """))
+    conditions = result.statuses[2]["status"]["ancestors"][0]["conditions"]
+    assert conditions == [
+        cond("Accepted", False, "Invalid", "spec.traffic.jwtAuthentication.providers[0].jwks.remote.url: "
+                                           "expected an http:// or https:// URL, got 'ftp://x'"),
+        cond("Attached", False, "Pending", "the policy is not valid")]
+    assert all(route.policies.jwt_auth is None for route in routes(result).values())
+
+
+async def test_a_gateway_from_a_manifest_enforces_jwt_authentication(nursery, backend):
+    from .conftest import free_port, start_gateway
+    from .jwks_server import JwksServer
+    from .jwt_helpers import AUDIENCE, ISSUER
+    from .test_manifest_e2e import GATEWAY, manifest, route
+
+    key = make_key("RS256", "manifest-key")
+    server = await nursery.start(JwksServer(jwks(key)).serve)
+    proxy_policy = f"""
+apiVersion: trioproxy.dev/v1alpha1
+kind: ProxyPolicy
+metadata: {{{{name: auth, namespace: gateway-system}}}}
+spec:
+  targetRefs: [{{{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: api}}}}]
+  traffic:
+    jwtAuthentication:
+      mode: Strict
+      providers:
+      - issuer: {ISSUER}
+        audiences: [{AUDIENCE}]
+        jwks: {{{{remote: {{{{url: "{server.url}"}}}}}}}}
+    authorization:
+      rules: ['jwt.group == "eng"']
+"""
+    gw = await start_gateway(nursery, manifest(GATEWAY, route("api", "/", backend.port), proxy_policy),
+                             port=free_port())
+    async with gw.client() as client:
+        missing = await client.get("/")
+        assert (missing.status_code, missing.text) == (401, "authentication failure: no bearer token found")
+        ok = await client.get("/", headers={"authorization": f"Bearer {key.token()}"})
+        assert ok.status_code == 200
+        assert not any(name.lower() == "authorization" for name, _ in ok.json()["headers"])
+        denied = await client.get("/", headers={"authorization": f"Bearer {key.token(group='sales')}"})
+        assert (denied.status_code, denied.text) == (403, "authorization failed")
+    assert backend.requests == 1

@@ -249,8 +249,7 @@ def test_target_ref_errors(spec, message):
     assert conditions[0] == cond("Accepted", False, "Invalid", message)
 
 
-@pytest.mark.parametrize("field", ["jwtAuthentication: {mode: Strict}", "authorization: {rules: [x]}",
-                                   "rateLimit: {global: {domain: d}}"])
+@pytest.mark.parametrize("field", ["rateLimit: {global: {domain: d}}"])
 def test_fields_not_applied_yet_are_reported_not_dropped(field):
     result = compile_docs(GATEWAY, ROUTE, policy(f"""
         spec:

@@ -27,6 +27,7 @@ from attrs import frozen
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
+from ..policies.auth_manifest import ManifestValueError, translate_authorization, translate_jwt_authentication
 from ..policies.ratelimit_local import UNIT_SECONDS, LocalRateLimitSpec
 from . import model as m
 from .describe import Reader
@@ -178,8 +179,8 @@ def _not_supported(path: str) -> Callable[[Any, Resource], dict[str, Any]]:
 #: ``spec.traffic`` field → (value, policy) → model.Policies fields. Another policy kind = one entry.
 TRAFFIC_TRANSLATORS: dict[str, Callable[[Any, Resource], dict[str, Any]]] = {
     "rateLimit": _rate_limit,
-    "jwtAuthentication": _not_supported("spec.traffic.jwtAuthentication"),
-    "authorization": _not_supported("spec.traffic.authorization"),
+    "jwtAuthentication": translate_jwt_authentication,
+    "authorization": translate_authorization,
 }
 
 
@@ -411,6 +412,8 @@ def compile_manifest(resources: list[Resource], *, env: Mapping[str, str] | None
                     fields = {**fields, **TRAFFIC_TRANSLATORS[name](value, policy)}
                 except NotApplied as exc:
                     invalid.append(f"{exc.args[0]}: not supported by this version of trioproxy")
+                except ManifestValueError as exc:  # "<field path>: <what is wrong>"
+                    invalid.append(str(exc))
             if invalid:
                 invalid_policies.add(policy.index)
                 out_rejected.append(f"{policy.ref} rejected: {'; '.join(invalid)}")

@@ -7,8 +7,9 @@ would give. ``GatewaySpec`` and ``HTTPRouteSpec`` describe the subset of Gateway
 trioproxy reads (the upstream CRDs are not ours to ship); they are checked the same way.
 
 Extension points: ``Traffic.rate_limit.global_``, ``Traffic.jwt_authentication`` and
-``Traffic.authorization`` are read as free-form objects today; ``manifest.TRAFFIC_TRANSLATORS``
-says which traffic fields this version applies (the others are reported in the status).
+``Traffic.authorization`` are read as free-form objects; ``manifest.TRAFFIC_TRANSLATORS`` says
+which traffic fields this version applies (the others are reported in the status), and the JWT
+and authorization translators (``policies/auth_manifest.py``) check their values themselves.
 """
 
 from __future__ import annotations
@@ -89,9 +90,12 @@ class Traffic:
 
     rate_limit: RateLimit | None = field("Local and global rate limits.", default=None)
     jwt_authentication: Opaque | None = field(
-        "JWT authentication (not applied by this version: reported in the status).", default=None)
+        "JWT authentication: {mode: Strict|Optional|Permissive, providers: [{issuer, audiences, "
+        "jwks: {remote: {url}} | {inline: <JWKS JSON>}}]} (checked when translated; problems in the status).",
+        default=None)
     authorization: Opaque | None = field(
-        "CEL authorization rules (not applied by this version: reported in the status).", default=None)
+        "CEL authorization rules: {rules: [<CEL> | {allow|deny|require: <CEL>}]} (checked when translated).",
+        default=None)
 
 
 @described
