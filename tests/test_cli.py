@@ -218,7 +218,7 @@ async def test_reload_applies_a_valid_config_and_keeps_serving_on_an_invalid_one
 
 
 def test_admin_listens_on_loopback_by_default():
-    """CONTRACT §7: the unauthenticated admin server is reachable from this host only."""
+    """docs/cli.md: the unauthenticated admin server is reachable from this host only."""
     from trioproxy.config import parse_config
     from trioproxy.server import _listen
 

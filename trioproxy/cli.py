@@ -1,4 +1,4 @@
-"""``trioproxy``: run the gateway, or one of its tools (CONTRACT §1).
+"""``trioproxy``: run the gateway, or one of its tools (docs/cli.md).
 
 Every user-facing failure ends as one line on stderr naming its place and a non-zero exit;
 ``main`` is the only place that turns exceptions into exit codes.

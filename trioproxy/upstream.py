@@ -1,6 +1,6 @@
 """HTTP/1.1 to backends: an h11 keep-alive connection pool on Trio streams.
 
-Why not httpx here: its pool costs 0.7–2.8 ms per request (DESIGN.md); this one is a thin
+Why not httpx here: its pool costs 0.7–2.8 ms per request (bench/README.md); this one is a thin
 loop around h11's state machine. A connection goes back to the pool only when both sides
 reached DONE (``start_next_cycle``); anything else (an error, a cancelled body, ``Connection:
 close``) closes it. An idle connection that became readable while pooled (EOF, or bytes nobody

@@ -30,7 +30,7 @@ __all__ = ["UNIT_SECONDS", "Decision", "LocalRateLimitSpec", "LocalRateLimiter",
 
 Kind = Literal["requests", "tokens"]
 
-#: ProxyPolicy ``local[].unit`` → fill interval in seconds (CONTRACT §3).
+#: ProxyPolicy ``local[].unit`` → fill interval in seconds (docs/configuration-schema.md).
 UNIT_SECONDS: dict[str, float] = {"Seconds": 1.0, "Minutes": 60.0, "Hours": 3600.0}
 
 # Float slack when converting elapsed time to a number of whole fill intervals, so that
@@ -88,7 +88,7 @@ class LocalRateLimitSpec:
         unit: str,
         burst: int | None = None,
     ) -> LocalRateLimitSpec:
-        """Map a ProxyPolicy ``traffic.rateLimit.local[]`` entry (CONTRACT §3).
+        """Map a ProxyPolicy ``traffic.rateLimit.local[]`` entry (docs/configuration-schema.md).
 
         ``maxTokens = n + burst``, ``tokensPerFill = n``, ``fillInterval`` = 1 s / 60 s / 1 h.
         Exactly one of ``requests``/``tokens``; ``burst`` only with ``requests``.
