@@ -7,8 +7,8 @@ import json
 
 import h11
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 import trio
+from prometheus_client.parser import text_string_to_metric_families
 
 from .conftest import free_port, start_routes
 

@@ -12,7 +12,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from prompt_toolkit.data_structures import Size
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput

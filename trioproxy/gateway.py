@@ -245,8 +245,9 @@ class Gateway:
         if tr.active:
             x.request_capture = BodyCapture(tr.body_limit)
         if backend.ai is not None:
-            body: bytes | AsyncIterator[bytes] = await self._prepare_llm_request(x, backend)
-            framing: Header | None = (b"content-length", str(len(body)).encode()) if body or x.has_body() else None
+            llm_body = await self._prepare_llm_request(x, backend)
+            body: bytes | AsyncIterator[bytes] = llm_body
+            framing: Header | None = (b"content-length", str(len(llm_body)).encode()) if llm_body or x.has_body() else None
         else:
             body = x.request_body()
             framing = request_framing(scope["headers"])

@@ -27,9 +27,9 @@ from hypercorn.config import Sockets
 from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
+from . import registry
 from .config import ConfigError, load_config
 from .config.model import Address, Config
-from . import registry
 from .gateway import Gateway
 from .runtime import Runtime
 
@@ -91,7 +91,7 @@ def hypercorn_config(*, graceful_timeout: float) -> HypercornConfig:
 
 
 async def _serve(app: Any, sock: socket.socket, graceful: float, shutdown: trio.Event,
-                 task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+                 task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
     config = hypercorn_config(graceful_timeout=graceful)
     sockets = Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[])
     await worker_serve(wrap_app(app, config.wsgi_max_body_size, "asgi"), config, sockets=sockets,
@@ -150,9 +150,8 @@ async def serve_gateway(
 ) -> None:
     """Run a gateway until ``shutdown`` is set; report a ``ServerInfo`` once every bind listens."""
     from .admin.app import create_admin_app
-    from .admin.servers import readiness_app, stats_app
-
     from .admin.auth import admin_token, is_loopback
+    from .admin.servers import readiness_app, stats_app
 
     shutdown = shutdown if shutdown is not None else trio.Event()
     servers = config.servers
