@@ -104,14 +104,19 @@ def _address_of(sock: socket.socket) -> Address:
 
 
 async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0) -> None:
-    """Reload the config file when it changes; an invalid one is reported and ignored."""
-    last = _stamp(path)
+    """Reload the config file when its content changes; an invalid one is reported and ignored.
+
+    Content, not the mtime: two writes within the file system's timestamp resolution (or an
+    editor restoring the mtime) would otherwise go unnoticed. A config file is small, so reading
+    it once per ``interval`` costs nothing worth a cleverer check.
+    """
+    last = _content(path)
     while True:
         await trio.sleep(interval)
-        stamp = _stamp(path)
-        if stamp == last:
+        content = _content(path)
+        if content == last:
             continue
-        last = stamp
+        last = content
         try:
             config = load_config(path)
         except ConfigError as error:
@@ -130,12 +135,11 @@ async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0) 
         log.warning("config reloaded from %s", path)
 
 
-def _stamp(path: Path) -> tuple[float, int] | None:
+def _content(path: Path) -> bytes | None:
     try:
-        st = path.stat()
+        return path.read_bytes()
     except OSError:
         return None
-    return (st.st_mtime, st.st_size)
 
 
 async def serve_gateway(
