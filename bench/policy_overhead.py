@@ -52,8 +52,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import ContextManager
 from pathlib import Path
+from typing import ContextManager
 from urllib.parse import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -552,7 +552,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 @contextlib.contextmanager
-def workspace(prefix: str, *, keep: bool) -> Iterator[tuple[Path, "Processes"]]:
+def workspace(prefix: str, *, keep: bool) -> Iterator[tuple[Path, Processes]]:
     """A temp dir for configs and logs, and the processes started in it; on exit (also on error or
     a signal) every process is stopped and the dir removed, unless ``keep``."""
     tmp = Path(tempfile.mkdtemp(prefix=prefix))

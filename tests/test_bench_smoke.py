@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
 
 pytestmark = [
+    pytest.mark.bench,  # deselected by default (pyproject addopts); .ci/run selects it
     pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk not installed (apt-get install wrk)"),
     pytest.mark.skipif(NGINX is None, reason="nginx not installed (apt-get install nginx)"),
     pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset not installed"),

@@ -218,7 +218,7 @@ async def test_reload_applies_a_valid_config_and_keeps_serving_on_an_invalid_one
 
 
 def test_admin_listens_on_loopback_by_default():
-    """CONTRACT §7: the unauthenticated admin server is reachable from this host only."""
+    """docs/cli.md: the unauthenticated admin server is reachable from this host only."""
     from trioproxy.config import parse_config
     from trioproxy.server import _listen
 
@@ -246,3 +246,34 @@ def test_fixture_programs_busy_port_and_bad_flag_are_one_line(module):
     bad = subprocess.run([sys.executable, "-m", module, "--port", "abc"], cwd=ROOT, capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "invalid int value" in bad.stderr
+
+
+async def test_the_config_watcher_reloads_on_content_even_with_the_same_mtime(tmp_path, mock_clock):
+    """Polling runs on virtual time; a rewrite that keeps size and mtime is still seen."""
+    from pathlib import Path
+
+    from trioproxy.config import load_config
+    from trioproxy.runtime import Runtime
+    from trioproxy.server import _watch_config
+
+    mock_clock.autojump_threshold = 0
+    text = "binds:\n- port: {port}\n  listeners:\n  - routes:\n    - backends: [{{host: \"127.0.0.1:1\"}}]\n"
+    path = Path(write(tmp_path, text.format(port=3001)))
+    stat = path.stat()
+    runtime = Runtime(load_config(path))
+    first = runtime.state
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_watch_config, path, runtime)
+        await trio.sleep(5)
+        assert runtime.state is first  # nothing changed: nothing reloaded
+        path.write_text(text.format(port=3002))  # same size
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same mtime
+        await trio.sleep(1.5)
+        assert runtime.state is not first
+        assert runtime.state.config.binds[0].port == 3002
+        path.write_text("binds: [")
+        await trio.sleep(1.5)
+        registry = runtime.metrics.registry
+        assert registry.get_sample_value("trioproxy_config_reloads_total", {"result": "rejected"}) == 1
+        assert runtime.state.config.binds[0].port == 3002
+        nursery.cancel_scope.cancel()

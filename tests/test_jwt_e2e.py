@@ -1,7 +1,7 @@
 """jwtAuth and authorization through a running gateway, keys served by a JWKS server on port 0.
 
 The matrix: every token case × every mode × RS256, ES256 and EdDSA keys, each with its status
-and reason (CONTRACT §4: 401 ``authentication failure: <reason>`` with ``WWW-Authenticate: Bearer``).
+and reason (docs/status-codes.md: 401 ``authentication failure: <reason>`` with ``WWW-Authenticate: Bearer``).
 """
 
 from __future__ import annotations

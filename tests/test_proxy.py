@@ -7,8 +7,8 @@ import json
 
 import h11
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 import trio
+from prometheus_client.parser import text_string_to_metric_families
 
 from .conftest import free_port, start_routes
 
@@ -186,7 +186,8 @@ async def test_truncated_upstream_body_truncates_the_client_response(gateway):
     raise AssertionError(f"expected a truncated response, got {response.status_code} {response.content!r}")
 
 
-async def test_backend_timeout_is_504(nursery, backend):
+async def test_backend_timeout_is_504(nursery, backend, mock_clock):
+    mock_clock.autojump_threshold = 0  # the backend's sleeps and the deadlines run on virtual time
     gw = await start_routes(nursery, """
             - name: backend-limited
               matches: [{{headers: [{{name: x-limit, value: {{exact: backend}}}}]}}]
@@ -205,7 +206,9 @@ async def test_backend_timeout_is_504(nursery, backend):
     assert fast.status_code == 200
 
 
-async def test_client_disconnect_cancels_upstream_call_quickly(gateway, backend):
+async def test_client_disconnect_cancels_upstream_call_quickly(gateway, backend, mock_clock):
+    """The abandoned upstream call is cancelled at once: not one timer has to fire (the mock
+    clock never moves), so nothing but the disconnect itself can have stopped it."""
     async def request_and_abandon(cancel_scope: trio.CancelScope) -> None:
         with cancel_scope:
             async with gateway.client() as client:
@@ -214,11 +217,11 @@ async def test_client_disconnect_cancels_upstream_call_quickly(gateway, backend)
     scope = trio.CancelScope()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(request_and_abandon, scope)
-        with trio.fail_after(5):
-            await backend.hang_started.wait()
+        await backend.hang_started.wait()
+        start = trio.current_time()
         scope.cancel()  # closes the client connection
-        with trio.fail_after(0.25):
-            await backend.hung_up.wait()
+        await backend.hung_up.wait()
+        assert trio.current_time() == start
     metrics = gateway.info.runtime.metrics.exposition()[0].decode()
     assert 'status="499"' in metrics
 
@@ -467,3 +470,53 @@ async def test_hop_by_hop_response_headers_and_those_connection_names_are_stripp
     for name in ("x-private", "keep-alive", "proxy-authenticate", "upgrade"):
         assert name not in response.headers, name
     assert "x-private" not in response.headers.get("connection", "")
+
+
+async def test_request_timeout_does_not_cover_a_streamed_response_body(nursery, backend, mock_clock):
+    """requestTimeout ends at the upstream's response headers: a stream (an LLM answer) that
+    outlives it is not cut (agentgateway does the same for LLM streams)."""
+    gw = await start_routes(nursery, """
+            - policies: {{timeout: {{requestTimeout: 1s}}}}
+              backends: [{{host: "127.0.0.1:{backend}"}}]
+        """, port=free_port(), backend=backend.port)
+    async with gw.client() as client:
+        async with client.stream("GET", "/gated-sse") as response:
+            chunks = response.aiter_raw()
+            assert await chunks.__anext__() == b"data: first\n\n"
+            await trio.testing.wait_all_tasks_blocked()
+            mock_clock.jump(30)
+            backend.gate.set()
+            assert [chunk async for chunk in chunks] == [b"data: second\n\n"]
+    assert response.status_code == 200
+
+
+async def test_request_timeout_covers_the_llm_request_body_read(nursery, backend, mock_clock):
+    """The deadline starts before the stages run: a client that never finishes an LLM request
+    body gets 504 ``request timeout``, and no upstream call is made."""
+    gw = await start_routes(nursery, """
+            - policies: {{timeout: {{requestTimeout: 1s}}}}
+              backends:
+              - ai: {{name: llm, provider: {{openAI: {{}}}}, hostOverride: "127.0.0.1:{backend}"}}
+        """, port=free_port(), backend=backend.port)
+    stream = await trio.open_tcp_stream("127.0.0.1", gw.info.ports[gw.port])
+    await stream.send_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{")
+    await trio.testing.wait_all_tasks_blocked()
+    mock_clock.jump(2)  # the body never completes: only the deadline can answer
+    mock_clock.autojump_threshold = 0  # a gateway that does not answer fails the test, never hangs it
+    conn = h11.Connection(h11.CLIENT)
+    conn.send(h11.Request(method="POST", target="/", headers=[("host", "x"), ("content-length", "100")]))
+    response, text = None, b""
+    with trio.fail_after(10):
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(await stream.receive_some(65536))
+            elif isinstance(event, h11.Response):
+                response = event
+            elif isinstance(event, h11.Data):
+                text += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                break
+    await stream.aclose()
+    assert (response.status_code, text) == (504, b"request timeout")
+    assert backend.requests == 0

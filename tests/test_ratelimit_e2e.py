@@ -1,4 +1,4 @@
-"""Local rate limits and LLM traffic through a running gateway (CONTRACT §2, §4; seed "Rate limit budget").
+"""Local rate limits and LLM traffic through a running gateway (docs/configuration-schema.md, docs/status-codes.md).
 
 Windows are moved with pytest-trio's ``mock_clock`` (a MockClock that only moves when told):
 the sockets are real, time is not, so a refill costs no wall-clock time and cannot race. Jumps

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from trioproxy.config import parse_config
-from trioproxy.routing import BindTable, Request, hostname_matches, host_without_port
+from trioproxy.routing import BindTable, Request, host_without_port, hostname_matches
 
 
 def table(routes_yaml: str, listeners: str | None = None) -> BindTable:

@@ -107,7 +107,7 @@ async def test_get_is_traced_in_the_newer_build_order(nursery, gateway):
     assert 0 <= result["eventStart"] <= result["eventEnd"]
     assert result["message"] == {"type": "backendCallResult", "status": 200, "error": None}
     assert all(e["severity"] in ("info", "success", "warn", "error") for e in events)
-    assert all("scope" not in e for e in events)  # omitted when empty (CONTRACT §5)
+    assert all("scope" not in e for e in events)  # omitted when empty (docs/trace-events.md)
     # Route selection with contract keys.
     key = f"default/default/bind/{gateway.port}/listener0/default/echo"
     assert by_type["routeSelection"][0]["message"]["selectedRoute"] == key

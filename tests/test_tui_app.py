@@ -12,15 +12,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from prompt_toolkit.data_structures import Size
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 from prompt_toolkit.output.vt100 import Vt100_Output
 
 from tests.fake_trace_gateway import FakeGateway, canned_events
-from tui.app import TraceApp
-from tui.state import TraceView
+from trioproxy.tui.app import TraceApp
+from trioproxy.tui.state import TraceView
 
 UP, DOWN, TAB, ESC = "\x1b[A", "\x1b[B", "\t", "\x1b"
 

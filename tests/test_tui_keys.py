@@ -1,7 +1,7 @@
 from prompt_toolkit.key_binding import KeyBindings
 
-from tui import keys
-from tui.app import TraceApp
+from trioproxy.tui import keys
+from trioproxy.tui.app import TraceApp
 
 
 def test_every_binding_resolves_to_a_command():

@@ -1,7 +1,7 @@
 import base64
 
 from tests.fake_trace_gateway import canned_events
-from tui.state import KIND_BY_TYPE, RequestTrace, TraceView, render, summarize
+from trioproxy.tui.state import KIND_BY_TYPE, RequestTrace, TraceView, render, summarize
 
 
 def trace_of(events):

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from tui.state import TraceView
+from trioproxy.tui.state import TraceView
 
 from .conftest import ROOT, free_port
 
@@ -387,7 +387,7 @@ TRICKY = [
 
 @pytest.mark.parametrize("doc", TRICKY)
 def test_yaml_rendering_matches_the_text_ui(page, doc):
-    from tui.state import render
+    from trioproxy.tui.state import render
 
     page.open("trace")
     for fmt in ("yaml", "json"):

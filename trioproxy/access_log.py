@@ -177,4 +177,4 @@ class AccessLog:
         # makeRecord + handle: the same record logger.log builds, without its caller lookup
         # (a stack walk nobody reads: neither format shows file or line).
         logger = self.logger
-        logger.handle(logger.makeRecord(logger.name, level, "", 0, "request", None, None, extra={"fields": fields}))
+        logger.handle(logger.makeRecord(logger.name, level, "", 0, "request", (), None, extra={"fields": fields}))

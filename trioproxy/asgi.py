@@ -10,6 +10,7 @@ Header = tuple[bytes, bytes]
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 async def serve_lifespan(receive: Receive, send: Send) -> None:

@@ -1,4 +1,4 @@
-"""``trioproxy``: run the gateway, or one of its tools (CONTRACT §1).
+"""``trioproxy``: run the gateway, or one of its tools (docs/cli.md).
 
 Every user-facing failure ends as one line on stderr naming its place and a non-zero exit;
 ``main`` is the only place that turns exceptions into exit codes.
@@ -80,8 +80,8 @@ def _run_gateway(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         trio.run(lambda: run_until_signalled(config, config_path=args.config, drain_timeout=args.drain_timeout))
     except* StartupError as group:
         failures.extend(group.exceptions)  # type: ignore[arg-type]
-    for error in failures:
-        print(f"trioproxy: error: {error}", file=sys.stderr)
+    for failure in failures:
+        print(f"trioproxy: error: {failure}", file=sys.stderr)
     return 1 if failures else 0
 
 
@@ -89,7 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.handler is not None:
-        return args.handler(args)
+        code: int = args.handler(args)
+        return code
     return _run_gateway(parser, args)
 
 

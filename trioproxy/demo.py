@@ -20,7 +20,8 @@ import trio
 from .access_log import configure_logging
 from .asgi import read_body, serve_lifespan
 from .config import ConfigError, parse_config
-from .server import Address, ServerInfo, StartupError, _listen, _serve, run_until_signalled
+from .config.model import Address
+from .server import ServerInfo, StartupError, _listen, _serve, run_until_signalled
 
 Scope = MutableMapping[str, Any]
 
@@ -142,8 +143,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         with contextlib.suppress(OSError):
             backend_sock.close()
-    for error in failures:
-        print(f"trioproxy: error: {error}", file=sys.stderr)
+    for failure in failures:
+        print(f"trioproxy: error: {failure}", file=sys.stderr)
     return 1 if failures else 0
 
 

@@ -71,7 +71,7 @@ class Gateway:
     def __init__(self, runtime: Runtime, port: int) -> None:
         self.runtime = runtime
         self.port = port
-        self.bind_key = f"bind/{port}"  # the metrics' and access log's ``bind`` label
+        self.bind = next(b for b in runtime.state.config.binds if b.port == port)  # its ``key`` labels metrics
         self.access_log = runtime.access_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -99,7 +99,7 @@ class Gateway:
                     await self._proxy(x)
                 except ProxyError as error:
                     if isinstance(error, UpstreamError):
-                        metrics.upstream_error(self.bind_key, x.route.key if x.route else "", type(error).__name__)
+                        metrics.upstream_error(self.bind.key, x.route.key if x.route else "", type(error).__name__)
                     await x.respond_error(error)
                 except ClientDisconnected:
                     pass
@@ -120,7 +120,7 @@ class Gateway:
         route = x.route.key if x.route else ""
         backend = x.backend.name if x.backend else ""
         method = x.scope["method"]
-        self.runtime.metrics.observe(self.bind_key, gateway, listener, route, backend, method, status,
+        self.runtime.metrics.observe(self.bind.key, gateway, listener, route, backend, method, status,
                                      x.error_kind or "", seconds)
         llm = x.llm
         if llm is not None and ("inputTokens" in llm or "outputTokens" in llm):
@@ -138,7 +138,7 @@ class Gateway:
             return
         client = x.scope.get("client")
         fields: dict[str, Any] = {
-            "bind": self.bind_key, "gateway": gateway or None, "listener": listener or None, "route": route or None,
+            "bind": self.bind.key, "gateway": gateway or None, "listener": listener or None, "route": route or None,
             "endpoint": str(x.backend.target) if x.backend else None,
             "src.addr": f"{client[0]}:{client[1]}" if client else None,
             "http.method": method, "http.host": x.host or None, "http.path": x.scope["path"],
@@ -247,8 +247,9 @@ class Gateway:
         if tr.active:
             x.request_capture = BodyCapture(tr.body_limit)
         if backend.ai is not None:
-            body: bytes | AsyncIterator[bytes] = await self._prepare_llm_request(x, backend)
-            framing: Header | None = (b"content-length", str(len(body)).encode()) if body or x.has_body() else None
+            llm_body = await self._prepare_llm_request(x, backend)
+            body: bytes | AsyncIterator[bytes] = llm_body
+            framing: Header | None = (b"content-length", str(len(llm_body)).encode()) if llm_body or x.has_body() else None
         else:
             body = x.request_body()
             framing = request_framing(scope["headers"])

@@ -21,7 +21,7 @@ from prometheus_client import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 # ``_created`` series double every counter and histogram for a value dashboards never use.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 # OpenTelemetry's advised buckets for gen_ai.client.token.usage (powers of 4).
@@ -121,7 +121,7 @@ class Metrics:
             self.token_usage.labels("output", model, route).observe(output_tokens)
 
     def requests_in_flight(self) -> int:
-        return int(self.in_flight.collect()[0].samples[0].value)
+        return int(next(iter(self.in_flight.collect())).samples[0].value)
 
     def reload(self, applied: bool) -> None:
         self.config_reloads.labels("applied" if applied else "rejected").inc()

@@ -117,7 +117,8 @@ def holder_of_port(port: int) -> int | None:
     for _, entry in _live_entries():
         ports = entry.get("ports")
         if isinstance(ports, list) and port in ports and entry.get("pid") != os.getpid():
-            return int(entry["pid"])  # type: ignore[call-overload]
+            pid: int = int(entry["pid"])  # type: ignore[call-overload]
+            return pid
     return None
 
 

@@ -10,6 +10,7 @@ is computed once per listener when the config is compiled; a request walks a sho
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 from urllib.parse import parse_qsl
 
 from attrs import frozen
@@ -41,7 +42,7 @@ def _specificity(pattern: str | None) -> tuple[int, int]:
     return (0, 0)
 
 
-def _match_key(match: RouteMatch, route: Route) -> tuple:
+def _match_key(match: RouteMatch, route: Route) -> tuple[Any, ...]:
     return (
         PATH_RANK[match.path.kind],
         -len(match.path.value),

@@ -27,9 +27,9 @@ from hypercorn.config import Sockets
 from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
+from . import registry
 from .config import ConfigError, load_config
 from .config.model import Address, Config
-from . import registry
 from .gateway import Gateway
 from .runtime import Runtime
 
@@ -91,7 +91,7 @@ def hypercorn_config(*, graceful_timeout: float) -> HypercornConfig:
 
 
 async def _serve(app: Any, sock: socket.socket, graceful: float, shutdown: trio.Event,
-                 task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+                 task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
     config = hypercorn_config(graceful_timeout=graceful)
     sockets = Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[])
     await worker_serve(wrap_app(app, config.wsgi_max_body_size, "asgi"), config, sockets=sockets,
@@ -104,14 +104,19 @@ def _address_of(sock: socket.socket) -> Address:
 
 
 async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0) -> None:
-    """Reload the config file when it changes; an invalid one is reported and ignored."""
-    last = _stamp(path)
+    """Reload the config file when its content changes; an invalid one is reported and ignored.
+
+    Content, not the mtime: two writes within the file system's timestamp resolution (or an
+    editor restoring the mtime) would otherwise go unnoticed. A config file is small, so reading
+    it once per ``interval`` costs nothing worth a cleverer check.
+    """
+    last = _content(path)
     while True:
         await trio.sleep(interval)
-        stamp = _stamp(path)
-        if stamp == last:
+        content = _content(path)
+        if content == last:
             continue
-        last = stamp
+        last = content
         try:
             config = load_config(path, previous=runtime.state.config)
         except ConfigError as error:
@@ -130,12 +135,11 @@ async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0) 
         log.warning("config reloaded from %s", path)
 
 
-def _stamp(path: Path) -> tuple[float, int] | None:
+def _content(path: Path) -> bytes | None:
     try:
-        st = path.stat()
+        return path.read_bytes()
     except OSError:
         return None
-    return (st.st_mtime, st.st_size)
 
 
 async def serve_gateway(
@@ -150,9 +154,8 @@ async def serve_gateway(
 ) -> None:
     """Run a gateway until ``shutdown`` is set; report a ``ServerInfo`` once every bind listens."""
     from .admin.app import create_admin_app
-    from .admin.servers import readiness_app, stats_app
-
     from .admin.auth import admin_token, is_loopback
+    from .admin.servers import readiness_app, stats_app
 
     shutdown = shutdown if shutdown is not None else trio.Event()
     servers = config.servers

@@ -153,7 +153,7 @@ async def _run_async(args: argparse.Namespace, opts: Options) -> int:
             for event in events:
                 _print_raw(event)
             return 0
-        from tui.app import run_tui
+        from .tui.app import run_tui
 
         return await run_tui(_aiter(events), follow=False)
 
@@ -164,7 +164,7 @@ async def _run_async(args: argparse.Namespace, opts: Options) -> int:
             async for event in session.events():
                 _print_raw(event)
             return 0
-        from tui.app import run_tui
+        from .tui.app import run_tui
 
         return await run_tui(session.events(), follow=args.follow)
 

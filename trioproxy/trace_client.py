@@ -257,7 +257,7 @@ class TraceSession:
 
     async def __aenter__(self) -> TraceSession:
         try:
-            await self._open(combine(self.expression, self.injection and self.injection.expression))
+            await self._open(combine(self.expression, self.injection.expression if self.injection is not None else None))
             if self.injection is not None:  # only now: the watcher is registered
                 self._inject_task = asyncio.create_task(self.injection.send())
         except BaseException:

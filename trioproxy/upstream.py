@@ -1,6 +1,6 @@
 """HTTP/1.1 to backends: an h11 keep-alive connection pool on Trio streams.
 
-Why not httpx here: its pool costs 0.7–2.8 ms per request (DESIGN.md); this one is a thin
+Why not httpx here: its pool costs 0.7–2.8 ms per request (bench/README.md); this one is a thin
 loop around h11's state machine. A connection goes back to the pool only when both sides
 reached DONE (``start_next_cycle``); anything else (an error, a cancelled body, ``Connection:
 close``) closes it. An idle connection that became readable while pooled (EOF, or bytes nobody
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import select
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from typing import cast
 
 import h11
 import trio
@@ -86,7 +87,7 @@ class UpstreamResponse:
         self.reason: bytes = event.reason
         self._conn: UpstreamConnection | None = conn
 
-    async def body(self) -> AsyncIterator[bytes]:
+    async def body(self) -> AsyncGenerator[bytes, None]:
         """Yield body chunks as they arrive; on completion the connection returns to the pool."""
         conn = self._conn
         assert conn is not None, "body() already consumed"
@@ -201,7 +202,7 @@ class UpstreamPool:
             if event is not h11.NEED_DATA:
                 if type(event) is h11.ConnectionClosed:
                     raise BadUpstreamResponse("upstream closed the connection before the response completed")
-                return event
+                return cast(h11.Event, event)  # not NEED_DATA; PAUSED cannot happen to a client mid-response
             try:
                 data = await conn.stream.receive_some(READ_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -251,7 +252,7 @@ class UpstreamPool:
         body: bytes | AsyncIterator[bytes], nursery: trio.Nursery | None,
     ) -> UpstreamResponse:
         try:
-            head = conn.h11.send(h11.Request(method=method, target=path, headers=headers))
+            head = conn.h11.send(h11.Request(method=method, target=path, headers=list(headers)))
         except h11.LocalProtocolError as exc:
             raise BadUpstreamResponse(f"cannot forward request: {exc}") from None
         upload = None

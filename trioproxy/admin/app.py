@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import logging
 from importlib import resources
+from typing import Any
 
 from quart import Response, abort, redirect, request
+from quart.typing import ResponseReturnValue
 from quart_trio import QuartTrio
 
 from ..access_log import level_name, parse_level
+from ..asgi import ASGIApp
 from ..config.dump import config_dump
 from ..runtime import Runtime
 from .api import register_api
@@ -43,7 +46,7 @@ def _static_names() -> frozenset[str]:
     return frozenset(entry.name for entry in folder.iterdir() if entry.is_file())
 
 
-def create_admin_app(runtime: Runtime, *, token: str | None = None):
+def create_admin_app(runtime: Runtime, *, token: str | None = None) -> ASGIApp:
     """The admin ASGI app: ``/debug/trace`` handled raw, everything else by Quart.
 
     ``token`` (off loopback) puts every data endpoint behind ``auth.require_token``; it is
@@ -51,22 +54,23 @@ def create_admin_app(runtime: Runtime, *, token: str | None = None):
     """
     quart = _quart_app(runtime)
 
-    async def app(scope, receive, send) -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:  # Quart types its own ASGI messages
         if scope["type"] == "http" and scope["path"] == "/debug/trace":
             await serve_trace(scope, receive, send, runtime.trace, runtime.metrics, secrets=(token,) if token else ())
         else:
             await quart(scope, receive, send)
 
-    return require_token(app, token)
+    wrapped: ASGIApp = require_token(app, token)
+    return wrapped
 
 
 def _quart_app(runtime: Runtime) -> QuartTrio:
     app = QuartTrio("trioproxy.admin")
     app.config["JSON_SORT_KEYS"] = False
-    app.json.sort_keys = False  # keep config order (binds, listeners, routes as written)
+    app.json.sort_keys = False  # type: ignore[attr-defined]  # keep config order (binds, listeners, routes as written)
 
     @app.get("/")
-    async def index() -> Response:
+    async def index() -> ResponseReturnValue:
         return redirect("/ui")
 
     @app.get("/ui")
@@ -75,7 +79,7 @@ def _quart_app(runtime: Runtime) -> QuartTrio:
         return Response(_static("ui.html"), content_type="text/html; charset=utf-8")
 
     @app.route("/logging", methods=["GET", "POST"])
-    async def logging_level() -> Response:
+    async def logging_level() -> Any:  # app.json.response is typed as werkzeug's sansio Response
         """Read (GET) or change (POST ``?level=debug``) the log level at runtime, as agentgateway's admin does."""
         logger = logging.getLogger("trioproxy")
         if request.method == "POST":
@@ -110,7 +114,7 @@ def _quart_app(runtime: Runtime) -> QuartTrio:
     register_api(app, runtime)
 
     @app.get("/config_dump")
-    async def dump() -> Response:
+    async def dump() -> Any:
         return app.json.response(config_dump(runtime.state.config))
 
     return app

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from ..asgi import send_text, serve_lifespan
+from ..asgi import ASGIApp, Receive, Scope, Send, send_text, serve_lifespan
 from ..metrics import Metrics
 
 
-def stats_app(metrics: Metrics):
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+def stats_app(metrics: Metrics) -> ASGIApp:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await serve_lifespan(receive, send)
         elif scope["type"] != "http":
@@ -24,8 +23,8 @@ def stats_app(metrics: Metrics):
     return app
 
 
-def readiness_app(is_ready: Callable[[], bool]):
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+def readiness_app(is_ready: Callable[[], bool]) -> ASGIApp:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await serve_lifespan(receive, send)
         elif scope["type"] != "http":

@@ -1,4 +1,4 @@
-"""``/debug/trace``: server-sent events of the next request that matches (CONTRACT §5).
+"""``/debug/trace``: server-sent events of the next request that matches (docs/trace-events.md).
 
 Raw ASGI rather than a Quart view: the stream must notice a reader that goes away (to stop
 offering it requests) and must never hold a request up, so it owns its ``receive`` and its

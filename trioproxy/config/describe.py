@@ -99,10 +99,10 @@ def described(cls: type | None = None, *, one_of: tuple[str, ...] = (),
     return wrap(cls) if cls is not None else wrap
 
 
-def wire_name(attribute: attrs.Attribute) -> str:
+def wire_name(attribute: attrs.Attribute[Any]) -> str:
     explicit = attribute.metadata.get("name")
     if explicit:
-        return explicit
+        return str(explicit)
     head, *rest = attribute.name.split("_")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 

@@ -158,9 +158,6 @@ class Policies:
     direct_response: DirectResponsePolicy | None = None
     backend_auth: BackendAuth | None = None
 
-    def is_empty(self) -> bool:
-        return self == EMPTY_POLICIES
-
 
 EMPTY_POLICIES = Policies()
 

@@ -213,7 +213,8 @@ async def run_setup(request: SetupRequest, *, progress: Progress = lambda step, 
             raise SetupFailed(f"step {number}/9 ({name}): unexpected answer from {request.idp_url} "
                               f"({type(error).__name__}: {error}); is it a Keycloak?") from None
         progress(number, text)
-    return state["result"]
+    result: SetupResult = state["result"]
+    return result
 
 
 def _transport_reason(error: httpx.TransportError) -> str:

@@ -21,8 +21,8 @@ pay it back (agentgateway saturates at zero).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from typing import Literal, NamedTuple
+from collections.abc import Callable, Iterable
+from typing import Any, Literal, NamedTuple
 
 import attrs
 
@@ -30,7 +30,7 @@ __all__ = ["UNIT_SECONDS", "Decision", "LocalRateLimitSpec", "LocalRateLimiter",
 
 Kind = Literal["requests", "tokens"]
 
-#: ProxyPolicy ``local[].unit`` → fill interval in seconds (CONTRACT §3).
+#: ProxyPolicy ``local[].unit`` → fill interval in seconds (docs/configuration-schema.md).
 UNIT_SECONDS: dict[str, float] = {"Seconds": 1.0, "Minutes": 60.0, "Hours": 3600.0}
 
 # Float slack when converting elapsed time to a number of whole fill intervals, so that
@@ -42,22 +42,22 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _positive_int(name: str):
-    def check(_inst, _attr, value):
+def _positive_int(name: str) -> Callable[[object, object, Any], None]:
+    def check(_inst: object, _attr: object, value: Any) -> None:
         if not _is_int(value) or value < 1:
             raise ValueError(f"{name}: must be a positive integer, got {value!r}")
 
     return check
 
 
-def _positive_interval(_inst, _attr, value):
+def _positive_interval(_inst: object, _attr: object, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f"fillInterval: must be a positive duration, got {value!r}")
     if math.isinf(value):
         raise ValueError("fillInterval: must be finite")
 
 
-def _kind(_inst, _attr, value):
+def _kind(_inst: object, _attr: object, value: Any) -> None:
     if value not in ("requests", "tokens"):
         raise ValueError(f"type: expected requests or tokens, got {value!r}")
 
@@ -88,7 +88,7 @@ class LocalRateLimitSpec:
         unit: str,
         burst: int | None = None,
     ) -> LocalRateLimitSpec:
-        """Map a ProxyPolicy ``traffic.rateLimit.local[]`` entry (CONTRACT §3).
+        """Map a ProxyPolicy ``traffic.rateLimit.local[]`` entry (docs/configuration-schema.md).
 
         ``maxTokens = n + burst``, ``tokensPerFill = n``, ``fillInterval`` = 1 s / 60 s / 1 h.
         Exactly one of ``requests``/``tokens``; ``burst`` only with ``requests``.
@@ -101,7 +101,7 @@ class LocalRateLimitSpec:
             raise ValueError("burst: only allowed together with requests")
         kind: Kind = "requests" if requests is not None else "tokens"
         n = requests if requests is not None else tokens
-        if not _is_int(n) or n < 1:
+        if n is None or not _is_int(n) or n < 1:
             raise ValueError(f"{kind}: must be a positive integer, got {n!r}")
         if burst is not None and (not _is_int(burst) or burst < 0):
             raise ValueError(f"burst: must be a non-negative integer, got {burst!r}")
