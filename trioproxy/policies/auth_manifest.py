@@ -14,10 +14,10 @@ raises :class:`ManifestValueError` whose message starts with the field's path
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from ..cel import CelError, compile_expression
-from .authorization import AuthorizationSpec, Rule
+from .authorization import AuthorizationSpec, Rule, RuleMode
 from .jwt import JwksError, JwksSource, JwtAuthSpec, ProviderSpec, parse_jwks
 
 __all__ = ["ManifestValueError", "translate_authorization", "translate_jwt_authentication"]
@@ -108,5 +108,5 @@ def translate_authorization(value: Any, policy: Any = None) -> dict[str, Any]:
             compile_expression(source)
         except CelError as exc:
             raise ManifestValueError(f"{path}: {exc}") from None
-        rules.append(Rule(mode, source))
+        rules.append(Rule(cast(RuleMode, mode), source))  # _mapping allowed only the three modes
     return {"authorization": AuthorizationSpec(tuple(rules))}
