@@ -200,6 +200,7 @@ async def test_reload_keeps_budgets_and_an_invalid_edit_is_reported(tmp_path, nu
         assert (accepted["status"], accepted["reason"]) == ("False", "Invalid")
         assert 'Unsupported value: "Weeks"' in accepted["message"]
         assert accepted["message"].endswith("the last valid version keeps applying")
+        assert (await admin.get("/api/statuses")).json()["statuses"] == dump["statuses"]  # the web UI's source
         logged = [r.getMessage() for r in caplog.records if "resource not applied" in r.getMessage()]
         assert logged == [f"resource not applied: ProxyPolicy gateway-system/limits rejected: {accepted['message']}"]
         assert (await client.get("/")).status_code == 429
