@@ -55,5 +55,5 @@ def test_the_readme_manifest_is_the_bundled_example():
     import re
 
     readme = (ROOT / "README.md").read_text()
-    block = next(b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "kind: ProxyPolicy" in b)
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", readme, re.DOTALL) if "kind: ProxyPolicy" in b)
     assert list(yaml.safe_load_all(block)) == list(yaml.safe_load_all(MANIFESTS[0].read_text()))

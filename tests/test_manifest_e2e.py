@@ -144,6 +144,16 @@ def test_bundled_manifest_validates_and_its_status_is_all_green():
     assert valid.returncode == 0 and "(1 binds, 2 routes)" in valid.stdout
 
 
+def test_validate_only_fails_on_a_resource_the_gateway_would_leave_out(tmp_path):
+    example = ROOT / "fixtures" / "configs" / "manifests" / "local-llm.yaml"
+    broken = tmp_path / "m.yaml"
+    broken.write_text(example.read_text().replace("{tokens: 5000, unit: Hours}", "{tokens: 5000, unit: Weeks}"))
+    done = run_cli("--config", str(broken), "--validate-only")
+    assert done.returncode == 1
+    assert done.stderr == ('error: ProxyPolicy gateway-system/llm-limits rejected: spec.traffic.rateLimit.local[0].unit: '
+                           'Unsupported value: "Weeks": supported values: "Seconds", "Minutes", "Hours"\n')
+
+
 def _timeless(statuses: list) -> str:
     import re
 
@@ -157,7 +167,7 @@ def _conditions(status: dict) -> list[dict]:
     return out
 
 
-async def test_reload_keeps_budgets_and_an_invalid_edit_is_reported(tmp_path, nursery, backend):
+async def test_reload_keeps_budgets_and_an_invalid_edit_is_reported(tmp_path, nursery, backend, caplog):
     port = free_port()
     docs = [GATEWAY, route("api", "/", backend.port), policy("HTTPRoute", "api", "{{requests: 2, unit: Hours}}")]
     path = Path(tmp_path / "m.yaml")
@@ -190,6 +200,9 @@ async def test_reload_keeps_budgets_and_an_invalid_edit_is_reported(tmp_path, nu
         assert (accepted["status"], accepted["reason"]) == ("False", "Invalid")
         assert 'Unsupported value: "Weeks"' in accepted["message"]
         assert accepted["message"].endswith("the last valid version keeps applying")
+        assert (await admin.get("/api/statuses")).json()["statuses"] == dump["statuses"]  # the web UI's source
+        logged = [r.getMessage() for r in caplog.records if "resource not applied" in r.getMessage()]
+        assert logged == [f"resource not applied: ProxyPolicy gateway-system/limits rejected: {accepted['message']}"]
         assert (await client.get("/")).status_code == 429
         # the edit fixed: the new limit applies (a new bucket: its spec changed)
         path.write_text(manifest(GATEWAY, route("api", "/", backend.port),

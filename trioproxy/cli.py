@@ -16,7 +16,7 @@ from . import __version__, demo, schema_cli, status_cli, trace_cli
 from .access_log import configure_logging
 from .config import ConfigError, load_config
 from .idp import cli as idp_cli
-from .server import StartupError, run_until_signalled
+from .server import StartupError, log_rejected, run_until_signalled
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +65,10 @@ def _run_gateway(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         for problem in error.problems:
             print(f"trioproxy: error: {problem}", file=sys.stderr)
         return 1
+    if args.validate_only and config.rejected:  # a manifest's resources the gateway would leave out
+        for line in config.rejected:
+            print(f"error: {line}", file=sys.stderr)
+        return 1
     if args.validate_only:
         print(f"{args.config}: valid ({len(config.binds)} binds, "
               f"{sum(len(l.routes) for b in config.binds for l in b.listeners)} routes)")
@@ -75,6 +79,7 @@ def _run_gateway(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
     except ValueError as error:
         print(f"trioproxy: error: {error}", file=sys.stderr)
         return 2
+    log_rejected(config)
     failures: list[StartupError] = []
     try:
         trio.run(lambda: run_until_signalled(config, config_path=args.config, drain_timeout=args.drain_timeout))

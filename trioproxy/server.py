@@ -133,6 +133,13 @@ async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0) 
         runtime.apply(config)
         runtime.metrics.reload(applied=True)
         log.warning("config reloaded from %s", path)
+        log_rejected(config)
+
+
+def log_rejected(config: Config) -> None:
+    """One line per manifest resource left out: the gateway serves the valid ones (docs/manifests.md)."""
+    for line in config.rejected:
+        log.warning("resource not applied: %s", line)
 
 
 def _content(path: Path) -> bytes | None:

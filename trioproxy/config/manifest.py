@@ -16,7 +16,6 @@ this version, which makes the policy ``Accepted=False`` with a message saying so
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -44,8 +43,6 @@ __all__ = [
     "read_resources",
     "statuses_of",
 ]
-
-log = logging.getLogger("trioproxy.config")
 
 CONTROLLER = "trioproxy.dev/gateway"
 POLICY_API = "trioproxy.dev/v1alpha1"
@@ -502,6 +499,7 @@ def compile_manifest(resources: list[Resource], *, env: Mapping[str, str] | None
                       statuses=out, manifest_sources=tuple(
                           r for r in resources if not problems[r.index] and r.index not in invalid_policies))
     out_rejected.extend(p.render(None) for p in reader.problems)
+    config = attrs.evolve(config, rejected=tuple(out_rejected))
     return ManifestResult(config, out, tuple(out_rejected))
 
 
@@ -581,10 +579,7 @@ def statuses_of(text: str, source: str, *, env: Mapping[str, str] | None = None,
 
 def load_manifest(text: str, source: str, *, env: Mapping[str, str] | None = None,
                   now: datetime | None = None, previous: m.Config | None = None) -> ManifestResult:
-    """The loader's path for manifests: logs one line per rejected resource."""
+    """The loader's path for manifests (rejected resources are in ``config.rejected``)."""
     documents = parse_documents(text, source)
     resources, rejected = read_resources(documents, source)
-    result = compile_manifest(resources, env=env, now=now, rejected=tuple(rejected), previous=previous)
-    for line in result.rejected:
-        log.warning("%s: %s", source, line) if not line.startswith(source) else log.warning("%s", line)
-    return result
+    return compile_manifest(resources, env=env, now=now, rejected=tuple(rejected), previous=previous)

@@ -259,3 +259,5 @@ class Config:
     #: the resources it was translated from, as accepted (a reload keeps the last valid version
     #: of a resource whose edit is invalid)
     manifest_sources: tuple[Any, ...] = attrs.field(default=(), eq=False, repr=False)
+    #: one line per resource left out (``--validate-only`` fails on them; the gateway logs them)
+    rejected: tuple[str, ...] = attrs.field(default=(), eq=False, repr=False)
