@@ -138,6 +138,45 @@ async def test_sigterm_drains_the_request_in_flight_and_exits_0(tmp_path, backen
         proc.wait()
 
 
+async def test_a_second_signal_stops_at_once_without_waiting_for_the_drain(tmp_path, backend):
+    port = free_port()
+    path = write(tmp_path, f"""
+        binds:
+        - port: {port}
+          listeners:
+          - routes:
+            - backends: [{{host: "127.0.0.1:{backend.port}"}}]
+    """)
+    # A drain that would outlast the test: only the second signal can end the process in time.
+    proc = subprocess.Popen([sys.executable, "-m", "trioproxy", "--config", path, "--drain-timeout", "600"],
+                            cwd=ROOT, text=True, stderr=subprocess.PIPE, env={**os.environ, **LOOPBACK_SERVERS})
+    try:
+        with trio.fail_after(20):
+            await _wait_ports(proc)
+
+            async def hang() -> None:
+                async with httpx.AsyncClient(timeout=None) as client:
+                    try:
+                        await client.get(f"http://127.0.0.1:{port}/hang")
+                    except httpx.HTTPError:
+                        pass
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(hang)
+                await backend.hang_started.wait()
+                proc.send_signal(signal.SIGTERM)
+                while "shutting down" not in await trio.to_thread.run_sync(proc.stderr.readline):
+                    pass
+                proc.send_signal(signal.SIGTERM)
+                code = await trio.to_thread.run_sync(proc.wait)
+                nursery.cancel_scope.cancel()
+        assert code == 0
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 async def test_reload_applies_a_valid_config_and_keeps_serving_on_an_invalid_one(tmp_path, nursery, backend):
     port = free_port()
     template = """
@@ -171,6 +210,10 @@ async def test_reload_applies_a_valid_config_and_keeps_serving_on_an_invalid_one
                 await trio.sleep(0.05)
         assert gw.info.runtime.reload_errors == [f"{path}:2:9: binds[0].port: expected an integer, got 'broken'"]
         assert gw.info.runtime.state is state
+        registry = gw.info.runtime.metrics.registry
+        assert registry.get_sample_value("trioproxy_config_reloads_total", {"result": "rejected"}) == 1
+        assert registry.get_sample_value("trioproxy_config_reloads_total", {"result": "applied"}) == 1
+        assert registry.get_sample_value("trioproxy_config_synchronized") == 0
         assert (await client.get("/new")).status_code == 200
 
 

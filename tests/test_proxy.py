@@ -159,6 +159,10 @@ async def test_unreachable_backend_is_503(nursery):
         response = await client.get("/")
     assert response.status_code == 503
     assert response.text.startswith("upstream connect error")
+    registry = gw.info.runtime.metrics.registry
+    assert registry.get_sample_value("trioproxy_upstream_errors_total", {
+        "bind": f"bind/{gw.port}", "route": gw.info.runtime.state.config.binds[0].listeners[0].routes[0].key,
+        "reason": "BackendUnreachable"}) == 1
 
 
 async def test_broken_upstream_responses_are_502(gateway):
@@ -167,6 +171,10 @@ async def test_broken_upstream_responses_are_502(gateway):
         closed = await client.get("/close")
     assert garbage.status_code == 502 and garbage.text.startswith("invalid upstream response")
     assert closed.status_code == 502
+    samples = {s.labels["reason"]: s.value for family in text_string_to_metric_families(
+        gateway.info.runtime.metrics.exposition()[0].decode()) for s in family.samples
+        if s.name == "trioproxy_upstream_errors_total"}
+    assert samples == {"BadUpstreamResponse": 2}
 
 
 async def test_truncated_upstream_body_truncates_the_client_response(gateway):
@@ -434,3 +442,28 @@ async def test_malformed_request_framing_is_400(gateway, backend):
         data = await stream.receive_some(65536)
     assert data.startswith(b"HTTP/1.1 400")
     assert backend.requests == 0
+
+
+async def test_hop_by_hop_response_headers_and_those_connection_names_are_stripped(nursery):
+    """RFC 9110 §7.6.1 on the response side: the backend's connection-level fields stay with it."""
+    async def upstream(stream: trio.SocketStream) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += await stream.receive_some(65536)
+        await stream.send_all(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: keep-alive, x-private\r\n"
+            b"keep-alive: timeout=5\r\nx-private: secret\r\nproxy-authenticate: Basic\r\n"
+            b"upgrade: h2c\r\nx-kept: yes\r\n\r\nok")
+        await stream.aclose()
+
+    listeners = await nursery.start(trio.serve_tcp, upstream, 0)
+    port = listeners[0].socket.getsockname()[1]
+    gw = await start_routes(nursery, """
+            - backends: [{{host: "127.0.0.1:{upstream}"}}]
+        """, port=free_port(), upstream=port)
+    async with gw.client() as client:
+        response = await client.get("/")
+    assert (response.status_code, response.text, response.headers["x-kept"]) == (200, "ok", "yes")
+    for name in ("x-private", "keep-alive", "proxy-authenticate", "upgrade"):
+        assert name not in response.headers, name
+    assert "x-private" not in response.headers.get("connection", "")

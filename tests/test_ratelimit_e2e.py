@@ -293,3 +293,39 @@ async def test_an_abandoned_llm_stream_stops_upstream(nursery):
             await chunks.__anext__()  # the stream is flowing
     with trio.fail_after(5):
         await mock.wait_until(lambda m: m.disconnects == 1)
+
+
+LISTENER_AND_ROUTE_TOKEN_LIMITS = """
+    binds:
+    - port: {port}
+      listeners:
+      - policies:
+          localRateLimit: [{{maxTokens: 1000, tokensPerFill: 1000, fillInterval: 60s, type: tokens}}]
+        routes:
+        - name: llm
+          policies:
+            localRateLimit: [{{maxTokens: 100, tokensPerFill: 100, fillInterval: 60s, type: tokens}}]
+          backends:
+          - ai:
+              name: mock
+              provider: {{openAI: {{model: forced-model}}}}
+              hostOverride: "127.0.0.1:{mock}"
+              pathOverride: /v1/chat/completions
+"""
+
+
+async def test_every_token_limiter_of_the_request_is_charged(nursery, mock_clock):
+    """The listener's and the route's token budgets both pay for the response, not only the first."""
+    mock = await start_mock(nursery)
+    gw = await start_gateway(nursery, LISTENER_AND_ROUTE_TOKEN_LIMITS, port=free_port(), mock=mock.port)
+    async with gw.client() as client:
+        first = await client.post("/chat", json=CHAT, headers={"x-mock-total-tokens": "60"})
+        second = await client.post("/chat", json=CHAT, headers={"x-mock-total-tokens": "10"})
+    assert (first.status_code, second.status_code) == (200, 200)
+    assert limits(second)[:2] == ("100", "40")  # the route's budget (checked second) was charged
+    limiters = [limiter for _, limiter in gw.info.runtime.state.limiters.values()]
+    for _ in range(1000):  # the second charge lands just after its response ended
+        if sorted(lim.buckets[0].tokens for lim in limiters) == [30, 930]:
+            break
+        await trio.sleep(0)
+    assert sorted(lim.buckets[0].tokens for lim in limiters) == [30, 930]  # and the listener's too

@@ -267,3 +267,35 @@ async def test_concurrent_admissions_never_exceed_budget(autojump):
         for _ in range(200):
             nursery.start_soon(client)
     assert admitted == 10
+
+
+async def test_a_reload_keeps_a_limiter_whose_entries_did_not_change():
+    """Budgets survive a reload that leaves the entries alone; changed entries start afresh."""
+    from trioproxy.config import parse_config
+    from trioproxy.runtime import GatewayState
+
+    def config(route_requests: int):
+        return parse_config(f"""
+binds:
+- port: 3000
+  listeners:
+  - policies:
+      localRateLimit: [{{maxTokens: 5, tokensPerFill: 5, fillInterval: 60s}}]
+    routes:
+    - name: r
+      policies:
+        localRateLimit: [{{maxTokens: {route_requests}, tokensPerFill: 1, fillInterval: 60s}}]
+      backends: [{{host: "127.0.0.1:1"}}]
+""", env={})
+
+    first = GatewayState(config(3))
+    (listener_key, route_key) = sorted(first.limiters, key=len)
+    first.limiters[route_key][1].admit(trio.current_time())
+    same = GatewayState(config(3), first)
+    assert same.limiters[listener_key][1] is first.limiters[listener_key][1]
+    assert same.limiters[route_key][1] is first.limiters[route_key][1]
+    assert same.routes[route_key].limiter is first.limiters[route_key][1]
+    changed = GatewayState(config(4), same)
+    assert changed.limiters[listener_key][1] is first.limiters[listener_key][1]
+    assert changed.limiters[route_key][1] is not first.limiters[route_key][1]
+    assert changed.limiters[route_key][1].buckets[0].tokens == 4

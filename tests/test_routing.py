@@ -100,3 +100,12 @@ def test_host_helpers():
     assert host_without_port("[::1]:80") == "[::1]"
     assert hostname_matches("*.example.com", "a.b.example.com")
     assert not hostname_matches("*.example.com", "example.com")
+
+
+def test_longer_wildcard_hostname_beats_a_shorter_one_whatever_the_order():
+    bind = table("""
+        - {name: short, hostnames: ["*.example.com"]}
+        - {name: long, hostnames: ["*.api.example.com"]}
+    """)
+    assert pick(bind, "/", host="v1.api.example.com") == "long"
+    assert pick(bind, "/", host="web.example.com") == "short"

@@ -315,6 +315,9 @@ async def test_stalled_reader_never_delays_requests(nursery, gateway):
     assert events[-1]["message"]["type"] == "requestFinished"
     dropped = int(blocks[-1].split()[2]) if blocks[-1].startswith(": dropped ") else 0
     assert len(events) + dropped == len(GET_SEQUENCE)
+    assert dropped > 0
+    metric = gateway.info.runtime.metrics.registry.get_sample_value("trioproxy_trace_events_dropped_total")
+    assert metric == dropped
 
 
 async def test_tracer_drops_when_the_buffer_is_full_but_always_finishes():
@@ -352,3 +355,13 @@ async def test_a_watcher_waits_longer_than_a_minute(nursery, gateway, mock_clock
     events = await reader.events()
     assert events[-1]["message"]["type"] == "requestFinished"
     assert reader.comments.count("keepalive") >= 3
+
+
+def test_credential_headers_are_redacted_in_snapshots():
+    from trioproxy.trace import REDACTED, headers_map
+
+    shown = headers_map([(b"authorization", b"Bearer a"), (b"proxy-authorization", b"Basic b"),
+                         (b"cookie", b"c=1"), (b"set-cookie", b"s=1"), (b"set-cookie", b"t=2"),
+                         (b"x-api-key", b"k"), (b"x-plain", b"v")])
+    assert shown == {"authorization": REDACTED, "proxy-authorization": REDACTED, "cookie": REDACTED,
+                     "set-cookie": f"{REDACTED}, {REDACTED}", "x-api-key": REDACTED, "x-plain": "v"}

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+#: The ASGI and header aliases every module uses (one definition, imported from here).
+Header = tuple[bytes, bytes]
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
-async def serve_lifespan(receive: Any, send: Any) -> None:
+
+async def serve_lifespan(receive: Receive, send: Send) -> None:
     """Acknowledge startup and shutdown: these apps hold no state that needs either."""
     while True:
         message = await receive()
@@ -16,7 +23,7 @@ async def serve_lifespan(receive: Any, send: Any) -> None:
             return
 
 
-async def send_text(send: Any, status: int, body: str | bytes, content_type: bytes = b"text/plain") -> None:
+async def send_text(send: Send, status: int, body: str | bytes, content_type: bytes = b"text/plain") -> None:
     """A complete response with a fixed body."""
     data = body.encode() if isinstance(body, str) else body
     await send({"type": "http.response.start", "status": status,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-Header = tuple[bytes, bytes]
+from .asgi import Header
 
 
 class ProxyError(Exception):

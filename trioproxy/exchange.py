@@ -1,24 +1,22 @@
 """One request/response on the ASGI side: reading the body, watching for a disconnect, sending,
-and describing the request as traces show it (``requestState``)."""
+and the per-request results the stages leave for each other (what traces show of it is built in
+``trace.request_state``, what CEL sees in ``trace.activation``)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 import trio
 
-from .cel import build_activation
+from .asgi import Header, Receive, Scope, Send
 from .config.model import Backend, Listener, Route
 from .errors import BadRequest, ProxyError, error_response
 from .policies.ratelimit_local import Decision, LocalRateLimiter
+from .policies.stage import Phase
 from .routing import host_without_port
-from .trace import BodyCapture, Tracer, headers_map
+from .trace import NULL_TRACER, BodyCapture, NullTracer, Tracer
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-Header = tuple[bytes, bytes]
 DRAIN_LIMIT = 64 * 1024
 
 
@@ -30,10 +28,35 @@ class Exchange:
     """Per-request state that the gateway's stages read and extend, in stage order."""
 
     __slots__ = (
-        "scope", "receive", "send", "arrival", "nursery", "tracer", "host", "headers", "listener", "route",
-        "backend", "limits", "llm", "jwt", "extra_response_headers", "upstream_path", "upstream_started",
-        "request_capture", "status", "started", "finished", "disconnected", "error", "error_kind", "span",
-        "_body_done", "_body_claimed",
+        "_body_claimed",
+        "_body_done",
+        "arrival",
+        "backend",
+        "backend_phase",
+        "disconnected",
+        "error",
+        "error_kind",
+        "extra_response_headers",
+        "finished",
+        "headers",
+        "host",
+        "jwt",
+        "limits",
+        "listener",
+        "llm",
+        "nursery",
+        "receive",
+        "request_capture",
+        "route",
+        "scope",
+        "send",
+        "span",
+        "started",
+        "status",
+        "tracer",
+        "upstream_path",
+        "upstream_started",
+        "usage",
     )
 
     def __init__(self, scope: Scope, receive: Receive, send: Send, arrival: float) -> None:
@@ -42,7 +65,7 @@ class Exchange:
         self.send = send
         self.arrival = arrival
         self.nursery: trio.Nursery | None = None
-        self.tracer: Tracer | None = None
+        self.tracer: Tracer | NullTracer = NULL_TRACER  # a Tracer when a /debug/trace watcher claimed it
         self.headers: list[Header] = scope["headers"]  # replaced (never mutated) by policies
         raw_host = next((v for k, v in self.headers if k == b"host"), b"")
         self.host = host_without_port(raw_host.decode("latin-1"))
@@ -52,9 +75,11 @@ class Exchange:
         self.limits: list[tuple[LocalRateLimiter, Decision]] = []
         self.llm: dict[str, Any] | None = None
         self.jwt: dict[str, Any] | None = None  # claims of a validated token (CEL ``jwt``)
+        self.usage: Any = None  # the LLM response's usage once its body was read (for finish hooks)
         self.extra_response_headers: list[Header] = []  # added by stages (cors), also to error answers
         self.upstream_path: str | None = None
-        self.upstream_started = 0.0
+        self.backend_phase: Phase | None = None  # the chosen backend's compiled stages
+        self.upstream_started: float | None = None  # when the upstream call started
         self.request_capture: BodyCapture | None = None
         self.status = 0
         self.started = False
@@ -66,55 +91,12 @@ class Exchange:
         self._body_done = False
         self._body_claimed = False  # someone (the upload) reads the body; nobody else may
 
-    # --- what traces and CEL see --------------------------------------------------------------
-
-    def activation(self) -> dict[str, Any]:
-        scope = self.scope
-        client = scope.get("client") or ("", 0)
-        return build_activation(
-            method=scope["method"], path=self.uri(), host=self.host, headers=self.headers,
-            scheme=scope.get("scheme", "http"), version=f"HTTP/{scope.get('http_version', '1.1')}",
-            source_address=client[0], source_port=client[1], llm=self.llm, jwt=self.jwt,
-        )
+    # --- what traces and CEL see (request_state / activation in trace.py) --------------------
 
     def uri(self) -> str:
         query = self.scope.get("query_string", b"")
         path = self.upstream_path or self.scope["path"]
         return f"{path}?{query.decode('latin-1')}" if query else path
-
-    def state(self, *, headers: list[Header] | None = None, response: dict[str, Any] | None = None,
-              proxy: dict[str, str] | None = None) -> dict[str, Any]:
-        """``requestState`` of a snapshot: the request as the stages have shaped it so far."""
-        scope = self.scope
-        client = scope.get("client") or ("", 0)
-        state: dict[str, Any] = {
-            "request": {
-                "method": scope["method"],
-                "path": self.upstream_path or scope["path"],
-                "uri": self.uri(),
-                "host": self.host,
-                "scheme": scope.get("scheme", "http"),
-                "version": f"HTTP/{scope.get('http_version', '1.1')}",
-                "headers": headers_map(self.headers if headers is None else headers),
-            },
-            "source": {"address": client[0], "port": client[1]},
-            "env": {
-                "gateway": "default/default",
-                "listener": self.listener.key if self.listener else None,
-                "route": self.route.key if self.route else None,
-            },
-        }
-        if self.backend is not None:
-            state["backend"] = {"name": self.backend.name, "type": self.backend.kind, "protocol": "http"}
-        if self.llm is not None:
-            state["llm"] = self.llm
-        if self.jwt is not None:
-            state["jwt"] = self.jwt
-        if response is not None:
-            state["response"] = response
-        if proxy is not None:
-            state["proxy"] = proxy
-        return state
 
     # --- the request body ---------------------------------------------------------------------
 
@@ -213,8 +195,7 @@ class Exchange:
         status, headers, body = error_response(error)
         if self.extra_response_headers:
             headers += self.extra_response_headers
-        if self.tracer is not None:
-            self.tracer.event("responseSnapshot", stage="final response", severity="warn" if status < 500 else "error",
-                              requestState=self.state(response={"code": status, "headers": headers_map(headers)}))
+        self.tracer.response_snapshot("final response", self, status, headers,
+                                      severity="warn" if status < 500 else "error")
         await self.start_response(status, headers)
         await self.end_body(body)

@@ -18,50 +18,46 @@ place errors become responses. Once the request body is read, a watcher task wai
 call at once (hypercorn tells a raw ASGI app only through ``receive``).
 
 Tracing: when a ``/debug/trace`` watcher claims the request, ``x.tracer`` records the events of
-each stage (CONTRACT §5); otherwise every ``if tr`` below is the whole cost.
+each stage (docs/trace-events.md); otherwise it is the ``NullTracer``, whose calls do nothing and
+build no snapshot.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, MutableMapping
-from typing import Any
-
 import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from math import inf
+from typing import Any
 
 import trio
 
-from .asgi import serve_lifespan
-from .config.dump import policies_by_kind
+from .asgi import Header, Receive, Scope, Send, serve_lifespan
 from .config.model import Backend, Route
 from .errors import (
     BackendUnreachable,
-    DirectResponse,
     HeaderTooLarge,
     ProxyError,
-    RateLimited,
     RequestTimeout,
     RouteNotFound,
     UpstreamError,
     UpstreamTimeout,
 )
-from .exchange import ClientDisconnected, Exchange, Receive, Send
+from .exchange import ClientDisconnected, Exchange
 from .llm import UsageReader, prepare_request_body
 from .otel import OtelTracing
 from .policies.headers import (
-    apply_modifier,
     forwarded_request_headers,
     header_value,
     request_framing,
     without_hop_by_hop,
 )
-from .policies.ratelimit_local import LocalRateLimiter
+from .policies.ratelimit_local import LocalRateLimiter, most_constrained
+from .policies.stage import Phase
 from .routing import Request
-from .runtime import GatewayState, Runtime
-from .trace import BodyCapture, duration_string, headers_map
+from .runtime import CompiledRoute, GatewayState, Runtime
+from .trace import NULL_TRACER, BodyCapture, activation, duration_string
 from .upstream import UpstreamResponse
-
-Scope = MutableMapping[str, Any]
-Header = tuple[bytes, bytes]
 
 MAX_REQUEST_HEADERS = 100
 MAX_LLM_REQUEST_BODY = 16 * 1024 * 1024
@@ -75,7 +71,7 @@ class Gateway:
     def __init__(self, runtime: Runtime, port: int) -> None:
         self.runtime = runtime
         self.port = port
-        self.bind_key = f"bind/{port}"
+        self.bind_key = f"bind/{port}"  # the metrics' and access log's ``bind`` label
         self.access_log = runtime.access_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -91,7 +87,7 @@ class Gateway:
         runtime = self.runtime
         x = Exchange(scope, receive, send, trio.current_time())
         if runtime.trace.watchers:
-            x.tracer = runtime.trace.claim(x.arrival, x.activation)
+            x.tracer = runtime.trace.claim(x.arrival, lambda: activation(x)) or NULL_TRACER
         if runtime.otel is not None:
             x.span = runtime.otel.start(scope["method"], scope["path"], scope["headers"], time.time_ns())
         metrics = runtime.metrics
@@ -115,8 +111,7 @@ class Gateway:
                 x.error = x.error or "client disconnected"
                 x.error_kind = x.error_kind or "ClientDisconnected"
             self._finished(x, status, trio.current_time() - x.arrival)
-            if x.tracer is not None:
-                x.tracer.finish(status, x.error)
+            x.tracer.finish(status, x.error)
 
     def _finished(self, x: Exchange, status: int, seconds: float) -> None:
         """Metrics and the access-log line of a finished request (names: docs/observability.md)."""
@@ -164,7 +159,7 @@ class Gateway:
         if x.span is not None:
             fields["trace.id"] = OtelTracing.trace_id(x.span)
         access.record({k: v for k, v in fields.items() if v is not None}, status, own_error,
-                      lambda: {**x.activation(), "response": {"code": status}})
+                      lambda: {**activation(x), "response": {"code": status}})
 
     async def _proxy(self, x: Exchange) -> None:
         tr = x.tracer
@@ -172,33 +167,29 @@ class Gateway:
         state = self.runtime.state
 
         # 1. admission
-        if tr:
-            tr.event("requestStarted")
-            tr.event("requestSnapshot", stage="initial request", requestState=x.state())
+        tr.event("requestStarted")
+        tr.snapshot("initial request", x)
         if len(x.headers) > MAX_REQUEST_HEADERS:
             raise HeaderTooLarge(f"too many request headers (limit {MAX_REQUEST_HEADERS})")
         bind = state.binds.get(self.port)
         found = bind.listener_for(x.host) if bind is not None else None
         if found is None:
-            if tr:
-                tr.event("routeSelection", severity="warn", selectedRoute=None, evaluatedRoutes=[])
+            tr.event("routeSelection", severity="warn", selectedRoute=None, evaluatedRoutes=[])
             raise RouteNotFound()
         listener, table = found
         x.listener = listener
 
-        # 2. gateway phase
-        if tr:
-            tr.event("policySelection", phase="gateway", effectivePolicy=policies_by_kind(listener.policies, "gateway"))
-        for stage in state.listener_stages[listener.key]:  # cors → jwtAuth → authorization
+        # 2. gateway phase (the listener's stages, in runtime.STAGE_ORDER)
+        gateway = state.listeners[listener.key]
+        tr.policy_selection("gateway", listener.policies)
+        for stage in gateway.request:
             await stage.request(x)
-        self._local_limit(x, state.listener_limiter(listener), listener.key)
-        if tr:
-            tr.event("requestSnapshot", stage="gateway policies", requestState=x.state())
+        tr.snapshot("gateway policies", x)
 
         # 3. routing
         selection = table.select(Request(scope["method"], scope["path"], x.host, x.headers,
                                          scope.get("query_string", b"")))
-        if tr:
+        if tr.active:
             tr.event("routeSelection", severity="info" if selection.route else "warn",
                      selectedRoute=selection.route.key if selection.route else None,
                      evaluatedRoutes=list(selection.evaluated))
@@ -207,40 +198,51 @@ class Gateway:
         route = x.route = selection.route
         compiled = state.routes[route.key]
 
-        # 4. route phase
-        policies = route.policies
-        if tr:
-            tr.event("policySelection", phase="route", effectivePolicy=policies_by_kind(policies, "route"))
-        for stage in compiled.stages:  # cors → jwtAuth → authorization
-            await stage.request(x)
-        self._local_limit(x, compiled.limiter, route.key)
-        if policies.request_header_modifier is not None:
-            x.headers = apply_modifier(x.headers, policies.request_header_modifier)
-            if tr:
-                tr.event("requestSnapshot", stage="requestHeaderModifier", requestState=x.state())
-        if policies.direct_response is not None:
-            if tr:
-                tr.event("policy", kind="directResponse", result="responded", status=policies.direct_response.status)
-            raise DirectResponse(policies.direct_response.status, policies.direct_response.body)
-        if tr:
-            tr.event("requestSnapshot", stage="route policies", requestState=x.state())
+        # requestTimeout: from arrival, over everything from here to the upstream's response
+        # headers (route and backend stages, the LLM body read, the upstream call); not over the
+        # streamed response body (docs/configuration.md, "timeout").
+        timeout = route.policies.timeout
+        deadline = x.arrival + timeout.request_timeout if timeout and timeout.request_timeout else inf
+        response = None
+        with trio.CancelScope(deadline=deadline) as request_scope:
+            response = await self._route_to_upstream(x, compiled)
+        if response is None:
+            if x.disconnected:
+                raise ClientDisconnected()
+            assert request_scope.cancelled_caught
+            error = RequestTimeout()
+            if x.upstream_started is not None:
+                tr.body("final request", x.request_capture)
+                tr.event("backendCallResult", start=x.upstream_started, severity="error", status=None,
+                         error=error.message)
+            raise error
 
-        # 5. backend
-        backend = x.backend = compiled.choose_backend()
-        if backend is None:
+        # 7. response
+        await self._respond(x, gateway, compiled.phase, response)
+
+    async def _route_to_upstream(self, x: Exchange, compiled: CompiledRoute) -> UpstreamResponse:
+        """Steps 4-6, under the request's deadline."""
+        tr = x.tracer
+        scope = x.scope
+        route = compiled.route
+
+        # 4. route phase
+        tr.policy_selection("route", route.policies)
+        for stage in compiled.phase.request:
+            await stage.request(x)
+        tr.snapshot("route policies", x)
+
+        # 5. backend phase
+        chosen = compiled.choose_backend()
+        if chosen is None:
             raise BackendUnreachable(f"no backend available for route {route.name}")
-        if tr:
-            tr.event("policySelection", phase="backend", effectivePolicy=policies_by_kind(backend.policies, "backend"))
-        if backend.policies.request_header_modifier is not None:
-            x.headers = apply_modifier(x.headers, backend.policies.request_header_modifier)
-            if tr:
-                tr.event("requestSnapshot", stage="requestHeaderModifier", requestState=x.state())
-        if backend.policies.backend_auth is not None:
-            x.headers = [h for h in x.headers if h[0] != b"authorization"]
-            x.headers.append((b"authorization", b"Bearer " + backend.policies.backend_auth.key.encode()))
-            if tr:
-                tr.event("requestSnapshot", stage="backendAuth", requestState=x.state())
-        if tr:
+        backend, phase = chosen
+        x.backend = backend
+        tr.policy_selection("backend", backend.policies)
+        for stage in phase.request:
+            await stage.request(x)
+        x.backend_phase = phase
+        if tr.active:
             x.request_capture = BodyCapture(tr.body_limit)
         if backend.ai is not None:
             body: bytes | AsyncIterator[bytes] = await self._prepare_llm_request(x, backend)
@@ -254,36 +256,13 @@ class Gateway:
         if backend.ai is not None or header_value(upstream_headers, b"host") is None:
             # A provider wants its own host; an HTTP/1.0 client may have sent none (1.1 requires one).
             upstream_headers = [h for h in upstream_headers if h[0] != b"host"] + [(b"host", str(backend.target).encode())]
-        if tr:
-            tr.event("requestSnapshot", stage="final request", requestState=x.state(headers=upstream_headers))
+        tr.snapshot("final request", x, headers=upstream_headers)
 
         # 6. upstream
         query = scope.get("query_string", b"")
         path = x.upstream_path.encode() if x.upstream_path else (scope.get("raw_path") or scope["path"].encode())
-        response = await self._call_backend(x, route, backend, path + b"?" + query if query else path,
-                                            upstream_headers, body)
-
-        # 7. response
-        await self._respond(x, route, backend, response)
-
-    # --- stages ---------------------------------------------------------------------------------
-
-    def _local_limit(self, x: Exchange, limiter: LocalRateLimiter | None, key: str) -> None:
-        """Admit against one limiter (all its entries), or reject with 429 before any upstream call."""
-        if limiter is None:
-            return
-        decision = limiter.admit(trio.current_time())
-        if x.tracer:
-            x.tracer.event("policy", severity="info" if decision.allowed else "warn", kind="localRateLimit",
-                           result="allowed" if decision.allowed else "rejected",
-                           limit=decision.limit, remaining=decision.remaining, reset=decision.reset_seconds)
-        self.runtime.metrics.ratelimit_decision("localRateLimit", key,
-                                                "allowed" if decision.allowed else "rejected")
-        if not decision.allowed:
-            raise RateLimited(headers=LocalRateLimiter.headers(decision))
-        x.limits.append((limiter, decision))
-        if x.tracer:
-            x.tracer.event("requestSnapshot", stage="localRateLimit", requestState=x.state())
+        return await self._call_backend(x, route, backend, path + b"?" + query if query else path,
+                                        upstream_headers, body)
 
     async def _prepare_llm_request(self, x: Exchange, backend: Backend) -> bytes:
         """Buffer and rewrite an OpenAI-style JSON body; the path may be overridden."""
@@ -301,110 +280,100 @@ class Gateway:
 
     async def _call_backend(self, x: Exchange, route: Route, backend: Backend, target: bytes,
                             headers: list[Header], body: bytes | AsyncIterator[bytes]) -> UpstreamResponse:
+        """The upstream call up to its response headers, under ``backendRequestTimeout``."""
         tr = x.tracer
         timeout = route.policies.timeout
-        now = trio.current_time()
-        deadline = x.arrival + timeout.request_timeout if timeout and timeout.request_timeout else float("inf")
-        backend_deadline = min(deadline, now + timeout.backend_request_timeout) \
-            if timeout and timeout.backend_request_timeout else deadline
-        if tr:
-            tr.event("backendCallStart", target=str(backend.target))
+        now = x.upstream_started = trio.current_time()
+        backend_deadline = now + timeout.backend_request_timeout \
+            if timeout and timeout.backend_request_timeout else inf
+        tr.event("backendCallStart", target=str(backend.target))
         response = None
         client_span = None
-        if x.span is not None and self.runtime.otel is not None:
-            client_span = self.runtime.otel.client_span(x.span, f"{x.scope['method']} {backend.name}", {
+        otel = self.runtime.otel
+        if x.span is not None and otel is not None:
+            client_span = otel.client_span(x.span, f"{x.scope['method']} {backend.name}", {
                 "http.request.method": x.scope["method"], "server.address": backend.target.host,
                 "server.port": backend.target.port})
-            headers = [h for h in headers if h[0] != b"traceparent"] + [self.runtime.otel.traceparent(client_span)]
+            headers = [h for h in headers if h[0] != b"traceparent"] + [otel.traceparent(client_span)]
         try:
-            with trio.CancelScope(deadline=deadline) as request_scope:
-                with trio.CancelScope(deadline=backend_deadline) as backend_scope:
-                    response = await self.runtime.pool.request(
-                        backend.target, x.scope["method"].encode(), target, headers, body, nursery=x.nursery)
+            with trio.CancelScope(deadline=backend_deadline) as backend_scope:
+                response = await self.runtime.pool.request(
+                    backend.target, x.scope["method"].encode(), target, headers, body, nursery=x.nursery)
             if x.disconnected:
                 raise ClientDisconnected()
-            if response is None and request_scope.cancelled_caught:
-                raise RequestTimeout()
             if response is None and backend_scope.cancelled_caught:
                 raise UpstreamTimeout()
         except ProxyError as error:
             if client_span is not None:
                 OtelTracing.finish(client_span, 502, {}, error.message)
-            if tr:
-                tr.body("final request", x.request_capture)
-                tr.event("backendCallResult", start=now, severity="error", status=None, error=error.message)
+            tr.body("final request", x.request_capture)
+            tr.event("backendCallResult", start=now, severity="error", status=None, error=error.message)
+            raise
+        except trio.Cancelled:
+            if client_span is not None:
+                OtelTracing.finish(client_span, 504, {}, "request timeout")
             raise
         if client_span is not None:
             OtelTracing.finish(client_span, response.status if response else 0, {}, None)
         assert response is not None
-        x.upstream_started = now
-        if tr:
-            tr.body("final request", x.request_capture)
+        tr.body("final request", x.request_capture)
+        if tr.active:
             tr.event("backendCallResult", start=now, severity="success" if response.status < 400 else "warn",
                      status=response.status, error=None)
         return response
 
-    async def _respond(self, x: Exchange, route: Route, backend: Backend, response: UpstreamResponse) -> None:
+    async def _respond(self, x: Exchange, gateway: Phase, route: Phase, response: UpstreamResponse) -> None:
+        """Response hooks backend → route → listener, then the body streamed back; ``finish``
+        hooks (token charges) run after the client has its whole response."""
         tr = x.tracer
-        if tr:
+        backend = x.backend
+        assert backend is not None and x.backend_phase is not None
+        if tr.active:
             now = trio.current_time()
-            tr.event("responseSnapshot", stage="raw response", requestState=x.state(
-                response={"code": response.status, "headers": headers_map(response.headers)},
-                proxy={"requestProcessingDuration": duration_string(now - x.arrival),
-                       "upstreamDuration": duration_string(now - x.upstream_started)}))
-        headers = apply_modifier(without_hop_by_hop(response.headers), backend.policies.response_header_modifier)
-        if tr:
-            tr.event("responseSnapshot", stage="backend response ready", requestState=x.state(
-                response={"code": response.status, "headers": headers_map(headers)}))
-        headers = apply_modifier(headers, route.policies.response_header_modifier)
+            assert x.upstream_started is not None
+            tr.response_snapshot("raw response", x, response.status, response.headers, proxy={
+                "requestProcessingDuration": duration_string(now - x.arrival),
+                "upstreamDuration": duration_string(now - x.upstream_started)})
+        headers = without_hop_by_hop(response.headers)
+        for stage in x.backend_phase.response:
+            headers = stage.response_headers(x, headers)
+        tr.response_snapshot("backend response ready", x, response.status, headers)
+        for stage in route.response:
+            headers = stage.response_headers(x, headers)
+        for stage in gateway.response:
+            headers = stage.response_headers(x, headers)
         if x.limits:
-            headers += LocalRateLimiter.headers(_most_constrained(x.limits))
+            headers += LocalRateLimiter.headers(most_constrained(decision for _, decision in x.limits))
         if x.extra_response_headers:
             headers += x.extra_response_headers
-        if tr:
-            tr.event("responseSnapshot", stage="final response", requestState=x.state(
-                response={"code": response.status, "headers": headers_map(headers)}))
+        tr.response_snapshot("final response", x, response.status, headers)
 
-        token_limiters = [limiter for limiter, _ in x.limits if limiter.counts_tokens] if x.limits else []
+        finishers = gateway.finish + route.finish
         usage_reader = None
-        if token_limiters or backend.ai is not None:
+        if finishers or backend.ai is not None:
             usage_reader = UsageReader(header_value(response.headers, b"content-type"),
                                        content_encoding=header_value(response.headers, b"content-encoding"))
             if not usage_reader.active:
                 usage_reader = None
-        capture = BodyCapture(tr.body_limit) if tr else None
+        capture = BodyCapture(tr.body_limit) if tr.active else None
 
         await x.start_response(response.status, headers)
-        async for chunk in response.body():
-            if usage_reader is not None:
-                usage_reader.feed(chunk)
-            if capture is not None:
-                capture.feed(chunk)
-            await x.send_body(chunk)
+        async with aclosing(response.body()) as chunks:
+            async for chunk in chunks:
+                if usage_reader is not None:
+                    usage_reader.feed(chunk)
+                if capture is not None:
+                    capture.feed(chunk)
+                await x.send_body(chunk)
         await x.end_body()
 
         if usage_reader is not None:
             usage = usage_reader.finish()
             if usage is not None:
-                self._charge_tokens(x, token_limiters, usage)
-        if tr and capture is not None:
-            tr.body("response", capture)
-
-    def _charge_tokens(self, x: Exchange, limiters: list[LocalRateLimiter], usage: Any) -> None:
-        """After the response: token budgets pay for what the response used (may overshoot)."""
-        if x.llm is not None:
-            x.llm.update(inputTokens=usage.prompt_tokens, outputTokens=usage.completion_tokens,
-                         totalTokens=usage.total_tokens)
-        now = trio.current_time()
-        for limiter in limiters:
-            decision = limiter.charge_tokens(now, usage.total_tokens)
-            if x.tracer and decision is not None:
-                x.tracer.event("policy", kind="localRateLimit", result="charged", tokens=usage.total_tokens,
-                               limit=decision.limit, remaining=decision.remaining, reset=decision.reset_seconds)
-
-
-def _most_constrained(limits: list[tuple[LocalRateLimiter, Any]]) -> Any:
-    """The decision to report in ``x-ratelimit-*`` when several limiters applied."""
-    if len(limits) == 1:
-        return limits[0][1]
-    return min((decision for _, decision in limits), key=lambda d: (d.remaining, -d.reset_seconds))
+                x.usage = usage
+                if x.llm is not None:
+                    x.llm.update(inputTokens=usage.prompt_tokens, outputTokens=usage.completion_tokens,
+                                 totalTokens=usage.total_tokens)
+                for stage in finishers:
+                    await stage.finish(x)
+        tr.body("response", capture)

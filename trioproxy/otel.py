@@ -21,14 +21,18 @@ from typing import Any
 from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from . import __version__
+from .asgi import Header
 from .config.model import TracingSpec
 
-Header = tuple[bytes, bytes]
 PROPAGATOR = TraceContextTextMapPropagator()
 
 __all__ = ["OtelTracing"]
@@ -60,11 +64,15 @@ class _CountingExporter(SpanExporter):
 def _exporter(spec: TracingSpec) -> SpanExporter:
     headers = dict(spec.headers)
     if spec.protocol == "http":
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+            OTLPSpanExporter as HttpExporter,
+        )
 
         endpoint = spec.endpoint.rstrip("/") + (spec.path or "/v1/traces")
         return HttpExporter(endpoint=endpoint, headers=headers, timeout=5)
-    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+        OTLPSpanExporter as GrpcExporter,
+    )
 
     return GrpcExporter(endpoint=spec.endpoint, headers=headers or None, timeout=5,
                         insecure=spec.endpoint.startswith("http://"))

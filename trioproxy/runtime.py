@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import random
 import threading
+from collections.abc import Callable
 from itertools import accumulate
 
 import trio
@@ -15,9 +16,17 @@ from .metrics import Metrics
 from .otel import OtelTracing
 from .policies.authorization import AuthorizationPolicy, AuthorizationStage
 from .policies.cors import CorsPolicy, CorsStage
+from .policies.header_stages import (
+    BackendAuthStage,
+    DirectResponseStage,
+    RequestHeaderModifierStage,
+    ResponseHeaderModifierStage,
+)
 from .policies.jwks import JwksRegistry
 from .policies.jwt import JwtAuthStage, JwtVerifier, KeyHolder, parse_jwks
 from .policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
+from .policies.ratelimit_local_stage import local_rate_limit_stage
+from .policies.stage import Phase, Stage
 from .routing import BindTable
 from .trace import TraceHub
 from .upstream import UpstreamPool
@@ -34,75 +43,145 @@ def _limiter(specs: tuple[LocalRateLimitSpec, ...], key: str, previous: GatewayS
     return LocalRateLimiter(specs, trio.current_time())
 
 
-def compile_stages(policies: Policies, jwks: JwksRegistry) -> tuple:
-    """The request stages of one listener or route, in agentgateway's fixed order:
-    cors (a preflight never needs a token) → jwtAuth → authorization (sees the claims)."""
-    stages: list = []
-    if policies.cors is not None:
-        stages.append(CorsStage(CorsPolicy(policies.cors)))
-    if policies.jwt_auth is not None:
-        spec = policies.jwt_auth
-        providers, remotes = [], []
-        for provider in spec.providers:
-            if provider.jwks.url is not None:
-                remote = jwks.get(provider.jwks.url)
-                remotes.append(remote)
-                providers.append((provider, remote.holder))
-            else:
-                assert provider.jwks.inline is not None  # file and inline JWKS were read and checked at load
-                providers.append((provider, KeyHolder(parse_jwks(provider.jwks.inline))))
-        stages.append(JwtAuthStage(spec, JwtVerifier(providers), remotes))
-    if policies.authorization is not None:
-        stages.append(AuthorizationStage(AuthorizationPolicy(policies.authorization)))
-    return tuple(stages)
+class StageCompiler:
+    """What compiling one config's stages needs: the remote JWKS registry, the previous state
+    (limiters whose entries did not change are kept) and the metrics a stage reports to."""
+
+    def __init__(self, jwks: JwksRegistry, previous: GatewayState | None,
+                 count_decision: Callable[[str, str, str], None]) -> None:
+        self.jwks = jwks
+        self.previous = previous
+        self.count_decision = count_decision
+        # listener or route key -> (specs, limiter); a listener's is shared by all its routes.
+        self.limiters: dict[str, tuple[tuple[LocalRateLimitSpec, ...], LocalRateLimiter]] = {}
+
+
+def _cors(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
+    return CorsStage(CorsPolicy(policies.cors)) if policies.cors is not None else None
+
+
+def _jwt_auth(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
+    spec = policies.jwt_auth
+    if spec is None:
+        return None
+    providers, remotes = [], []
+    for provider in spec.providers:
+        if provider.jwks.url is not None:
+            remote = c.jwks.get(provider.jwks.url)
+            remotes.append(remote)
+            providers.append((provider, remote.holder))
+        else:
+            assert provider.jwks.inline is not None  # file and inline JWKS were read and checked at load
+            providers.append((provider, KeyHolder(parse_jwks(provider.jwks.inline))))
+    return JwtAuthStage(spec, JwtVerifier(providers), remotes)
+
+
+def _authorization(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
+    if policies.authorization is None:
+        return None
+    return AuthorizationStage(AuthorizationPolicy(policies.authorization))
+
+
+def _local_rate_limit(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
+    limiter = _limiter(policies.local_rate_limit, key, c.previous)
+    if limiter is None:
+        return None
+    c.limiters[key] = (policies.local_rate_limit, limiter)
+    return local_rate_limit_stage(limiter, key, c.count_decision)
+
+
+def _request_header_modifier(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
+    modifier = policies.request_header_modifier
+    return RequestHeaderModifierStage(modifier) if modifier is not None else None
+
+
+def _response_header_modifier(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
+    modifier = policies.response_header_modifier
+    return ResponseHeaderModifierStage(modifier) if modifier is not None else None
+
+
+def _backend_auth(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
+    auth = policies.backend_auth
+    return BackendAuthStage(auth.key) if auth is not None else None
+
+
+def _direct_response(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
+    policy = policies.direct_response
+    return DirectResponseStage(policy) if policy is not None else None
+
+
+#: The one order every phase runs its stages in (agentgateway's). A phase holds only the kinds
+#: configured on it. Adding a policy kind = its stage file in ``policies/`` + one line here.
+STAGE_ORDER: tuple[tuple[str, Callable[[Policies, str, StageCompiler], Stage | None]], ...] = (
+    ("cors", _cors),                                      # a preflight never needs a token
+    ("jwtAuth", _jwt_auth),                               # sets x.jwt, removes the token
+    ("authorization", _authorization),                    # CEL rules, see the claims
+    ("localRateLimit", _local_rate_limit),                # only authenticated requests spend budget
+    # ("remoteRateLimit", ...)                            # global limits go here
+    ("requestHeaderModifier", _request_header_modifier),
+    ("responseHeaderModifier", _response_header_modifier),  # response hook only
+    ("backendAuth", _backend_auth),                       # the backend's credential, last word on auth
+    ("directResponse", _direct_response),                 # answers once every check has passed
+)
+
+
+def compile_phase(name: str, policies: Policies, key: str, compiler: StageCompiler) -> Phase:
+    """The stages of one listener (``gateway``), route or backend, in ``STAGE_ORDER``."""
+    stages = []
+    for _kind, build in STAGE_ORDER:
+        stage = build(policies, key, compiler)
+        if stage is not None:
+            stages.append(stage)
+    return Phase(name, policies, tuple(stages))
 
 
 class CompiledRoute:
-    """A route plus what choosing among its backends and limiting it need, computed once."""
+    """A route plus its phases and what choosing among its backends needs, computed once."""
 
-    __slots__ = ("route", "backends", "cumulative", "limiter", "stages")
+    __slots__ = ("backend_phases", "backends", "cumulative", "limiter", "phase", "route")
 
-    def __init__(self, route: Route, limiter: LocalRateLimiter | None, stages: tuple = ()) -> None:
+    def __init__(self, route: Route, phase: Phase, backend_phases: tuple[Phase, ...],
+                 limiter: LocalRateLimiter | None = None) -> None:
         self.route = route
-        self.stages = stages
-        self.backends = tuple(b for b in route.backends if b.weight > 0)
+        self.phase = phase
+        chosen = [(b, p) for b, p in zip(route.backends, backend_phases) if b.weight > 0]
+        self.backends = tuple(b for b, _ in chosen)
+        self.backend_phases = tuple(p for _, p in chosen)
         self.cumulative = list(accumulate(b.weight for b in self.backends))
         self.limiter = limiter
 
-    def choose_backend(self) -> Backend | None:
+    def choose_backend(self) -> tuple[Backend, Phase] | None:
+        """A backend by weight, with its compiled phase."""
         if not self.backends:
             return None
         if len(self.backends) == 1:
-            return self.backends[0]
-        return self.backends[bisect.bisect_right(self.cumulative, random.randrange(self.cumulative[-1]))]
+            return self.backends[0], self.backend_phases[0]
+        i = bisect.bisect_right(self.cumulative, random.randrange(self.cumulative[-1]))
+        return self.backends[i], self.backend_phases[i]
 
 
 class GatewayState:
     """Everything compiled from one ``Config``; replaced whole on reload."""
 
     def __init__(self, config: Config, previous: GatewayState | None = None,
-                 jwks: JwksRegistry | None = None) -> None:
+                 jwks: JwksRegistry | None = None,
+                 count_decision: Callable[[str, str, str], None] = lambda policy, key, result: None) -> None:
         self.config = config
-        jwks = jwks if jwks is not None else JwksRegistry()
-        self.listener_stages: dict[str, tuple] = {}
+        compiler = StageCompiler(jwks if jwks is not None else JwksRegistry(), previous, count_decision)
         self.binds = {bind.port: BindTable(bind) for bind in config.binds}
-        # listener or route key -> (specs, limiter); a listener's is shared by all its routes.
-        self.limiters: dict[str, tuple[tuple[LocalRateLimitSpec, ...], LocalRateLimiter]] = {}
+        self.listeners: dict[str, Phase] = {}
         self.routes: dict[str, CompiledRoute] = {}
         for bind in config.binds:
             for listener in bind.listeners:
-                self._limit(listener.key, listener.policies.local_rate_limit, previous)
-                self.listener_stages[listener.key] = compile_stages(listener.policies, jwks)
+                self.listeners[listener.key] = compile_phase("gateway", listener.policies, listener.key, compiler)
                 for route in listener.routes:
-                    self.routes[route.key] = CompiledRoute(
-                        route, self._limit(route.key, route.policies.local_rate_limit, previous),
-                        compile_stages(route.policies, jwks))
-
-    def _limit(self, key: str, specs: tuple[LocalRateLimitSpec, ...], previous: GatewayState | None) -> LocalRateLimiter | None:
-        limiter = _limiter(specs, key, previous)
-        if limiter is not None:
-            self.limiters[key] = (specs, limiter)
-        return limiter
+                    phase = compile_phase("route", route.policies, route.key, compiler)
+                    backends = tuple(compile_phase("backend", b.policies, f"{route.key}/backend/{i}", compiler)
+                                     for i, b in enumerate(route.backends))
+                    entry = compiler.limiters.get(route.key)
+                    self.routes[route.key] = CompiledRoute(route, phase, backends, entry[1] if entry else None)
+        # listener or route key -> (specs, limiter): kept for the next reload and the admin API
+        self.limiters = compiler.limiters
 
     def listener_limiter(self, listener: Listener) -> LocalRateLimiter | None:
         entry = self.limiters.get(listener.key)
@@ -118,7 +197,7 @@ class Runtime:
         self.metrics = metrics or Metrics(open_upstream_connections=lambda: self.pool.open_connections)
         #: remote JWKS by URL, kept across reloads; its ``run`` task lives in the root nursery
         self.jwks = JwksRegistry(self.metrics.registry)
-        self.state = GatewayState(config, jwks=self.jwks)
+        self.state = GatewayState(config, jwks=self.jwks, count_decision=self.metrics.ratelimit_decision)
         self.trace = trace or TraceHub()
         self.access_log = AccessLog()
         self.otel: OtelTracing | None = None
@@ -127,7 +206,7 @@ class Runtime:
 
     def apply(self, config: Config) -> None:
         """Swap in a new config; requests in flight finish on the state they started with."""
-        self.state = GatewayState(config, self.state, self.jwks)
+        self.state = GatewayState(config, self.state, self.jwks, self.metrics.ratelimit_decision)
         self.reload_errors = []
         self._observability(config)
 

@@ -16,11 +16,16 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-Header = tuple[bytes, bytes]
+from .asgi import Header
+from .cel import build_activation
+
+if TYPE_CHECKING:
+    from .exchange import Exchange
+
 REDACTED = "<redacted>"
 CREDENTIAL_HEADERS = frozenset({b"authorization", b"proxy-authorization", b"cookie", b"set-cookie", b"x-api-key"})
 DEFAULT_BODY_LIMIT = 2 * 1024 * 1024  # env TRIOPROXY_TRACE_BODY_LIMIT (bytes) overrides
@@ -53,6 +58,54 @@ def duration_string(seconds: float) -> str:
     return f"{seconds * 1_000_000:.0f}µs"
 
 
+def activation(x: Exchange) -> dict[str, Any]:
+    """The CEL activation of a request as the stages have shaped it so far (``jwt`` claims,
+    ``source.address``, ``llm``...): what trace expressions, authorization rules and the access
+    log's filter see (docs/trace-events.md)."""
+    scope = x.scope
+    client = scope.get("client") or ("", 0)
+    return build_activation(
+        method=scope["method"], path=x.uri(), host=x.host, headers=x.headers,
+        scheme=scope.get("scheme", "http"), version=f"HTTP/{scope.get('http_version', '1.1')}",
+        source_address=client[0], source_port=client[1], llm=x.llm, jwt=x.jwt,
+    )
+
+
+def request_state(x: Exchange, *, headers: list[Header] | None = None, response: dict[str, Any] | None = None,
+                  proxy: dict[str, str] | None = None) -> dict[str, Any]:
+    """``requestState`` of a snapshot: the request as the stages have shaped it so far."""
+    scope = x.scope
+    client = scope.get("client") or ("", 0)
+    state: dict[str, Any] = {
+        "request": {
+            "method": scope["method"],
+            "path": x.upstream_path or scope["path"],
+            "uri": x.uri(),
+            "host": x.host,
+            "scheme": scope.get("scheme", "http"),
+            "version": f"HTTP/{scope.get('http_version', '1.1')}",
+            "headers": headers_map(x.headers if headers is None else headers),
+        },
+        "source": {"address": client[0], "port": client[1]},
+        "env": {
+            "gateway": "default/default",
+            "listener": x.listener.key if x.listener else None,
+            "route": x.route.key if x.route else None,
+        },
+    }
+    if x.backend is not None:
+        state["backend"] = {"name": x.backend.name, "type": x.backend.kind, "protocol": "http"}
+    if x.llm is not None:
+        state["llm"] = x.llm
+    if x.jwt is not None:
+        state["jwt"] = x.jwt
+    if response is not None:
+        state["response"] = response
+    if proxy is not None:
+        state["proxy"] = proxy
+    return state
+
+
 class BodyCapture:
     """Keeps the first ``limit`` bytes of a body that passes through unchanged."""
 
@@ -79,10 +132,51 @@ class BodyCapture:
         return base64.b64encode(b"".join(self.parts)).decode("ascii")
 
 
+class NullTracer:
+    """The tracer of a request no watcher claimed: every call does nothing.
+
+    Stages call ``x.tracer.event(...)`` unconditionally; the helpers below (``snapshot``,
+    ``response_snapshot``, ``policy_selection``) build their payloads only in ``Tracer``, so an
+    untraced request pays one call, never a snapshot. Check ``active`` before building an
+    expensive payload for ``event``. Falsy, so ``if x.tracer:`` also works.
+    """
+
+    __slots__ = ()
+    active = False
+    body_limit = 0
+
+    def __bool__(self) -> bool:
+        return False
+
+    def event(self, message_type: str, **fields: Any) -> None:
+        pass
+
+    def snapshot(self, stage: str, x: Exchange, *, headers: list[Header] | None = None) -> None:
+        pass
+
+    def response_snapshot(self, stage: str, x: Exchange, status: int, headers: list[Header], *,
+                          severity: str = "info", proxy: dict[str, str] | None = None) -> None:
+        pass
+
+    def policy_selection(self, phase: str, policies: Any) -> None:
+        pass
+
+    def body(self, stage: str, capture: BodyCapture | None) -> None:
+        pass
+
+    def finish(self, status: int, error: str | None) -> None:
+        pass
+
+
+NULL_TRACER = NullTracer()
+
+
 class Tracer:
     """Records the events of one request into its watcher's channel."""
 
-    def __init__(self, watcher: "Watcher", arrival: float, body_limit: int) -> None:
+    active = True
+
+    def __init__(self, watcher: Watcher, arrival: float, body_limit: int) -> None:
         self.watcher = watcher
         self.arrival = arrival
         self.body_limit = body_limit
@@ -132,8 +226,22 @@ class Tracer:
         except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
             self.dropped += 1
 
-    def body(self, stage: str, capture: BodyCapture) -> None:
-        if capture.size or capture.truncated:
+    def snapshot(self, stage: str, x: Exchange, *, headers: list[Header] | None = None) -> None:
+        """A ``requestSnapshot`` of the request as it is now (``headers`` overrides its headers)."""
+        self.event("requestSnapshot", stage=stage, requestState=request_state(x, headers=headers))
+
+    def response_snapshot(self, stage: str, x: Exchange, status: int, headers: list[Header], *,
+                          severity: str = "info", proxy: dict[str, str] | None = None) -> None:
+        self.event("responseSnapshot", stage=stage, severity=severity, requestState=request_state(
+            x, response={"code": status, "headers": headers_map(headers)}, proxy=proxy))
+
+    def policy_selection(self, phase: str, policies: Any) -> None:
+        from .config.dump import policies_by_kind
+
+        self.event("policySelection", phase=phase, effectivePolicy=policies_by_kind(policies, phase))
+
+    def body(self, stage: str, capture: BodyCapture | None) -> None:
+        if capture is not None and (capture.size or capture.truncated):
             fields: dict[str, Any] = {"stage": stage, "body": capture.encoded()}
             if capture.truncated:
                 fields["truncated"] = True

@@ -16,12 +16,12 @@ from collections.abc import AsyncIterator, Sequence
 import h11
 import trio
 
+from .asgi import Header
 from .config.model import Address
 from .errors import BackendUnreachable, BadUpstreamResponse
 
 READ_SIZE = 65536
 MAX_RESPONSE_HEADER_BYTES = 64 * 1024
-Header = tuple[bytes, bytes]
 
 
 def _is_readable(stream: trio.SocketStream) -> bool:
@@ -37,7 +37,7 @@ def _is_readable(stream: trio.SocketStream) -> bool:
 
 
 class UpstreamConnection:
-    __slots__ = ("stream", "h11", "target", "idle_since", "reused", "got_bytes", "closed")
+    __slots__ = ("closed", "got_bytes", "h11", "idle_since", "reused", "stream", "target")
 
     def __init__(self, stream: trio.SocketStream, target: Address) -> None:
         self.stream = stream
@@ -53,7 +53,7 @@ class _Upload:
     """Sends a streamed request body while the response is read (full duplex, as Envoy does):
     a backend that answers while it still reads, such as a mirror, must not deadlock us."""
 
-    def __init__(self, pool: "UpstreamPool", conn: UpstreamConnection, body: AsyncIterator[bytes]) -> None:
+    def __init__(self, pool: UpstreamPool, conn: UpstreamConnection, body: AsyncIterator[bytes]) -> None:
         self.pool = pool
         self.conn = conn
         self.body = body
@@ -77,7 +77,7 @@ class _Upload:
 class UpstreamResponse:
     """A response whose body is still on the wire; iterate ``body()`` once, or ``aclose()``."""
 
-    def __init__(self, pool: "UpstreamPool", conn: UpstreamConnection, event: h11.Response,
+    def __init__(self, pool: UpstreamPool, conn: UpstreamConnection, event: h11.Response,
                  upload: _Upload | None = None) -> None:
         self.pool = pool
         self._upload = upload

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from attrs import frozen
 
 from ..cel import compile_expression
+from .stage import Stage
 
 __all__ = ["AuthorizationDecision", "AuthorizationPolicy", "AuthorizationSpec", "Rule", "decide"]
 
@@ -76,7 +77,7 @@ def decide(policy: AuthorizationPolicy, activation: Mapping[str, Any]) -> Author
     return AuthorizationDecision(True, "no deny rule matched and every require rule held")
 
 
-class AuthorizationStage:
+class AuthorizationStage(Stage):
     """``authorization``: 403 ``authorization failed`` unless the rules allow the request."""
 
     kind = "authorization"
@@ -86,8 +87,9 @@ class AuthorizationStage:
 
     async def request(self, x: Any) -> None:
         from ..errors import AuthorizationDenied
+        from ..trace import activation
 
-        decision = decide(self.policy, x.activation())
+        decision = decide(self.policy, activation(x))
         if x.tracer:
             x.tracer.event("policy", severity="info" if decision.allowed else "warn", kind="authorization",
                            result="allowed" if decision.allowed else "denied", reason=decision.reason,

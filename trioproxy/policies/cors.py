@@ -24,9 +24,11 @@ from typing import Any
 
 from attrs import frozen
 
+from ..asgi import Header
+from .stage import Stage
+
 __all__ = ["CorsDecision", "CorsSpec", "decide", "parse_origin"]
 
-Header = tuple[bytes, bytes]
 
 
 @frozen
@@ -160,7 +162,7 @@ def decide(spec: CorsSpec, method: str, headers: Sequence[Header]) -> CorsDecisi
     return CorsPolicy(spec).decide(method, headers)
 
 
-class CorsStage:
+class CorsStage(Stage):
     """``cors``: answers preflights itself; adds CORS headers to allowed responses."""
 
     kind = "cors"

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from ..asgi import Header
 from ..config.model import HeaderModifier
-
-Header = tuple[bytes, bytes]
 
 # RFC 9110 §7.6.1 hop-by-hop fields, plus framing that the next hop recomputes.
 HOP_BY_HOP = frozenset(

@@ -39,6 +39,8 @@ import jwt as pyjwt
 from attrs import frozen
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
+from .stage import Stage
+
 __all__ = [
     "LEEWAY_SECONDS",
     "MAX_TOKEN_BYTES",
@@ -246,7 +248,7 @@ class KeyHolder:
 
 
 class _Provider:
-    __slots__ = ("issuer", "audiences", "holder")
+    __slots__ = ("audiences", "holder", "issuer")
 
     def __init__(self, issuer: str, audiences: tuple[str, ...], holder: KeyHolder) -> None:
         self.issuer = issuer
@@ -371,7 +373,7 @@ def _without_bearer(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, byt
     return [h for h in headers if not (h[0] == b"authorization" and h[1].lstrip()[:7].lower() == b"bearer ")]
 
 
-class JwtAuthStage:
+class JwtAuthStage(Stage):
     """``jwtAuth``: sets ``x.jwt`` to the claims and removes the token before the request goes upstream.
 
     Trace ``policy`` events (kind ``jwt``) say what was decided and why; they carry the issuer
@@ -429,4 +431,4 @@ class JwtAuthStage:
             tr.event("policy", severity="success", kind="jwt", result="authenticated",
                      issuer=claims.get("iss"), subject=claims.get("sub"))
             # the request as it now is: token gone, claims under ``jwt``
-            tr.event("requestSnapshot", stage="jwtAuth", requestState=x.state())
+            tr.snapshot("jwtAuth", x)

@@ -26,7 +26,7 @@ from typing import Literal, NamedTuple
 
 import attrs
 
-__all__ = ["Decision", "LocalRateLimitSpec", "LocalRateLimiter", "TokenBucket", "UNIT_SECONDS"]
+__all__ = ["UNIT_SECONDS", "Decision", "LocalRateLimitSpec", "LocalRateLimiter", "TokenBucket", "most_constrained"]
 
 Kind = Literal["requests", "tokens"]
 
@@ -132,7 +132,7 @@ class Decision(NamedTuple):
 class TokenBucket:
     """Runtime state of one spec: a bucket that starts full at ``start``."""
 
-    __slots__ = ("spec", "_start", "_fills", "_tokens")
+    __slots__ = ("_fills", "_start", "_tokens", "spec")
 
     def __init__(self, spec: LocalRateLimitSpec, start: float) -> None:
         self.spec = spec
@@ -157,7 +157,7 @@ class TokenBucket:
         spec = self.spec
         next_fill = self._start + (self._fills + 1) * spec.fill_interval
         tokens = self._tokens
-        return Decision(allowed, spec.max_tokens, tokens if tokens > 0 else 0,
+        return Decision(allowed, spec.max_tokens, max(0, tokens),
                         max(0, math.ceil(next_fill - now - _EPSILON)))
 
     def try_acquire(self, now: float, cost: int = 1) -> Decision:
@@ -186,7 +186,7 @@ class TokenBucket:
             tokens = min(spec.max_tokens, tokens + (due - fills) * spec.tokens_per_fill)
             fills = due
         next_fill = self._start + (fills + 1) * spec.fill_interval
-        decision = Decision(tokens >= 1, spec.max_tokens, tokens if tokens > 0 else 0,
+        decision = Decision(tokens >= 1, spec.max_tokens, max(0, tokens),
                             max(0, math.ceil(next_fill - now - _EPSILON)))
         return decision, tokens
 
@@ -205,10 +205,11 @@ class TokenBucket:
         return self._decision(now, self._tokens >= 1)
 
 
-def _most_constrained(decisions: Iterable[Decision]) -> Decision:
+def most_constrained(decisions: Iterable[Decision]) -> Decision:
     """Rejections first, then the lowest remaining, then the latest reset (a client that
     honours it will not come back before the constraining bucket has refilled), then the
-    smallest limit, so the choice is deterministic."""
+    smallest limit, so the choice is deterministic. The one rule for ``x-ratelimit-*``: across
+    the entries of one limiter and across the listener's and route's limiters alike."""
     return min(decisions, key=lambda d: (d.allowed, d.remaining, -d.reset_seconds, d.limit))
 
 
@@ -219,7 +220,7 @@ class LocalRateLimiter:
     and therefore atomic within the gateway's single Trio thread (see the module docstring).
     """
 
-    __slots__ = ("buckets", "_token_buckets", "_single")
+    __slots__ = ("_single", "_token_buckets", "buckets")
 
     def __init__(self, specs: Iterable[LocalRateLimitSpec], now: float) -> None:
         self.buckets: tuple[TokenBucket, ...] = tuple(TokenBucket(s, now) for s in specs)
@@ -245,8 +246,8 @@ class LocalRateLimiter:
             return single.try_acquire(now) if single.spec.kind == "requests" else single.has_capacity(now)
         checks = [b.peek(now) for b in self.buckets]
         if not all(d.allowed for d in checks):
-            return _most_constrained(checks)
-        return _most_constrained(
+            return most_constrained(checks)
+        return most_constrained(
             b.try_acquire(now) if b.spec.kind == "requests" else d
             for b, d in zip(self.buckets, checks)
         )
@@ -262,11 +263,11 @@ class LocalRateLimiter:
             return None
         if len(buckets) == 1:
             return buckets[0].charge(now, total_tokens)
-        return _most_constrained(b.charge(now, total_tokens) for b in buckets)
+        return most_constrained(b.charge(now, total_tokens) for b in buckets)
 
     def peek(self, now: float) -> Decision:
         """Most constrained entry right now, consuming nothing."""
-        return _most_constrained(b.peek(now) for b in self.buckets)
+        return most_constrained(b.peek(now) for b in self.buckets)
 
     def observe(self, now: float) -> tuple[tuple[Decision, int], ...]:
         """Each entry's (decision, raw balance) at ``now``; reads only (``TokenBucket.observe``)."""

@@ -1,0 +1,69 @@
+"""The header policies as stages: ``requestHeaderModifier``, ``responseHeaderModifier``,
+``backendAuth`` and ``directResponse`` (the pure header shaping is in ``headers.py``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..asgi import Header
+from ..config.model import DirectResponsePolicy, HeaderModifier
+from ..errors import DirectResponse
+from .headers import apply_modifier
+from .stage import Stage
+
+if TYPE_CHECKING:
+    from ..exchange import Exchange
+
+
+class RequestHeaderModifierStage(Stage):
+    kind = "requestHeaderModifier"
+    __slots__ = ("modifier",)
+
+    def __init__(self, modifier: HeaderModifier) -> None:
+        self.modifier = modifier
+
+    async def request(self, x: Exchange) -> None:
+        x.headers = apply_modifier(x.headers, self.modifier)
+        x.tracer.snapshot("requestHeaderModifier", x)
+
+
+class ResponseHeaderModifierStage(Stage):
+    """Response side only: no request hook, so the request path never calls it."""
+
+    kind = "responseHeaderModifier"
+    __slots__ = ("modifier",)
+
+    def __init__(self, modifier: HeaderModifier) -> None:
+        self.modifier = modifier
+
+    def response_headers(self, x: Exchange, headers: list[Header]) -> list[Header]:
+        return apply_modifier(headers, self.modifier)
+
+
+class BackendAuthStage(Stage):
+    """The backend's credential replaces whatever ``authorization`` the client sent."""
+
+    kind = "backendAuth"
+    __slots__ = ("header",)
+
+    def __init__(self, key: str) -> None:
+        self.header = (b"authorization", b"Bearer " + key.encode())
+
+    async def request(self, x: Exchange) -> None:
+        x.headers = [h for h in x.headers if h[0] != b"authorization"] + [self.header]
+        x.tracer.snapshot("backendAuth", x)
+
+
+class DirectResponseStage(Stage):
+    """Answers in the backend's place (last in the route phase: every check ran before)."""
+
+    kind = "directResponse"
+    __slots__ = ("policy",)
+
+    def __init__(self, policy: DirectResponsePolicy) -> None:
+        self.policy = policy
+
+    async def request(self, x: Exchange) -> None:
+        if x.tracer.active:
+            x.tracer.event("policy", kind="directResponse", result="responded", status=self.policy.status)
+        raise DirectResponse(self.policy.status, self.policy.body)
