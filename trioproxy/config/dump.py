@@ -6,7 +6,7 @@ from typing import Any
 
 import attrs
 
-from .model import Address, Config, Policies, TRACE_KINDS
+from .model import TRACE_KINDS, Address, Config, Policies
 
 REDACTED = "<redacted>"
 SECRET_FIELDS = {"key", "secret", "password", "token"}

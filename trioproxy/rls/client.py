@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import grpc
+import grpc  # type: ignore[import-untyped]
 import trio
-from google.protobuf import wrappers_pb2
+from google.protobuf import wrappers_pb2  # type: ignore[import-untyped]
 
 from .protos import rls_pb2
 
@@ -34,13 +34,12 @@ class RlsClient:
             METHOD, request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
             response_deserializer=rls_pb2.RateLimitResponse.FromString)
 
-    async def should_rate_limit(self, domain: str, descriptors: Sequence[Sequence[tuple[str, str]]],
-                                hits: int | None, timeout: float) -> Any:
-        """``hits`` None: one hit each; 0: only look; n: add n (tokens)."""
+    async def should_rate_limit(self, domain: str,
+                                descriptors: Sequence[tuple[Sequence[tuple[str, str]], int | None]],
+                                timeout: float) -> Any:
+        """``descriptors``: ``(entries, hits)``; hits None: one hit; 0: only look; n: add n (tokens)."""
         request = rls_pb2.RateLimitRequest(domain=domain)
-        if hits is not None and hits > 0:
-            request.hits_addend = min(hits, 2**32 - 1)
-        for entries in descriptors:
+        for entries, hits in descriptors:
             d = request.descriptors.add()
             for key, value in entries:
                 d.entries.add(key=key, value=value)

@@ -82,7 +82,7 @@ def _node(items: Any, where: str) -> Node:
             raise LimitsError(f"{place}: a descriptor must be a mapping")
         unknown = set(item) - {"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric"}
         if unknown:
-            raise LimitsError(f"{place}: unknown field {sorted(unknown)[0]!r}")
+            raise LimitsError(f"{place}: unknown field {min(unknown)!r}")
         key = item.get("key")
         if not isinstance(key, str) or not key:
             raise LimitsError(f"{place}.key: required, a non-empty string")

@@ -21,7 +21,7 @@ import time
 from concurrent import futures
 from typing import Any
 
-import grpc
+import grpc  # type: ignore[import-untyped]
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from .limits import LimitsConfig, LimitsError, load_limits
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, LimitsError) as exc:
         print(f"ratelimit-server: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # e.g. the cluster's first node unreachable at start
+    except Exception as exc:  # noqa: BLE001 -- redis-py's many errors (cluster unreachable at start): one line
         print(f"ratelimit-server: cannot start the store: {exc}", file=sys.stderr)
         return 1
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=args.threads),

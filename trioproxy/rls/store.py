@@ -1,6 +1,6 @@
 """Fixed-window counters: ``incr`` adds hits to several counters and returns their new values in ONE
-round trip (a Redis pipeline of ``INCRBY`` + ``EXPIRE`` per counter, no transaction: each counter is
-independent). The window is part of the key, so an expired key is never read again.
+round trip (a Redis pipeline of ``INCRBY`` + ``EXPIRE`` per counter, in MULTI/EXEC on one Redis; a
+Cluster pipeline cannot be one transaction across slots, and each counter is independent anyway). The window is part of the key, so an expired key is never read again.
 
 Shared state lives in Redis (or a Redis Cluster) so several servers and gateways share one budget;
 ``MemoryStore`` is the single-process store for trying things out.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 
 class StoreUnavailable(Exception):
@@ -49,15 +50,16 @@ class RedisStore:
         from redis.cluster import RedisCluster
 
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+        self.atomic = not cluster  # MULTI/EXEC cannot span a cluster's slots
         if cluster:
-            self.client = RedisCluster.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+            self.client: Any = RedisCluster.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
         else:
             self.client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
                                                health_check_interval=30)
 
     def incr(self, items: Sequence[tuple[str, int, int]]) -> list[int]:
         try:
-            pipe = self.client.pipeline(transaction=False)
+            pipe = self.client.pipeline(transaction=self.atomic)
             for key, hits, ttl in items:
                 pipe.incrby(key, hits)
                 pipe.expire(key, ttl)
