@@ -1,0 +1,251 @@
+"""Global rate limiting: what a remoteRateLimit costs the gateway, and what the server sustains.
+
+    python bench/global_ratelimit.py            # all sections (~1 min)
+    python bench/global_ratelimit.py --quick    # smoke: few requests per section
+
+Sections (one redis-server and one `trioproxy ratelimit-server --redis` started here, free ports):
+
+1. ``server``: ShouldRateLimit checks per second, the server pinned to one core (taskset -c 0) with
+   Redis and the load generator on the other; beside ``redis-benchmark -t incr`` (Redis's own ceiling
+   for one INCR per request, 50 clients).
+2. ``client``: the two gateway-side clients, sequential calls from a Trio task: (a) grpcio's future
+   API bridged into Trio (what trioproxy ships), (b) a minimal gRPC unary client on ``h2`` over a Trio
+   stream (bench-only). Wall time per call (latency) and this process's CPU per call.
+3. ``gateway``: a gateway process with two routes answering ``directResponse`` (no backend noise), one
+   with a remoteRateLimit: p50/p99 per request from a sequential client, the added latency, and the
+   gateway's CPU per request (from /proc) for each route; the difference is the CPU of one check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.rls_helpers import _accepts, _wait, free_port, ratelimit_server, redis_server  # noqa: E402
+from trioproxy.rls.client import RlsClient  # noqa: E402
+from trioproxy.rls.protos import rls_pb2  # noqa: E402
+
+RLS = """
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 1000000000}
+"""
+METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_section(target: str, pid: int, seconds: float, concurrency: int) -> dict:
+    channel = grpc.insecure_channel(target)
+    call = channel.unary_unary(METHOD, request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
+                               response_deserializer=rls_pb2.RateLimitResponse.FromString)
+    req = rls_pb2.RateLimitRequest(domain="bench")
+    req.descriptors.add().entries.add(key="user", value="u1")
+    call(req, timeout=5)
+    done = 0
+    inflight = []
+    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    end = t0 + seconds
+    while time.perf_counter() < end:
+        while len(inflight) < concurrency:
+            inflight.append(call.future(req, timeout=5))
+        inflight.pop(0).result()
+        done += 1
+    for f in inflight:
+        f.result()
+        done += 1
+    wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
+    return {"checks_per_s": done / wall, "server_cpu_ms_per_check": cpu / done * 1000,
+            "checks_per_server_cpu_s": done / cpu if cpu else 0.0}
+
+
+def redis_benchmark(port: int, n: int) -> float:
+    out = subprocess.run(["redis-benchmark", "-p", str(port), "-t", "incr", "-n", str(n), "-q", "-c", "50"],
+                         capture_output=True, text=True, check=True).stdout
+    m = re.search(r"INCR: ([\d.]+) requests per second", out.replace("\r", "\n"))
+    return float(m.group(1)) if m else 0.0
+
+
+class H2Unary:
+    """Bench-only gRPC unary client on h2 over one Trio stream (sequential calls)."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        import h2.config
+        import h2.connection
+
+        self.stream = stream
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.conn.initiate_connection()
+
+    async def call(self, host: str, request: bytes) -> bytes:
+        import h2.events
+
+        sid = self.conn.get_next_available_stream_id()
+        self.conn.send_headers(sid, [(":method", "POST"), (":scheme", "http"), (":path", METHOD),
+                                     (":authority", host), ("content-type", "application/grpc"), ("te", "trailers")])
+        self.conn.send_data(sid, b"\x00" + len(request).to_bytes(4, "big") + request, end_stream=True)
+        await self.stream.send_all(self.conn.data_to_send())
+        body = b""
+        status = None
+        while True:
+            data = await self.stream.receive_some(65536)
+            if not data:
+                raise ConnectionError("closed")
+            for event in self.conn.receive_data(data):
+                if isinstance(event, h2.events.DataReceived):
+                    body += event.data
+                    self.conn.acknowledge_received_data(event.flow_controlled_length, sid)
+                elif isinstance(event, h2.events.TrailersReceived):
+                    status = dict(event.headers).get(b"grpc-status")
+                elif isinstance(event, h2.events.StreamEnded):
+                    out = self.conn.data_to_send()
+                    if out:
+                        await self.stream.send_all(out)
+                    if status != b"0":
+                        raise RuntimeError(f"grpc-status {status!r}")
+                    return body[5:]
+            out = self.conn.data_to_send()
+            if out:
+                await self.stream.send_all(out)
+
+
+async def client_section(port: int, n: int) -> dict:
+    results = {}
+    client = RlsClient(f"127.0.0.1:{port}")
+    descriptors = [([("user", "u2")], None)]
+    await client.should_rate_limit("bench", descriptors, 5)
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    lat = []
+    for _ in range(n):
+        s = time.perf_counter()
+        await client.should_rate_limit("bench", descriptors, 5)
+        lat.append(time.perf_counter() - s)
+    results["grpcio future bridged"] = _summary(lat, time.process_time() - cpu0, time.perf_counter() - t0, n)
+    client.close()
+
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    h2c = H2Unary(stream)
+    req = rls_pb2.RateLimitRequest(domain="bench")
+    req.descriptors.add().entries.add(key="user", value="u3")
+    await h2c.call(f"127.0.0.1:{port}", req.SerializeToString())
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    lat = []
+    for _ in range(n):
+        s = time.perf_counter()
+        rls_pb2.RateLimitResponse.FromString(await h2c.call(f"127.0.0.1:{port}", req.SerializeToString()))
+        lat.append(time.perf_counter() - s)
+    results["h2 over Trio"] = _summary(lat, time.process_time() - cpu0, time.perf_counter() - t0, n)
+    await stream.aclose()
+    return results
+
+
+def _summary(lat: list[float], cpu: float, wall: float, n: int) -> dict:
+    lat.sort()
+    return {"p50_ms": lat[len(lat) // 2] * 1000, "p99_ms": lat[int(len(lat) * 0.99)] * 1000,
+            "cpu_ms_per_call": cpu / n * 1000, "calls_per_s": n / wall}
+
+
+GATEWAY = """
+binds:
+- port: {port}
+  listeners:
+  - routes:
+    - name: limited
+      matches: [{{path: {{pathPrefix: /limited}}}}]
+      policies:
+        remoteRateLimit:
+          host: "127.0.0.1:{rls}"
+          domain: bench
+          descriptors: [{{entries: [{{key: user, value: 'request.headers["x-user"]'}}]}}]
+        directResponse: {{status: 200, body: ok}}
+    - name: plain
+      policies:
+        directResponse: {{status: 200, body: ok}}
+"""
+
+
+def gateway_section(rls_port: int, n: int, tmp: Path) -> dict:
+    import httpx
+
+    port = free_port()
+    config = tmp / "gw.yaml"
+    config.write_text(GATEWAY.format(port=port, rls=rls_port))
+    env = {**os.environ, "ADMIN_ADDR": "127.0.0.1:0", "STATS_ADDR": "127.0.0.1:0", "READINESS_ADDR": "127.0.0.1:0",
+           "TRIOPROXY_RUNTIME_DIR": str(tmp / "run")}
+    proc = subprocess.Popen([sys.executable, "-m", "trioproxy", "--config", str(config), "--log-level", "error"],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait(lambda: _accepts(port), "gateway")
+        out = {}
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            for path in ("/plain", "/limited"):
+                for _ in range(max(50, n // 10)):  # warm up
+                    client.get(path, headers={"x-user": "u4"})
+                lat = []
+                cpu0 = cpu_seconds(proc.pid)
+                for _ in range(n):
+                    s = time.perf_counter()
+                    r = client.get(path, headers={"x-user": "u4"})
+                    lat.append(time.perf_counter() - s)
+                    assert r.status_code == 200, r.text
+                cpu = cpu_seconds(proc.pid) - cpu0
+                lat.sort()
+                out[path] = {"p50_ms": lat[n // 2] * 1000, "p99_ms": lat[int(n * 0.99)] * 1000,
+                             "gateway_cpu_ms_per_request": cpu / n * 1000}
+        out["added"] = {k: out["/limited"][k] - out["/plain"][k] for k in out["/plain"]}
+        return out
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    n = 200 if args.quick else 3000
+    seconds = 1.0 if args.quick else 8.0
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        (tmp / "rls.yaml").write_text(RLS)
+        with redis_server(tmp) as redis:
+            with ratelimit_server(tmp / "rls.yaml", "--redis", redis.url) as rls:
+                pinned = subprocess.run(["taskset", "-cp", "0", str(rls.proc.pid)], capture_output=True,
+                                        check=False).returncode == 0
+                for t in os.listdir(f"/proc/{rls.proc.pid}/task"):
+                    subprocess.run(["taskset", "-cp", "0", t], capture_output=True, check=False)
+                print(f"# machine: {os.cpu_count()} cores, shared with other jobs; one run, figures are noisy")
+                s = server_section(rls.target, rls.proc.pid, seconds, 32)
+                print(f"server (pinned to core 0: {pinned}): {s['checks_per_s']:.0f} checks/s, "
+                      f"{s['server_cpu_ms_per_check']:.3f} ms server CPU/check "
+                      f"= {s['checks_per_server_cpu_s']:.0f} checks per server-CPU-second")
+                print(f"redis-benchmark -t incr -c 50: {redis_benchmark(redis.port, 20000 if args.quick else 200000):.0f} INCR/s")
+                for name, r in trio.run(client_section, rls.port, n).items():
+                    print(f"client {name}: p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms, "
+                          f"{r['cpu_ms_per_call']:.3f} ms CPU/call, {r['calls_per_s']:.0f} calls/s")
+                g = gateway_section(rls.port, n, tmp)
+                for path in ("/plain", "/limited", "added"):
+                    r = g[path]
+                    print(f"gateway {path}: p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms, "
+                          f"gateway CPU {r['gateway_cpu_ms_per_request']:.3f} ms/request")
+
+
+if __name__ == "__main__":
+    main()
