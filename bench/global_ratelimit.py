@@ -9,8 +9,8 @@ Sections (one redis-server and one `trioproxy ratelimit-server --redis` started 
    Redis and the load generator on the other; beside ``redis-benchmark -t incr`` (Redis's own ceiling
    for one INCR per request, 50 clients).
 2. ``client``: the two gateway-side clients, sequential calls from a Trio task: (a) grpcio's future
-   API bridged into Trio (what trioproxy ships), (b) a minimal gRPC unary client on ``h2`` over a Trio
-   stream (bench-only). Wall time per call (latency) and this process's CPU per call.
+   API bridged into Trio (``client.RlsClient``), (b) the gRPC unary client on ``h2`` over a Trio stream
+   (``h2client.H2RlsClient``, what the gateway uses). Wall time per call (latency) and this process's CPU per call.
 3. ``gateway``: a gateway process with two routes answering ``directResponse`` (no backend noise), one
    with a remoteRateLimit: p50/p99 per request from a sequential client, the added latency, and the
    gateway's CPU per request (from /proc) for each route; the difference is the CPU of one check.
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,9 +33,10 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.rls_helpers import _accepts, _wait, free_port, ratelimit_server, redis_server  # noqa: E402
-from trioproxy.rls.client import RlsClient  # noqa: E402
-from trioproxy.rls.protos import rls_pb2  # noqa: E402
+from tests.rls_helpers import _accepts, _wait, free_port, ratelimit_server, redis_server
+from trioproxy.rls.client import RlsClient
+from trioproxy.rls.h2client import H2RlsClient
+from trioproxy.rls.protos import rls_pb2
 
 RLS = """
 domain: bench
@@ -83,76 +83,21 @@ def redis_benchmark(port: int, n: int) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-class H2Unary:
-    """Bench-only gRPC unary client on h2 over one Trio stream (sequential calls)."""
-
-    def __init__(self, stream: trio.SocketStream) -> None:
-        import h2.config
-        import h2.connection
-
-        self.stream = stream
-        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-        self.conn.initiate_connection()
-
-    async def call(self, host: str, request: bytes) -> bytes:
-        import h2.events
-
-        sid = self.conn.get_next_available_stream_id()
-        self.conn.send_headers(sid, [(":method", "POST"), (":scheme", "http"), (":path", METHOD),
-                                     (":authority", host), ("content-type", "application/grpc"), ("te", "trailers")])
-        self.conn.send_data(sid, b"\x00" + len(request).to_bytes(4, "big") + request, end_stream=True)
-        await self.stream.send_all(self.conn.data_to_send())
-        body = b""
-        status = None
-        while True:
-            data = await self.stream.receive_some(65536)
-            if not data:
-                raise ConnectionError("closed")
-            for event in self.conn.receive_data(data):
-                if isinstance(event, h2.events.DataReceived):
-                    body += event.data
-                    self.conn.acknowledge_received_data(event.flow_controlled_length, sid)
-                elif isinstance(event, h2.events.TrailersReceived):
-                    status = dict(event.headers).get(b"grpc-status")
-                elif isinstance(event, h2.events.StreamEnded):
-                    out = self.conn.data_to_send()
-                    if out:
-                        await self.stream.send_all(out)
-                    if status != b"0":
-                        raise RuntimeError(f"grpc-status {status!r}")
-                    return body[5:]
-            out = self.conn.data_to_send()
-            if out:
-                await self.stream.send_all(out)
-
-
 async def client_section(port: int, n: int) -> dict:
     results = {}
-    client = RlsClient(f"127.0.0.1:{port}")
-    descriptors = [([("user", "u2")], None)]
-    await client.should_rate_limit("bench", descriptors, 5)
-    cpu0, t0 = time.process_time(), time.perf_counter()
-    lat = []
-    for _ in range(n):
-        s = time.perf_counter()
-        await client.should_rate_limit("bench", descriptors, 5)
-        lat.append(time.perf_counter() - s)
-    results["grpcio future bridged"] = _summary(lat, time.process_time() - cpu0, time.perf_counter() - t0, n)
-    client.close()
-
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    h2c = H2Unary(stream)
-    req = rls_pb2.RateLimitRequest(domain="bench")
-    req.descriptors.add().entries.add(key="user", value="u3")
-    await h2c.call(f"127.0.0.1:{port}", req.SerializeToString())
-    cpu0, t0 = time.process_time(), time.perf_counter()
-    lat = []
-    for _ in range(n):
-        s = time.perf_counter()
-        rls_pb2.RateLimitResponse.FromString(await h2c.call(f"127.0.0.1:{port}", req.SerializeToString()))
-        lat.append(time.perf_counter() - s)
-    results["h2 over Trio"] = _summary(lat, time.process_time() - cpu0, time.perf_counter() - t0, n)
-    await stream.aclose()
+    for name, client in (("grpcio future bridged", RlsClient(f"127.0.0.1:{port}")),
+                         ("h2 over Trio", H2RlsClient(f"127.0.0.1:{port}"))):
+        descriptors = [([("user", "u2")], None)]
+        for _ in range(20):
+            await client.should_rate_limit("bench", descriptors, 5)
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        lat = []
+        for _ in range(n):
+            s = time.perf_counter()
+            await client.should_rate_limit("bench", descriptors, 5)
+            lat.append(time.perf_counter() - s)
+        results[name] = _summary(lat, time.process_time() - cpu0, time.perf_counter() - t0, n)
+        client.close()
     return results
 
 
@@ -225,26 +170,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         (tmp / "rls.yaml").write_text(RLS)
-        with redis_server(tmp) as redis:
-            with ratelimit_server(tmp / "rls.yaml", "--redis", redis.url) as rls:
-                pinned = subprocess.run(["taskset", "-cp", "0", str(rls.proc.pid)], capture_output=True,
-                                        check=False).returncode == 0
-                for t in os.listdir(f"/proc/{rls.proc.pid}/task"):
-                    subprocess.run(["taskset", "-cp", "0", t], capture_output=True, check=False)
-                print(f"# machine: {os.cpu_count()} cores, shared with other jobs; one run, figures are noisy")
-                s = server_section(rls.target, rls.proc.pid, seconds, 32)
-                print(f"server (pinned to core 0: {pinned}): {s['checks_per_s']:.0f} checks/s, "
-                      f"{s['server_cpu_ms_per_check']:.3f} ms server CPU/check "
-                      f"= {s['checks_per_server_cpu_s']:.0f} checks per server-CPU-second")
-                print(f"redis-benchmark -t incr -c 50: {redis_benchmark(redis.port, 20000 if args.quick else 200000):.0f} INCR/s")
-                for name, r in trio.run(client_section, rls.port, n).items():
-                    print(f"client {name}: p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms, "
-                          f"{r['cpu_ms_per_call']:.3f} ms CPU/call, {r['calls_per_s']:.0f} calls/s")
-                g = gateway_section(rls.port, n, tmp)
-                for path in ("/plain", "/limited", "added"):
-                    r = g[path]
-                    print(f"gateway {path}: p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms, "
-                          f"gateway CPU {r['gateway_cpu_ms_per_request']:.3f} ms/request")
+        with redis_server(tmp) as redis, ratelimit_server(tmp / "rls.yaml", "--redis", redis.url) as rls:
+            pinned = subprocess.run(["taskset", "-cp", "0", str(rls.proc.pid)], capture_output=True,
+                                    check=False).returncode == 0
+            for t in os.listdir(f"/proc/{rls.proc.pid}/task"):
+                subprocess.run(["taskset", "-cp", "0", t], capture_output=True, check=False)
+            print(f"# machine: {os.cpu_count()} cores, shared with other jobs; one run, figures are noisy")
+            s = server_section(rls.target, rls.proc.pid, seconds, 32)
+            print(f"server (pinned to core 0: {pinned}): {s['checks_per_s']:.0f} checks/s, "
+                  f"{s['server_cpu_ms_per_check']:.3f} ms server CPU/check "
+                  f"= {s['checks_per_server_cpu_s']:.0f} checks per server-CPU-second")
+            print(f"redis-benchmark -t incr -c 50: {redis_benchmark(redis.port, 20000 if args.quick else 200000):.0f} INCR/s")
+            for name, r in trio.run(client_section, rls.port, n).items():
+                print(f"client {name}: p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms, "
+                      f"{r['cpu_ms_per_call']:.3f} ms CPU/call, {r['calls_per_s']:.0f} calls/s")
+            g = gateway_section(rls.port, n, tmp)
+            for path in ("/plain", "/limited", "added"):
+                r = g[path]
+                print(f"gateway {path}: p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms, "
+                      f"gateway CPU {r['gateway_cpu_ms_per_request']:.3f} ms/request")
 
 
 if __name__ == "__main__":

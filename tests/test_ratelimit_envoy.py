@@ -77,7 +77,7 @@ static_resources:
 
 
 class _Ok(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         body = b"backend"
         self.send_response(200)
         self.send_header("content-length", str(len(body)))

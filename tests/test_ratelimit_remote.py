@@ -320,3 +320,41 @@ def test_descriptor_with_failing_entry_is_skipped_with_reason():
     assert chosen == [(2, [("path", "/x")])]
     assert "descriptors[0]: entry user (jwt.sub) did not evaluate" in skipped[0]
     assert "descriptors[1]: entry kind can never evaluate" in skipped[1]
+
+
+async def test_a_service_slower_than_the_timeout_fails_closed(nursery, backend):
+    listeners = await nursery.start(trio.serve_tcp, _silent, 0)
+    port = listeners[0].socket.getsockname()[1]
+    gw = await start_routes(nursery, """
+        - policies:
+            remoteRateLimit: {{host: "127.0.0.1:{rls}", domain: gw, timeout: 200ms,
+                              descriptors: [{{entries: [{{key: user, value: '"x"'}}]}}]}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+        """, port=free_port(), rls=port, backend=backend.port)
+    async with gw.client() as client:
+        with trio.fail_after(5):
+            answer = await client.get("/")
+    assert (answer.status_code, answer.text) == (500, "rate limit failed")
+    assert backend.requests == 0
+
+
+async def _silent(stream: trio.SocketStream) -> None:
+    """Accepts HTTP/2 and never answers."""
+    while await stream.receive_some(65536):
+        pass
+
+
+async def test_concurrent_requests_multiplexed_are_each_counted_once(nursery, backend, rls):
+    gw = await start_routes(nursery, ROUTE.replace("per_unit", ""), port=free_port(), rls=rls.target,
+                            mode="failClosed", backend=backend.port)
+    users = [who() for _ in range(10)]
+    statuses: list[int] = []
+
+    async def one(client: httpx.AsyncClient, user: str) -> None:
+        statuses.append((await client.get("/", headers={"x-user": user})).status_code)
+
+    async with gw.client(limits=httpx.Limits(max_connections=50)) as client, trio.open_nursery() as requests:
+        for user in users:
+            for _ in range(4):
+                requests.start_soon(one, client, user)
+    assert sorted(statuses) == [200] * 30 + [429] * 10  # 3 per user, exactly, under concurrency
