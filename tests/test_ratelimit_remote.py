@@ -23,9 +23,9 @@ from tests.rls_helpers import (
 from trioproxy.config import parse_config
 from trioproxy.policies.ratelimit_remote import (
     RemoteDescriptor,
+    RemoteEntry,
     RemoteRateLimitPolicy,
     RemoteRateLimitSpec,
-    compile_entry,
 )
 from trioproxy.rls.protos import rls_pb2
 
@@ -312,9 +312,9 @@ def test_decision_derives_headers_from_fewest_remaining_unless_service_sent_them
 
 def test_descriptor_with_failing_entry_is_skipped_with_reason():
     spec = RemoteRateLimitSpec("h:1", "gw", (
-        RemoteDescriptor((compile_entry("user", "jwt.sub"),)),
-        RemoteDescriptor((compile_entry("kind", "users"),)),
-        RemoteDescriptor((compile_entry("path", "request.path"),), "tokens"),
+        RemoteDescriptor((RemoteEntry("user", "jwt.sub"),)),
+        RemoteDescriptor((RemoteEntry("kind", "users"),)),
+        RemoteDescriptor((RemoteEntry("path", "request.path"),), "tokens"),
     ))
     chosen, skipped = RemoteRateLimitPolicy(spec).descriptors({"request": {"path": "/x"}, "jwt": {}})
     assert chosen == [(2, [("path", "/x")])]
@@ -358,3 +358,28 @@ async def test_concurrent_requests_multiplexed_are_each_counted_once(nursery, ba
             for _ in range(4):
                 requests.start_soon(one, client, user)
     assert sorted(statuses) == [200] * 30 + [429] * 10  # 3 per user, exactly, under concurrency
+
+
+async def test_decisions_and_skipped_descriptors_are_traced(nursery, backend, rls):
+    from .test_trace import TraceReader
+
+    gw = await start_routes(nursery, """
+        - policies:
+            remoteRateLimit:
+              host: "{rls}"
+              domain: gw
+              descriptors:
+              - entries: [{{key: user, value: jwt.sub}}]
+              - entries: [{{key: user, value: 'request.headers["x-user"]'}}]
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+        """, port=free_port(), rls=rls.target, backend=backend.port)
+    user = who()
+    reader = await nursery.start(TraceReader(gw).run)
+    async with gw.client() as client:
+        await client.get("/", headers={"x-user": user})
+    events = [e for e in await reader.events() if e["message"]["type"] == "policy"]
+    assert [(e["message"]["kind"], e["message"]["result"], e.get("scope")) for e in events] == [
+        ("remoteRateLimit", "skipped", ["rate_limit"]), ("remoteRateLimit", "allowed", ["rate_limit"])]
+    assert "entry user (jwt.sub) did not evaluate" in events[0]["message"]["reason"]
+    assert events[1]["message"]["descriptors"] == [{"user": user}]
+    assert events[1]["message"]["remaining"] == 2

@@ -27,6 +27,7 @@ from ..policies.jwt import JwksError, JwksSource, JwtAuthSpec, ProviderSpec, par
 from ..policies.ratelimit_local import LocalRateLimitSpec
 from ..policies.ratelimit_remote import (
     RemoteDescriptor,
+    RemoteEntry,
     RemoteRateLimitSpec,
     compile_entry,
     never_evaluating,
@@ -83,7 +84,8 @@ def _remote_rate_limit(value: d.RemoteRateLimit, r: Reader) -> RemoteRateLimitSp
         entries = []
         for entry in descriptor.entries:
             try:
-                entries.append(compile_entry(entry.key, entry.value))
+                compile_entry(entry.value)
+                entries.append(RemoteEntry(entry.key, entry.value))
             except CelError as exc:
                 r.at(entry, "value", str(exc))
                 ok = False

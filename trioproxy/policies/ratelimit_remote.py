@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-import attrs
 import trio
 from attrs import frozen
 
@@ -46,10 +45,7 @@ OVER_LIMIT = 2
 @frozen
 class RemoteEntry:
     key: str
-    source: str
-    #: None when the source can never evaluate (e.g. a bare word: an unknown variable)
-    expression: Expression | None = attrs.field(eq=False)
-    problem: str = ""
+    value: str  # CEL source (the spec stays plain data: /config_dump and traces show it)
 
 
 @frozen
@@ -67,22 +63,27 @@ class RemoteRateLimitSpec:
     timeout: float = DEFAULT_TIMEOUT
 
 
-def compile_entry(key: str, source: str) -> RemoteEntry:
-    """An entry; an unknown variable (``users`` meant as ``"users"``) gives an entry that never
-    evaluates, with the warning to print at load. Syntax errors raise ``CelError``."""
+def compile_entry(source: str) -> tuple[Expression | None, str]:
+    """The compiled value, or None and why it can never evaluate (an unknown variable: ``users``
+    meant as ``"users"``). Syntax errors raise ``CelError``."""
     try:
-        return RemoteEntry(key, source, compile_expression(source))
+        return compile_expression(source), ""
     except CelError as exc:
         if "unknown variable" not in str(exc):
             raise
         hint = f' (a string needs quotes: \'"{source}"\')' if source.isidentifier() else ""
-        return RemoteEntry(key, source, None, f"can never evaluate: {exc}{hint}")
+        return None, f"can never evaluate: {exc}{hint}"
 
 
 def never_evaluating(spec: RemoteRateLimitSpec) -> list[str]:
     """Warnings for entries that can never evaluate (their descriptor is always skipped)."""
-    return [f"descriptors[{i}].entries[{j}] ({entry.key}: {entry.source}): {entry.problem}"
-            for i, d in enumerate(spec.descriptors) for j, entry in enumerate(d.entries) if entry.expression is None]
+    out = []
+    for i, d in enumerate(spec.descriptors):
+        for j, entry in enumerate(d.entries):
+            problem = compile_entry(entry.value)[1]
+            if problem:
+                out.append(f"descriptors[{i}].entries[{j}] ({entry.key}: {entry.value}): {problem}")
+    return out
 
 
 def _text(value: Any) -> str | None:
@@ -111,22 +112,25 @@ class RemoteRateLimitPolicy:
     def __init__(self, spec: RemoteRateLimitSpec) -> None:
         self.spec = spec
         self.counts_tokens = any(d.kind == "tokens" for d in spec.descriptors)
+        #: per descriptor: (key, source, compiled or None, why it never evaluates)
+        self.compiled = tuple(tuple((e.key, e.value, *compile_entry(e.value)) for e in d.entries)
+                              for d in spec.descriptors)
 
     def descriptors(self, activation: Mapping[str, Any]) -> tuple[list[tuple[int, list[tuple[str, str]]]], list[str]]:
         """``[(descriptor index, entries)]`` that evaluated, and a reason per skipped descriptor."""
         out: list[tuple[int, list[tuple[str, str]]]] = []
         skipped: list[str] = []
-        for i, descriptor in enumerate(self.spec.descriptors):
+        for i, descriptor in enumerate(self.compiled):
             entries = []
-            for entry in descriptor.entries:
-                if entry.expression is None:
-                    skipped.append(f"descriptors[{i}]: entry {entry.key} {entry.problem}")
+            for key, source, expression, problem in descriptor:
+                if expression is None:
+                    skipped.append(f"descriptors[{i}]: entry {key} {problem}")
                     break
-                value = _text(entry.expression.evaluate(activation))
+                value = _text(expression.evaluate(activation))
                 if value is None:
-                    skipped.append(f"descriptors[{i}]: entry {entry.key} ({entry.source}) did not evaluate to a value")
+                    skipped.append(f"descriptors[{i}]: entry {key} ({source}) did not evaluate to a value")
                     break
-                entries.append((entry.key, value))
+                entries.append((key, value))
             else:
                 out.append((i, entries))
         return out, skipped
