@@ -46,6 +46,7 @@ class Exchange:
         "llm",
         "nursery",
         "receive",
+        "remote_charges",
         "request_capture",
         "route",
         "scope",
@@ -76,6 +77,7 @@ class Exchange:
         self.llm: dict[str, Any] | None = None
         self.jwt: dict[str, Any] | None = None  # claims of a validated token (CEL ``jwt``)
         self.usage: Any = None  # the LLM response's usage once its body was read (for finish hooks)
+        self.remote_charges: list[Any] = []  # (remoteRateLimit stage, tokens descriptors) to charge after
         self.extra_response_headers: list[Header] = []  # added by stages (cors), also to error answers
         self.upstream_path: str | None = None
         self.backend_phase: Phase | None = None  # the chosen backend's compiled stages

@@ -26,6 +26,7 @@ from .policies.jwks import JwksRegistry
 from .policies.jwt import JwtAuthStage, JwtVerifier, KeyHolder, parse_jwks
 from .policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
 from .policies.ratelimit_local_stage import local_rate_limit_stage
+from .policies.ratelimit_remote import remote_rate_limit_stage
 from .policies.stage import Phase, Stage
 from .routing import BindTable
 from .trace import TraceHub
@@ -90,6 +91,11 @@ def _local_rate_limit(policies: Policies, key: str, c: StageCompiler) -> Stage |
     return local_rate_limit_stage(limiter, key, c.count_decision)
 
 
+def _remote_rate_limit(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
+    spec = policies.remote_rate_limit
+    return remote_rate_limit_stage(spec, key, c.count_decision) if spec is not None else None
+
+
 def _request_header_modifier(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
     modifier = policies.request_header_modifier
     return RequestHeaderModifierStage(modifier) if modifier is not None else None
@@ -117,7 +123,7 @@ STAGE_ORDER: tuple[tuple[str, Callable[[Policies, str, StageCompiler], Stage | N
     ("jwtAuth", _jwt_auth),                               # sets x.jwt, removes the token
     ("authorization", _authorization),                    # CEL rules, see the claims
     ("localRateLimit", _local_rate_limit),                # only authenticated requests spend budget
-    # ("remoteRateLimit", ...)                            # global limits go here
+    ("remoteRateLimit", _remote_rate_limit),              # global budgets: after the local, cheaper check
     ("requestHeaderModifier", _request_header_modifier),
     ("responseHeaderModifier", _response_header_modifier),  # response hook only
     ("backendAuth", _backend_auth),                       # the backend's credential, last word on auth

@@ -13,6 +13,7 @@ To compile a new policy kind: add ``"<attribute>": <function(value, reader) -> r
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -24,6 +25,13 @@ from ..policies.authorization import AuthorizationSpec, Rule
 from ..policies.cors import CorsSpec
 from ..policies.jwt import JwksError, JwksSource, JwtAuthSpec, ProviderSpec, parse_jwks
 from ..policies.ratelimit_local import LocalRateLimitSpec
+from ..policies.ratelimit_remote import (
+    RemoteDescriptor,
+    RemoteEntry,
+    RemoteRateLimitSpec,
+    compile_entry,
+    never_evaluating,
+)
 from . import document as d
 from . import model as m
 from .describe import Reader
@@ -63,6 +71,32 @@ def _local_rate_limit(value: tuple[d.LocalRateLimit, ...], r: Reader) -> tuple[L
             wire, message = str(exc).split(": ", 1)
             r.at(entry, wire, message)
     return tuple(specs) if len(specs) == len(value) else None
+
+
+def _remote_rate_limit(value: d.RemoteRateLimit, r: Reader) -> RemoteRateLimitSpec | None:
+    """Entries whose value cannot compile are errors; those that can never evaluate (a bare word
+    such as ``users``, an unknown variable) are warned about: their descriptor is always skipped."""
+    from ..cel import CelError
+
+    descriptors = []
+    ok = True
+    for descriptor in value.descriptors:
+        entries = []
+        for entry in descriptor.entries:
+            try:
+                compile_entry(entry.value)
+                entries.append(RemoteEntry(entry.key, entry.value))
+            except CelError as exc:
+                r.at(entry, "value", str(exc))
+                ok = False
+        descriptors.append(RemoteDescriptor(tuple(entries), descriptor.type))
+    if not ok:
+        return None
+    spec = RemoteRateLimitSpec(value.host, value.domain, tuple(descriptors), value.failure_mode,
+                               value.timeout if value.timeout is not None else 1.0)
+    for warning in never_evaluating(spec):
+        logging.getLogger("trioproxy.config").warning("remoteRateLimit (domain %s): %s", value.domain, warning)
+    return spec
 
 
 def _jwks(value: d.JwksRef | str, owner: Any, r: Reader) -> JwksSource | None:
@@ -147,6 +181,7 @@ POLICY_COMPILERS: dict[str, Callable[[Any, Reader], Any]] = {
     "authorization": _authorization,
     "cors": _cors,
     "local_rate_limit": _local_rate_limit,
+    "remote_rate_limit": _remote_rate_limit,
     "request_header_modifier": _header_modifier,
     "response_header_modifier": _header_modifier,
     "timeout": _timeout,

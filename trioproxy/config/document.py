@@ -208,7 +208,43 @@ class Cors:
 JWT_AUTH = "Validate a JWT bearer token (strict, optional or permissive)."
 AUTHORIZATION = "CEL rules that allow or deny a request."
 CORS = "Cross-origin resource sharing."
-REMOTE_RATE_LIMIT = "Global rate limits through an Envoy rate limit service."
+REMOTE_RATE_LIMIT = ("Global rate limits through an Envoy rate limit service (such as `trioproxy ratelimit-server`): "
+                     "one budget shared by every gateway replica.")
+
+
+@described
+class RemoteRateLimitEntry:
+    """One descriptor entry: the key the service's config matches, and a CEL expression for its value."""
+
+    key: str = field("Entry key, as in the rate limit service's descriptors.")
+    value: str = field(
+        "CEL expression for the value, over request.*, source.*, jwt.* and llm.* (e.g. `jwt.sub`, "
+        "`request.headers[\"x-team\"]`); a fixed value is a string literal: `'\"users\"'`. When it does not "
+        "evaluate for a request, its descriptor is skipped for that request.")
+
+
+@described
+class RemoteRateLimitDescriptor:
+    """One descriptor sent to the service; every descriptor is checked (a request must pass all)."""
+
+    entries: Annotated[tuple[RemoteRateLimitEntry, ...], Items(min_items=1)] = field("The entries, in order.")
+    type: Literal["requests", "tokens"] = field(
+        "requests: one hit per request; tokens: checked before the request (nothing added), then charged the "
+        "response's usage.total_tokens after it completes.", default="requests")
+
+
+@described
+class RemoteRateLimit:
+    """An Envoy RLS (gRPC ShouldRateLimit) service and the descriptors each request sends it."""
+
+    host: str = field("host:port of the rate limit service (gRPC over plaintext HTTP/2).")
+    domain: str = field("Domain of the service's config these limits belong to.")
+    descriptors: Annotated[tuple[RemoteRateLimitDescriptor, ...], Items(min_items=1)] = field("Descriptors to send.")
+    failure_mode: Literal["failClosed", "failOpen"] = field(
+        "When the service is unreachable, too slow or fails: failClosed answers 500 `rate limit failed`, "
+        "failOpen forwards the request.", default="failClosed")
+    timeout: Duration | None = field("Time limit of one call to the service (default 1s). trioproxy only.",
+                                     default=None)
 REQUEST_HEADERS = "Modify the request's headers before it goes upstream."
 RESPONSE_HEADERS = "Modify the response's headers before they go to the client."
 RETRY = "Retry failed backend calls."
@@ -224,7 +260,7 @@ class GatewayPolicies:
     authorization: Authorization | None = field(AUTHORIZATION, default=None)
     cors: Cors | None = field(CORS, default=None)
     local_rate_limit: LocalRateLimits = field(LOCAL_RATE_LIMIT, default=())
-    remote_rate_limit: NotBuilt = not_built(REMOTE_RATE_LIMIT)
+    remote_rate_limit: RemoteRateLimit | None = field(REMOTE_RATE_LIMIT, default=None)
 
 
 @described
@@ -235,7 +271,7 @@ class RoutePolicies:
     authorization: Authorization | None = field(AUTHORIZATION, default=None)
     cors: Cors | None = field(CORS, default=None)
     local_rate_limit: LocalRateLimits = field(LOCAL_RATE_LIMIT, default=())
-    remote_rate_limit: NotBuilt = not_built(REMOTE_RATE_LIMIT)
+    remote_rate_limit: RemoteRateLimit | None = field(REMOTE_RATE_LIMIT, default=None)
     request_header_modifier: HeaderModifier | None = field(REQUEST_HEADERS, default=None)
     response_header_modifier: HeaderModifier | None = field(RESPONSE_HEADERS, default=None)
     timeout: Timeout | None = field("Request and backend time limits.", default=None)

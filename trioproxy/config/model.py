@@ -17,6 +17,7 @@ from ..policies.authorization import AuthorizationSpec
 from ..policies.cors import CorsSpec
 from ..policies.jwt import JwtAuthSpec
 from ..policies.ratelimit_local import LocalRateLimitSpec
+from ..policies.ratelimit_remote import RemoteRateLimitSpec
 
 PathKind = Literal["exact", "pathPrefix", "regex"]
 MatchKind = Literal["exact", "regex"]
@@ -152,6 +153,7 @@ class Policies:
     authorization: AuthorizationSpec | None = None
     cors: CorsSpec | None = None
     local_rate_limit: tuple[LocalRateLimitSpec, ...] = ()
+    remote_rate_limit: RemoteRateLimitSpec | None = None
     request_header_modifier: HeaderModifier | None = None
     response_header_modifier: HeaderModifier | None = None
     timeout: TimeoutPolicy | None = None
@@ -168,14 +170,14 @@ TRACE_KINDS: dict[str, tuple[tuple[str, str], ...]] = {
         ("authorization", "authorization"),
         ("cors", "cors"),
         ("localRateLimit", "local_rate_limit"),
-        ("remoteRateLimit", ""),
+        ("remoteRateLimit", "remote_rate_limit"),
     ),
     "route": (
         ("jwtAuth", "jwt_auth"),
         ("authorization", "authorization"),
         ("cors", "cors"),
         ("localRateLimit", "local_rate_limit"),
-        ("remoteRateLimit", ""),
+        ("remoteRateLimit", "remote_rate_limit"),
         ("requestHeaderModifier", "request_header_modifier"),
         ("responseHeaderModifier", "response_header_modifier"),
         ("timeout", "timeout"),

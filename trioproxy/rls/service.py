@@ -1,0 +1,82 @@
+"""``ShouldRateLimit`` as a function of (limits config, counter store, now): no gRPC in here.
+
+Behaviour follows envoyproxy/ratelimit: each request descriptor gets the limit of the most
+specific configured descriptor (``limits.LimitsConfig.find``) and a counter per window
+``<domain>_<key>_<value>[_<key>_<value>...]_<window start>``; a descriptor without a limit is OK
+with no current limit. ``hits_addend`` comes from the descriptor when set (0 = only look), else
+from the request (0 there means 1, as the protocol says). OVER_LIMIT when any non-shadow counter
+passes its limit. Response headers: ``x-ratelimit-*`` of the status with the fewest remaining,
+and ``x-ext-ratelimited: true`` when over the limit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .limits import UNIT_NUMBERS, Limit, LimitsConfig
+from .protos import core_base_pb2, rls_pb2
+
+OK = rls_pb2.RateLimitResponse.OK
+OVER_LIMIT = rls_pb2.RateLimitResponse.OVER_LIMIT
+
+
+class UnknownDomain(Exception):
+    pass
+
+
+def _hits(descriptor: Any, default: int) -> int:
+    return descriptor.hits_addend.value if descriptor.HasField("hits_addend") else default
+
+
+def should_rate_limit(config: LimitsConfig, store: Any, request: Any, now: float) -> tuple[Any, list[tuple[Limit, bool]]]:
+    """The response, and (limit, over) per limited descriptor for the metrics. Raises
+    ``store.StoreUnavailable`` when the counters cannot be reached."""
+    if request.domain != config.domain:
+        raise UnknownDomain(request.domain)
+    default_hits = request.hits_addend or 1
+    now_s = int(now)
+    limited: list[tuple[int, Limit, str, int]] = []  # (status index, limit, key, hits)
+    response = rls_pb2.RateLimitResponse(overall_code=OK)
+    for i, descriptor in enumerate(request.descriptors):
+        entries = [(e.key, e.value) for e in descriptor.entries]
+        limit = config.find(entries)
+        status = response.statuses.add(code=OK)
+        if limit is None or limit.unlimited:
+            continue
+        window = now_s - now_s % limit.seconds
+        key = "_".join([config.domain, *(f"{k}_{v}" for k, v in entries), str(window)])
+        limited.append((i, limit, key, _hits(descriptor, default_hits)))
+    seen: list[tuple[Limit, bool]] = []
+    if limited:
+        counts = store.incr([(key, hits, limit.seconds) for _, limit, key, hits in limited])
+        for (i, limit, _, _), count in zip(limited, counts):
+            status = response.statuses[i]
+            status.current_limit.requests_per_unit = limit.requests_per_unit
+            status.current_limit.unit = UNIT_NUMBERS[limit.unit]
+            if limit.name:
+                status.current_limit.name = limit.name
+            status.limit_remaining = max(0, limit.requests_per_unit - count)
+            window_end = now_s - now_s % limit.seconds + limit.seconds
+            status.duration_until_reset.seconds = max(0, window_end - now_s)
+            over = count > limit.requests_per_unit
+            seen.append((limit, over))
+            if over and not limit.shadow_mode:
+                status.code = OVER_LIMIT
+                response.overall_code = OVER_LIMIT
+        _headers(response, [(response.statuses[i], limit) for i, limit, _, _ in limited])
+    return response, seen
+
+
+def _headers(response: Any, statuses: list[tuple[Any, Limit]]) -> None:
+    status, limit = min(statuses, key=lambda s: s[0].limit_remaining)
+    add = response.response_headers_to_add.add
+    n = limit.requests_per_unit
+    add(key="x-ratelimit-limit", value=f"{n}, {n};w={limit.seconds}")
+    add(key="x-ratelimit-remaining", value=str(status.limit_remaining))
+    add(key="x-ratelimit-reset", value=str(status.duration_until_reset.seconds))
+    if response.overall_code == OVER_LIMIT:
+        add(key="x-ext-ratelimited", value="true")
+
+
+def header_value(key: str, value: str) -> Any:
+    return core_base_pb2.HeaderValue(key=key, value=value)
