@@ -249,16 +249,50 @@ def test_target_ref_errors(spec, message):
     assert conditions[0] == cond("Accepted", False, "Invalid", message)
 
 
-@pytest.mark.parametrize("field", ["rateLimit: {global: {domain: d}}"])
-def test_fields_not_applied_yet_are_reported_not_dropped(field):
-    result = compile_docs(GATEWAY, ROUTE, policy(f"""
+GLOBAL = """
         spec:
           targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: llm}}]
-          traffic: {{{field}}}
-        """))
+          traffic:
+            rateLimit:
+              global:
+                host: 127.0.0.1:8081
+                domain: gateway
+                failureMode: {mode}
+                descriptors:
+                - entries: [{{name: user, expression: 'request.headers["x-user"]'}}]
+                - entries: [{{name: tenant, expression: '"acme"'}}]
+                  unit: Tokens
+        """
+
+
+def test_global_rate_limit_becomes_the_remote_rate_limit_spec():
+    from trioproxy.policies.ratelimit_remote import RemoteDescriptor, RemoteEntry, RemoteRateLimitSpec
+
+    result = compile_docs(GATEWAY, ROUTE, policy(GLOBAL.format(mode="FailOpen")))
+    assert result.statuses[2]["status"]["ancestors"][0]["conditions"] == VALID
+    limited = {key: r.policies.remote_rate_limit for key, r in routes(result).items()
+               if r.policies.remote_rate_limit is not None}
+    assert limited and all("/gateway-system/llm" in key for key in limited)  # the target's rules only
+    assert set(limited.values()) == {RemoteRateLimitSpec("127.0.0.1:8081", "gateway", (
+        RemoteDescriptor((RemoteEntry("user", 'request.headers["x-user"]'),), "requests"),
+        RemoteDescriptor((RemoteEntry("tenant", '"acme"'),), "tokens")), "failOpen", 1.0)}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (("FailOpen", "Sometimes"), 'spec.traffic.rateLimit.global.failureMode: Unsupported value: "Sometimes": '
+                                'supported values: "FailClosed", "FailOpen"'),
+    (("unit: Tokens", "unit: Bytes"), 'spec.traffic.rateLimit.global.descriptors[1].unit: Unsupported value: '
+                                      '"Bytes": supported values: "Requests", "Tokens"'),
+    (("host: 127.0.0.1:8081", "host: nowhere"), "spec.traffic.rateLimit.global.host: expected HOST:PORT, got 'nowhere'"),
+    (("'\"acme\"'", "'acme('"), "spec.traffic.rateLimit.global.descriptors[1].entries[0].expression: "),
+])
+def test_global_rate_limit_errors_name_the_field(change, message):
+    text = GLOBAL.format(mode="FailOpen").replace(*change)
+    result = compile_docs(GATEWAY, ROUTE, policy(text))
     accepted = result.statuses[2]["status"]["ancestors"][0]["conditions"][0]
-    path = "spec.traffic." + ("rateLimit.global" if field.startswith("rateLimit") else field.split(":")[0])
-    assert accepted == cond("Accepted", False, "Invalid", f"{path}: not supported by this version of trioproxy")
+    assert (accepted["status"], accepted["reason"]) == ("False", "Invalid")
+    assert accepted["message"].startswith(message), accepted["message"]
+    assert all(r.policies.remote_rate_limit is None for r in routes(result).values())
 
 
 def test_invalid_gateway_and_route_do_not_stop_the_valid_ones():

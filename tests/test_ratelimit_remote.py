@@ -383,3 +383,45 @@ async def test_decisions_and_skipped_descriptors_are_traced(nursery, backend, rl
     assert "entry user (jwt.sub) did not evaluate" in events[0]["message"]["reason"]
     assert events[1]["message"]["descriptors"] == [{"user": user}]
     assert events[1]["message"]["remaining"] == 2
+
+
+async def test_proxy_policy_global_limit_through_a_gateway_started_from_a_manifest(nursery, backend, rls):
+    """ProxyPolicy spec.traffic.rateLimit.global: the same budget as remoteRateLimit, from a manifest."""
+    port = free_port()
+    manifest = f"""
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw, namespace: ns}}
+spec:
+  gatewayClassName: trioproxy
+  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: api, namespace: ns}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules: [{{backendRefs: [{{name: 127.0.0.1, port: {backend.port}}}]}}]
+---
+apiVersion: trioproxy.dev/v1alpha1
+kind: ProxyPolicy
+metadata: {{name: shared, namespace: ns}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: Gateway, name: gw}}]
+  traffic:
+    rateLimit:
+      global:
+        host: "{rls.target}"
+        domain: gw
+        descriptors:
+        - entries: [{{name: user, expression: 'request.headers["x-user"]'}}]
+"""
+    gw = await start_gateway(nursery, manifest.replace("{", "{{").replace("}", "}}"))
+    statuses = gw.info.runtime.state.config.statuses
+    policy = next(s for s in statuses if s["kind"] == "ProxyPolicy")
+    assert policy["status"]["ancestors"][0]["conditions"][0]["status"] == "True"
+    user = who()
+    async with gw.client() as client:
+        answers = [await client.get("/", headers={"x-user": user}) for _ in range(4)]
+    assert [r.status_code for r in answers] == [200, 200, 200, 429]
+    assert answers[3].headers["x-ext-ratelimited"] == "true"

@@ -27,6 +27,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from ..policies.auth_manifest import ManifestValueError, translate_authorization, translate_jwt_authentication
+from ..policies.ratelimit_remote_manifest import translate_global_rate_limit
 from ..policies.ratelimit_local import UNIT_SECONDS, LocalRateLimitSpec
 from . import model as m
 from .describe import Reader
@@ -158,9 +159,10 @@ def _local_limits(value: Any, policy: Resource) -> dict[str, Any]:
 
 
 def _rate_limit(value: Any, policy: Resource) -> dict[str, Any]:
+    fields = _local_limits(value, policy)
     if "global" in value:
-        raise NotApplied("spec.traffic.rateLimit.global")
-    return _local_limits(value, policy)
+        fields["remote_rate_limit"] = translate_global_rate_limit(value["global"])
+    return fields
 
 
 class NotApplied(Exception):

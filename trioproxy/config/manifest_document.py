@@ -80,8 +80,9 @@ class RateLimit:
     local: Annotated[tuple[LocalLimit, ...], Items(min_items=1)] | None = field(
         "In-process token buckets; every entry applies.", default=None)
     global_: Opaque | None = field(
-        "A remote rate limit service (not applied by this version: reported in the status).",
-        default=None, name="global")
+        "A remote rate limit service (Envoy RLS protocol) shared by replicas: {host, domain, failureMode: "
+        "FailClosed|FailOpen, timeout, descriptors: [{entries: [{name, expression: <CEL>}], unit: Requests|Tokens}]} "
+        "(checked when translated; problems in the status).", default=None, name="global")
 
 
 @described
