@@ -27,8 +27,8 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from ..policies.auth_manifest import ManifestValueError, translate_authorization, translate_jwt_authentication
-from ..policies.ratelimit_remote_manifest import translate_global_rate_limit
 from ..policies.ratelimit_local import UNIT_SECONDS, LocalRateLimitSpec
+from ..policies.ratelimit_remote_manifest import translate_global_rate_limit
 from . import model as m
 from .describe import Reader
 from .manifest_document import GATEWAY_GROUP, SPECS
