@@ -133,3 +133,8 @@ def test_header_and_query_matching_edges():
     assert pick(bind, "/", headers=[(b"x-b", b"")]) == "any-b"
     assert pick(bind, "/") == "fallback"
     assert pick(bind, "/", query=b"debug=") == "blank-query"
+
+
+def test_host_without_port_leaves_a_bare_ipv6_literal_alone():
+    assert host_without_port("API.example.com:8080") == "api.example.com"
+    assert host_without_port("[::1]") == "[::1]"
