@@ -135,6 +135,7 @@ def test_header_and_query_matching_edges():
     assert pick(bind, "/", query=b"debug=") == "blank-query"
 
 
-def test_host_without_port_leaves_a_bare_ipv6_literal_alone():
+def test_host_without_port_leaves_ipv6_addresses_alone():
     assert host_without_port("API.example.com:8080") == "api.example.com"
-    assert host_without_port("[::1]") == "[::1]"
+    assert host_without_port("[::1]:8080") == "[::1]"
+    assert host_without_port("fe80::1") == "fe80::1"  # unbracketed: no port can be told apart
