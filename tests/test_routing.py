@@ -109,3 +109,33 @@ def test_longer_wildcard_hostname_beats_a_shorter_one_whatever_the_order():
     """)
     assert pick(bind, "/", host="v1.api.example.com") == "long"
     assert pick(bind, "/", host="web.example.com") == "short"
+
+
+def test_a_wildcard_matches_only_whole_labels():
+    """``*.example.com`` needs the dot: ``badexample.com`` shares the suffix but is another domain."""
+    assert hostname_matches("*.example.com", "a.example.com")
+    assert not hostname_matches("*.example.com", "badexample.com")
+    assert not hostname_matches("*.example.com", "example.com")
+    assert not hostname_matches("*.example.com", ".example.com")  # an empty label is no label
+
+
+def test_header_and_query_matching_edges():
+    """Repeated headers are matched joined with ","; an absent header never matches, not even
+    ``.*``; a query parameter given empty (``?debug=``) is present with the value ""."""
+    bind = table("""
+        - {name: joined, matches: [{headers: [{name: x-a, value: {exact: "1,2"}}]}]}
+        - {name: any-b, matches: [{headers: [{name: x-b, value: {regex: ".*"}}]}]}
+        - {name: blank-query, matches: [{query: [{name: debug, value: {exact: ""}}]}]}
+        - {name: fallback}
+    """)
+    assert pick(bind, "/", headers=[(b"x-a", b"1"), (b"x-a", b"2")]) == "joined"
+    assert pick(bind, "/", headers=[(b"x-a", b"1")]) == "fallback"
+    assert pick(bind, "/", headers=[(b"x-b", b"")]) == "any-b"
+    assert pick(bind, "/") == "fallback"
+    assert pick(bind, "/", query=b"debug=") == "blank-query"
+
+
+def test_host_without_port_leaves_ipv6_addresses_alone():
+    assert host_without_port("API.example.com:8080") == "api.example.com"
+    assert host_without_port("[::1]:8080") == "[::1]"
+    assert host_without_port("fe80::1") == "fe80::1"  # unbracketed: no port can be told apart
