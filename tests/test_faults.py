@@ -6,6 +6,7 @@ Each test names the row of the reliability table it covers; each failed on the c
 from __future__ import annotations
 
 import errno
+import socket
 import logging
 import subprocess
 import sys
@@ -259,3 +260,45 @@ async def test_drain_deadline_logs_the_requests_it_cut(nursery, caplog):
     assert "3 connections with requests in flight were cut" in caplog.text
     for stream in streams:
         await stream.aclose()
+
+
+# Row 5: reloads and --validate-only --------------------------------------------------------------
+
+async def test_row5_reload_to_an_empty_file_or_other_ports_is_rejected_and_the_old_config_serves(
+        tmp_path, nursery, backend, caplog):
+    path = tmp_path / "gw.yaml"
+    text = SIMPLE_YAML.format(port=free_port(), backend=backend.port)
+    path.write_text(text)
+    from trioproxy.config import load_config
+    from trioproxy.server import reload_problems
+
+    old = load_config(path)
+    path.write_text("")
+    assert reload_problems(old, load_config(path)) == [
+        "binds: the new document has no binds (an empty or truncated file?)"]
+    busy = free_port()
+    path.write_text(SIMPLE_YAML.format(port=busy, backend=backend.port))
+    assert "restart to listen on new ports" in reload_problems(old, load_config(path))[0]
+
+
+def test_row5_validate_only_checks_that_each_port_can_be_bound(tmp_path):
+    from tests.conftest import run_cli
+
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        path = tmp_path / "gw.yaml"
+        path.write_text(SIMPLE_YAML.format(port=port, backend=1))
+        result = run_cli("--config", str(path), "--validate-only")
+    assert result.returncode == 1
+    assert f"binds[0].port: cannot listen on 0.0.0.0:{port}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+SIMPLE_YAML = """binds:
+- port: {port}
+  listeners:
+  - routes:
+    - backends: [{{host: "127.0.0.1:{backend}"}}]
+"""

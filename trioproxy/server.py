@@ -127,20 +127,43 @@ async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0) 
         last = stamp
         try:
             config = load_config(path)
+            problems = reload_problems(runtime.state.config, config)
+            if problems:
+                raise ConfigError(problems)
         except ConfigError as error:
             for problem in error.problems:
                 log.error("config reload rejected, keeping the previous config: %s", problem)
             runtime.reload_errors = error.problems
             runtime.metrics.reload(applied=False)
             continue
-        old_ports = {b.port for b in runtime.state.config.binds}
-        new_ports = {b.port for b in config.binds}
-        if old_ports != new_ports:
-            log.warning("config reload: bind ports changed (%s → %s); restart to listen on new ports",
-                        sorted(old_ports), sorted(new_ports))
         runtime.apply(config)
         runtime.metrics.reload(applied=True)
         log.warning("config reloaded from %s", path)
+
+
+def check_binds_can_listen(config: Config, bind_host: str = "0.0.0.0") -> list[str]:
+    """``--validate-only``: every bind port can be bound now (each socket is closed again)."""
+    problems = []
+    for i, bind in enumerate(config.binds):
+        try:
+            _listen(Address(bind_host, bind.port), f"binds[{i}].port").close()
+        except StartupError as error:
+            problems.append(str(error))
+    return problems
+
+
+def reload_problems(old: Config, new: Config) -> list[str]:
+    """Why a valid document must still not replace the serving one (an empty file, no binds,
+    or bind ports other than the ones listening: new ports need a restart, so applying it would
+    route nothing)."""
+    problems = []
+    if not new.binds:
+        problems.append("binds: the new document has no binds (an empty or truncated file?)")
+    old_ports = sorted(b.port for b in old.binds)
+    new_ports = sorted(b.port for b in new.binds)
+    if new.binds and old_ports != new_ports:
+        problems.append(f"binds: ports changed ({old_ports} → {new_ports}); restart to listen on new ports")
+    return problems
 
 
 def _stamp(path: Path) -> tuple[float, int] | None:
