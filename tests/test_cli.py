@@ -257,8 +257,8 @@ async def test_the_config_watcher_reloads_on_content_even_with_the_same_mtime(tm
     from trioproxy.server import _watch_config
 
     mock_clock.autojump_threshold = 0
-    text = "binds:\n- port: {port}\n  listeners:\n  - routes:\n    - backends: [{{host: \"127.0.0.1:1\"}}]\n"
-    path = Path(write(tmp_path, text.format(port=3001)))
+    text = "binds:\n- port: 3001\n  listeners:\n  - routes:\n    - backends: [{{host: \"127.0.0.1:{port}\"}}]\n"
+    path = Path(write(tmp_path, text.format(port=1)))
     stat = path.stat()
     runtime = Runtime(load_config(path))
     first = runtime.state
@@ -266,14 +266,15 @@ async def test_the_config_watcher_reloads_on_content_even_with_the_same_mtime(tm
         nursery.start_soon(_watch_config, path, runtime)
         await trio.sleep(5)
         assert runtime.state is first  # nothing changed: nothing reloaded
-        path.write_text(text.format(port=3002))  # same size
+        path.write_text(text.format(port=2))  # same size
         os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same mtime
         await trio.sleep(1.5)
         assert runtime.state is not first
-        assert runtime.state.config.binds[0].port == 3002
+        backend = runtime.state.config.binds[0].listeners[0].routes[0].backends[0]
+        assert backend.target.port == 2
         path.write_text("binds: [")
         await trio.sleep(1.5)
         registry = runtime.metrics.registry
         assert registry.get_sample_value("trioproxy_config_reloads_total", {"result": "rejected"}) == 1
-        assert runtime.state.config.binds[0].port == 3002
+        assert runtime.state.config.binds[0].listeners[0].routes[0].backends[0].target.port == 2
         nursery.cancel_scope.cancel()

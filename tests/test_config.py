@@ -44,7 +44,7 @@ def test_keys_follow_the_contract():
 def test_defaults_and_env_overrides_for_servers():
     config = load("binds: []")
     assert (str(config.servers.admin), str(config.servers.stats), str(config.servers.readiness)) == (
-        "localhost:15000", "0.0.0.0:15020", "0.0.0.0:15021")
+        "localhost:15000", "localhost:15020", "localhost:15021")
     config = load("config: {adminAddr: '127.0.0.1:1500'}\nbinds: []", env={"STATS_ADDR": "127.0.0.1:9"})
     assert str(config.servers.admin) == "127.0.0.1:1500"
     assert str(config.servers.stats) == "127.0.0.1:9"

@@ -281,7 +281,7 @@ async def test_stalled_reader_never_delays_requests(nursery, gateway):
     stream = await trio.open_tcp_stream("127.0.0.1", gateway.info.admin.port)
     conn = h11.Connection(h11.CLIENT)
     await stream.send_all(conn.send(h11.Request(method="POST", target="/debug/trace",
-                                                headers=[("host", "admin"), ("content-length", "0")])))
+                                                headers=[("host", "localhost"), ("content-length", "0")])))
     await stream.send_all(conn.send(h11.EndOfMessage()))
     with trio.fail_after(5):
         while not hub.watchers:

@@ -73,6 +73,12 @@ def _run_gateway(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
             print(f"error: {line}", file=sys.stderr)
         return 1
     if args.validate_only:
+        from .server import check_binds_can_listen
+
+        if problems := check_binds_can_listen(config):
+            for problem in problems:
+                print(f"error: {args.config}: {problem}", file=sys.stderr)
+            return 1
         print(f"{args.config}: valid ({len(config.binds)} binds, "
               f"{sum(len(l.routes) for b in config.binds for l in b.listeners)} routes)")
         return 0

@@ -91,6 +91,18 @@ class Metrics:
             "trioproxy_trace_events_dropped", "Trace events dropped because a trace reader was too slow.",
             registry=self.registry,
         )
+        self.connections_open = Gauge(
+            "trioproxy_connections_open", "Client connections open now, by server (bind port, admin, stats, readiness).",
+            ["server"], registry=self.registry,
+        )
+        self.connection_events = Counter(
+            "trioproxy_connection_events", "Accept-loop events: over_cap (answered 503 overloaded and closed), "
+            "accept_error (EMFILE and kin: the loop paused and retried).", ["server", "event"], registry=self.registry,
+        )
+        self.front_door_rejects = Counter(
+            "trioproxy_front_door_rejects", "Requests answered before routing: cl_te (400), path (400, cannot be "
+            "normalised), overloaded (503, past the requests-in-flight cap).", ["bind", "reason"], registry=self.registry,
+        )
         self._requests: dict[tuple[str, ...], tuple[Callable[[], None], Callable[[float], None]]] = {}
         self._decisions: dict[tuple[str, str, str], Callable[[], None]] = {}
 

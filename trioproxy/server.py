@@ -17,19 +17,20 @@ import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.config import Sockets
-from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
 from . import registry
 from .config import ConfigError, load_config
 from .config.model import Address, Config
+from .connections import DEFAULT_MAX_CONNECTIONS, ConnectionCounter, raise_nofile_limit, serve
+from .front_door import DEFAULT_MAX_IN_FLIGHT, FrontDoor
 from .gateway import Gateway
 from .runtime import Runtime
 
@@ -91,11 +92,23 @@ def hypercorn_config(*, graceful_timeout: float) -> HypercornConfig:
 
 
 async def _serve(app: Any, sock: socket.socket, graceful: float, shutdown: trio.Event,
-                 task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+                 counter: ConnectionCounter | None = None,
+                 task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    counter = counter or ConnectionCounter(f"{_address_of(sock)}", DEFAULT_MAX_CONNECTIONS)
     config = hypercorn_config(graceful_timeout=graceful)
-    sockets = Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[])
-    await worker_serve(wrap_app(app, config.wsgi_max_body_size, "asgi"), config, sockets=sockets,
-                       shutdown_trigger=shutdown.wait, task_status=task_status)
+    await serve(wrap_app(app, config.wsgi_max_body_size, "asgi"), config, sock, counter,
+                shutdown_trigger=shutdown.wait, task_status=task_status)
+
+
+def _count_reject(metrics: Any, bind: str, reason: str) -> None:
+    metrics.front_door_rejects.labels(bind, reason).inc()
+
+
+def _counter(name: str, limit: int, metrics: Any) -> ConnectionCounter:
+    """A server's connection counter, exported as ``trioproxy_connections_open{server=name}``."""
+    counter = ConnectionCounter(name, limit, lambda server, event: metrics.connection_events.labels(server, event).inc())
+    metrics.connections_open.labels(name).set_function(lambda: counter.open)
+    return counter
 
 
 def _address_of(sock: socket.socket) -> Address:
@@ -119,17 +132,15 @@ async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0) 
         last = content
         try:
             config = load_config(path, previous=runtime.state.config)
+            problems = reload_problems(runtime.state.config, config)
+            if problems:
+                raise ConfigError(problems)
         except ConfigError as error:
             for problem in error.problems:
                 log.error("config reload rejected, keeping the previous config: %s", problem)
             runtime.reload_errors = error.problems
             runtime.metrics.reload(applied=False)
             continue
-        old_ports = {b.port for b in runtime.state.config.binds}
-        new_ports = {b.port for b in config.binds}
-        if old_ports != new_ports:
-            log.warning("config reload: bind ports changed (%s → %s); restart to listen on new ports",
-                        sorted(old_ports), sorted(new_ports))
         runtime.apply(config)
         runtime.metrics.reload(applied=True)
         log.warning("config reloaded from %s", path)
@@ -140,6 +151,31 @@ def log_rejected(config: Config) -> None:
     """One line per manifest resource left out: the gateway serves the valid ones (docs/manifests.md)."""
     for line in config.rejected:
         log.warning("resource not applied: %s", line)
+
+
+def check_binds_can_listen(config: Config, bind_host: str = "0.0.0.0") -> list[str]:
+    """``--validate-only``: every bind port can be bound now (each socket is closed again)."""
+    problems = []
+    for i, bind in enumerate(config.binds):
+        try:
+            _listen(Address(bind_host, bind.port), f"binds[{i}].port").close()
+        except StartupError as error:
+            problems.append(str(error))
+    return problems
+
+
+def reload_problems(old: Config, new: Config) -> list[str]:
+    """Why a valid document must still not replace the serving one (an empty file, no binds,
+    or bind ports other than the ones listening: new ports need a restart, so applying it would
+    route nothing)."""
+    problems = []
+    if not new.binds:
+        problems.append("binds: the new document has no binds (an empty or truncated file?)")
+    old_ports = sorted(b.port for b in old.binds)
+    new_ports = sorted(b.port for b in new.binds)
+    if new.binds and old_ports != new_ports:
+        problems.append(f"binds: ports changed ({old_ports} → {new_ports}); restart to listen on new ports")
+    return problems
 
 
 def _content(path: Path) -> bytes | None:
@@ -162,6 +198,7 @@ async def serve_gateway(
     """Run a gateway until ``shutdown`` is set; report a ``ServerInfo`` once every bind listens."""
     from .admin.app import create_admin_app
     from .admin.auth import admin_token, is_loopback
+    from .admin.host_check import require_loopback_host
     from .admin.servers import readiness_app, stats_app
 
     shutdown = shutdown if shutdown is not None else trio.Event()
@@ -170,6 +207,9 @@ async def serve_gateway(
     if not token and not is_loopback(servers.admin.host):
         raise StartupError(f"config.adminAddr: the admin server on {servers.admin} is not loopback-only and"
                            " needs a bearer token: set ADMIN_TOKEN (or config.adminToken)")
+    nofile = raise_nofile_limit()
+    # Keep a margin of descriptors for backend connections, the admin side and files.
+    max_connections = min(DEFAULT_MAX_CONNECTIONS, max(16, (nofile - 256) // 2 // max(1, len(config.binds))))
     runtime = Runtime(config)
     # Bind every socket up front: errors name the place, and nothing runs half-started.
     sockets: list[socket.socket] = []
@@ -199,13 +239,21 @@ async def serve_gateway(
     ready = {"value": False}
     drained = trio.Event()  # the binds finished draining: now the admin side may stop too
     async with trio.open_nursery() as aux:
-        await aux.start(_serve, readiness_app(lambda: ready["value"] and not shutdown.is_set()), ready_sock, 1.0, drained)
-        await aux.start(_serve, stats_app(runtime.metrics), stats_sock, 1.0, drained)
-        await aux.start(_serve, create_admin_app(runtime, token=token), admin_sock, 1.0, drained)
+        metrics = runtime.metrics
+        await aux.start(_serve, readiness_app(lambda: ready["value"] and not shutdown.is_set()), ready_sock, 1.0,
+                        drained, _counter("readiness", 256, metrics))
+        await aux.start(_serve, stats_app(metrics), stats_sock, 1.0, drained, _counter("stats", 256, metrics))
+        admin_app = create_admin_app(runtime, token=token)
+        if is_loopback(servers.admin.host):
+            admin_app = require_loopback_host(admin_app)  # DNS rebinding: 421 for other Host names
+        await aux.start(_serve, admin_app, admin_sock, 1.0, drained, _counter("admin", 1024, metrics))
         try:
             async with trio.open_nursery() as binds:
                 for port, sock in bind_socks.items():
-                    await binds.start(_serve, Gateway(runtime, port), sock, drain_timeout, shutdown)
+                    front = FrontDoor(Gateway(runtime, port), max_in_flight=DEFAULT_MAX_IN_FLIGHT,
+                                      on_reject=partial(_count_reject, metrics, str(port)))
+                    await binds.start(_serve, front, sock, drain_timeout, shutdown,
+                                      _counter(str(port), max_connections, metrics))
                 async with trio.open_nursery() as background:
                     await background.start(runtime.jwks.run)  # first JWKS fetches, then refreshes
                     if config_path is not None:

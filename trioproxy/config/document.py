@@ -449,9 +449,9 @@ class Servers:
 
     admin_addr: ServerAddress | None = field(
         "Admin server (/ui, /debug/trace, /config_dump); loopback by default.", default=None)
-    stats_addr: ServerAddress | None = field("Metrics server (/metrics); default 0.0.0.0:15020.", default=None)
+    stats_addr: ServerAddress | None = field("Metrics server (/metrics); default localhost:15020 (set 0.0.0.0:15020 for off-host scrapes).", default=None)
     readiness_addr: ServerAddress | None = field(
-        "Readiness server (/healthz/ready); default 0.0.0.0:15021.", default=None)
+        "Readiness server (/healthz/ready); default localhost:15021 (set 0.0.0.0:15021 for a kubelet probe).", default=None)
     logging: Logging | None = field("Access log level, format and filter.", default=None)
     tracing: Tracing | None = field("OpenTelemetry trace export.", default=None)
     admin_token: str | None = field(

@@ -66,8 +66,8 @@ class ServerAddrs:
     """Where the admin, stats and readiness servers listen (``config:`` section)."""
 
     admin: Address = Address("localhost", 15000)
-    stats: Address = Address("0.0.0.0", 15020)
-    readiness: Address = Address("0.0.0.0", 15021)
+    stats: Address = Address("localhost", 15020)  # loopback-safe: set 0.0.0.0 for off-host scrapes and probes
+    readiness: Address = Address("localhost", 15021)
     #: bearer token for the admin server off loopback (``config.adminToken`` / env ``ADMIN_TOKEN``)
     admin_token: str | None = attrs.field(default=None, repr=False)
 

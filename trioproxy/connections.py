@@ -1,0 +1,221 @@
+"""Client connections: a cap per bind, EMFILE survived, and a closed connection's fd freed at once.
+
+This is hypercorn's trio ``worker_serve`` (HTTP/1.1 over plain sockets, which is all the gateway
+serves) with three changes, each for a fault found by hostile-client runs (docs/reliability.md):
+
+- **cap**: at most ``max_connections`` client connections per server. One past the cap is
+  accepted, answered ``503 overloaded`` with ``connection: close`` and closed, so a flood of
+  connections can never take the process to its descriptor limit.
+- **EMFILE/ENFILE/ENOMEM/ENOBUFS from accept**: one log line per second at most and a metric,
+  then a short pause; trio's own loop logs a traceback for every failed accept.
+- **head size however it arrives** and **reason phrases** on status lines (h11 leaves them empty).
+- **EOF while idle**: hypercorn's connection task waits for its keep-alive timer (60 s) after the
+  client has gone, holding the socket in CLOSE_WAIT; here the timer is stopped as soon as the
+  read side ends, so the descriptor is released at once.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from functools import partial
+from http import HTTPStatus
+from typing import Any
+
+import h11
+import trio
+from hypercorn.config import Config
+from hypercorn.events import Closed, Event, RawData
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ConnectionState
+from hypercorn.utils import ShutdownError, raise_shutdown
+
+log = logging.getLogger("trioproxy")
+
+CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+OVERLOADED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: 11\r\n"
+              b"connection: close\r\n\r\noverloaded\n")
+DEFAULT_MAX_CONNECTIONS = 10_000  # per bind; docs/reliability.md
+ACCEPT_RETRY_SECONDS = 0.05
+HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain\r\n"
+                  b"content-length: 32\r\nconnection: close\r\n\r\nrequest header fields too large\n")
+
+
+def raise_nofile_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (as Go and Envoy do); returns the soft limit now."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return 1 << 16
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open-file limit from %d to %d: %s", soft, hard, exc)
+    return soft
+
+
+class ConnectionCounter:
+    """Open connections of one server and what happened at its accept loop (for metrics and tests)."""
+
+    def __init__(self, name: str, limit: int, on_event: Callable[[str, str], None] = lambda name, what: None):
+        self.name = name
+        self.limit = limit
+        self.open = 0
+        self.refused = 0
+        self.accept_errors = 0
+        self.cut = 0  # connections cancelled by the drain deadline with a request in flight
+        self._on_event = on_event
+        self._last_log = -1e9
+
+    def accept_failed(self, exc: OSError) -> None:
+        self.accept_errors += 1
+        self._on_event(self.name, "accept_error")
+        now = trio.current_time()
+        if now - self._last_log >= 1.0:
+            self._last_log = now
+            log.error("%s: accept failed: %s (%s); %d so far, pausing accepts %.2fs", self.name,
+                      errno.errorcode.get(exc.errno or 0, exc.errno), os.strerror(exc.errno or 0),
+                      self.accept_errors, ACCEPT_RETRY_SECONDS)
+
+
+def _with_reason(data: bytes) -> bytes:
+    """h11 writes ``HTTP/1.1 404 \r\n`` (no reason phrase) for hypercorn; put the standard phrase in."""
+    if data.startswith(b"HTTP/1.1 ") and data[12:15] == b" \r\n":
+        try:
+            phrase = HTTPStatus(int(data[9:12])).phrase.encode()
+        except ValueError:
+            return data
+        return data[:13] + phrase + data[13:]
+    return data
+
+
+class _Connection(TCPServer):
+    """hypercorn's connection task with the fixes of this module's docstring."""
+
+    async def protocol_send(self, event: Event) -> None:
+        if isinstance(event, RawData):
+            event = RawData(_with_reason(event.data))
+        await super().protocol_send(event)
+
+    async def _read_data(self) -> None:
+        while True:
+            try:
+                data = await self.stream.receive_some(MAX_RECV)
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                break
+            # h11 enforces its head-size limit only on an incomplete head: a 60 KB head in one
+            # read would pass. Count the head's bytes here so the limit holds however they arrive.
+            if self._awaiting_head():
+                probe = self._tail + data
+                end = probe.find(b"\r\n\r\n")
+                seen = self._head_seen + (len(data) if end < 0 else end + 4 - len(self._tail))
+                if seen > self.config.h11_max_incomplete_size:
+                    await self._refuse_head()
+                    break
+                self._head_seen, self._tail = (seen, probe[-3:]) if end < 0 else (0, b"")
+            else:
+                self._head_seen, self._tail = 0, b""
+            await self.protocol.handle(RawData(bytes(data)))
+            if data == b"":
+                break
+        await self.protocol.handle(Closed())
+        # The client closed (or the read failed): nothing more can arrive, so the keep-alive
+        # timer must not hold the task (and the socket) open until it fires.
+        await self.idle_task.stop()
+
+    _head_seen = 0
+    _tail = b""
+
+    async def _refuse_head(self) -> None:
+        try:
+            with trio.move_on_after(1.0):
+                await self.stream.send_all(HEAD_TOO_LARGE)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    def _awaiting_head(self) -> bool:
+        h11_protocol = getattr(self.protocol, "protocol", None)
+        connection = getattr(h11_protocol, "connection", None)
+        return connection is not None and connection.their_state is h11.IDLE
+
+
+async def _serve_listener(sock: trio.socket.SocketType, handler: Callable[[trio.SocketStream], Awaitable[Any]],
+                          counter: ConnectionCounter, nursery: trio.Nursery) -> None:
+    async def run(stream: trio.SocketStream) -> None:
+        try:
+            await handler(stream)
+        except trio.Cancelled:
+            counter.cut += 1
+            raise
+        finally:
+            counter.open -= 1
+            await trio.aclose_forcefully(stream)
+
+    async def refuse(stream: trio.SocketStream) -> None:
+        try:
+            with trio.move_on_after(1.0):
+                await stream.send_all(OVERLOADED)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    with sock:
+        while True:
+            try:
+                raw, _ = await sock.accept()
+            except OSError as exc:
+                if exc.errno not in CAPACITY_ERRNOS:
+                    raise
+                counter.accept_failed(exc)
+                await trio.sleep(ACCEPT_RETRY_SECONDS)
+                continue
+            stream = trio.SocketStream(raw)
+            if counter.open >= counter.limit:
+                counter.refused += 1
+                counter._on_event(counter.name, "over_cap")
+                nursery.start_soon(refuse, stream)
+                continue
+            counter.open += 1
+            nursery.start_soon(run, stream)
+
+
+async def serve(app: Any, config: Config, sock: Any, counter: ConnectionCounter, *,
+                shutdown_trigger: Callable[[], Awaitable[None]],
+                task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve ``app`` (hypercorn-wrapped) on a bound, listening stdlib socket until ``shutdown_trigger``."""
+    lifespan_state: dict[str, Any] = {}
+    lifespan = Lifespan(app, config, lifespan_state)
+    context = WorkerContext(None)
+    async with trio.open_nursery() as lifespan_nursery:
+        await lifespan_nursery.start(lifespan.handle_lifespan)
+        await lifespan.wait_for_startup()
+        async with trio.open_nursery() as server_nursery:
+            listener = trio.socket.from_stdlib_socket(sock)
+            handler = partial(_Connection, app, config, context, ConnectionState(lifespan_state.copy()))
+            task_status.started()
+            try:
+                async with trio.open_nursery(strict_exception_groups=True) as nursery:
+                    nursery.start_soon(raise_shutdown, shutdown_trigger)
+                    nursery.start_soon(raise_shutdown, context.terminate.wait)
+                    nursery.start_soon(_serve_listener, listener, handler, counter, server_nursery)
+                    await trio.sleep_forever()
+            except BaseExceptionGroup as error:
+                _, other = error.split((ShutdownError, KeyboardInterrupt))
+                if other is not None:
+                    raise other from None  # the group was only the shutdown signal and these
+            finally:
+                await context.terminated.set()
+                server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+        if counter.cut:
+            log.warning("%s: drain deadline (%.1fs) reached: %d connections with requests in flight were cut",
+                        counter.name, config.graceful_timeout, counter.cut)
+        await lifespan.wait_for_shutdown()
+        lifespan_nursery.cancel_scope.cancel()

@@ -1,0 +1,81 @@
+"""Checks every data-plane request passes before the gateway routes it (ASGI middleware).
+
+What arrives here has been parsed by h11; what it lets through may still be ambiguous:
+
+- **framing**: ``Content-Length`` together with ``Transfer-Encoding`` is the request-smuggling
+  shape (RFC 9112 §6.1 lets a server reject it; a proxy must not forward it) → 400, and the
+  connection is closed because its framing cannot be trusted.
+- **path**: routing, policies and the backend must see one path, so the normalised one
+  (``paths.py``) replaces ``path`` and ``raw_path``; a path that cannot be normalised → 400.
+- **overload**: past ``max_in_flight`` requests being handled the gateway answers
+  ``503 overloaded`` with ``connection: close`` at once instead of queueing without bound.
+
+Answers are plain text with a reason phrase, as docs/reliability.md lists them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote
+
+from .paths import PathError, normalize_path
+
+DEFAULT_MAX_IN_FLIGHT = 10_000  # per bind; docs/reliability.md
+
+
+async def _answer(send: Any, status: int, text: str, *, close: bool) -> None:
+    body = (text + "\n").encode()
+    headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class FrontDoor:
+    """Wraps the data-plane app of one bind; counters are read by tests and metrics."""
+
+    def __init__(self, app: Any, *, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+                 on_reject: Any = lambda reason: None) -> None:
+        self.app = app
+        self.max_in_flight = max_in_flight
+        self.in_flight = 0
+        self.rejected: dict[str, int] = {}
+        self._on_reject = on_reject
+
+    def _reject(self, reason: str) -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        self._on_reject(reason)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        has_length = has_encoding = False
+        for name, _ in scope["headers"]:
+            if name == b"content-length":
+                has_length = True
+            elif name == b"transfer-encoding":
+                has_encoding = True
+        if has_length and has_encoding:
+            self._reject("cl_te")
+            await _answer(send, 400, "bad request: both content-length and transfer-encoding", close=True)
+            return
+        raw = scope.get("raw_path") or scope["path"].encode()
+        try:
+            normal = normalize_path(raw.decode("latin-1"))
+        except PathError as error:
+            self._reject("path")
+            await _answer(send, 400, f"bad request: {error}", close=False)
+            return
+        if normal != raw.decode("latin-1"):
+            scope = {**scope, "raw_path": normal.encode("latin-1"), "path": unquote(normal)}
+        if self.in_flight >= self.max_in_flight:
+            self._reject("overloaded")
+            await _answer(send, 503, "overloaded", close=True)
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
