@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -29,13 +30,23 @@ def run_quick(script: str, out_json: Path) -> list[str]:
     """Run ``bench/<script> --quick``; it must exit 0. Returns its stdout lines."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [sys.executable, f"bench/{script}", "--quick", "--json", str(out_json)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
-    )
-    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    # Its own session: on a timeout the whole tree (gateways, nginx, wrk) is stopped, never left behind.
+    proc = subprocess.Popen([sys.executable, f"bench/{script}", "--quick", "--json", str(out_json)], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)  # the bench's own handler cleans up its workspace
+        try:
+            stdout, stderr = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+        raise AssertionError(f"bench/{script} --quick took over 180 s\nstdout:\n{stdout}\nstderr:\n{stderr}") from None
+    assert proc.returncode == 0, f"stdout:\n{stdout}\nstderr:\n{stderr}"
     assert out_json.exists()
-    return done.stdout.splitlines()
+    return stdout.splitlines()
 
 
 def test_quick_bench_prints_a_table_with_trioproxy(tmp_path: Path) -> None:
