@@ -22,6 +22,7 @@ Config errors are a different tree (``trioproxy.config.ConfigError``): they neve
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from .asgi import Header
@@ -110,6 +111,18 @@ class BackendUnreachable(UpstreamError):
 class BadUpstreamResponse(UpstreamError):
     status = 502
     default_message = "invalid upstream response"
+
+    def __init__(self, message: str | None = None, *, headers: Sequence[Header] = ()) -> None:
+        # h11's messages quote the bytes as Python reprs (``bytearray(b'...')``): a client reads text.
+        super().__init__(plain_text(message) if message is not None else None, headers=headers)
+
+
+_BYTES_REPR = re.compile(r"""bytearray\(b(['"])(.*?)\1\)|\bb(['"])(.*?)\3""")
+
+
+def plain_text(message: str) -> str:
+    """``illegal status line: bytearray(b'x y')`` → ``illegal status line: 'x y'``."""
+    return _BYTES_REPR.sub(lambda m: f"'{m.group(2) if m.group(2) is not None else m.group(4)}'", message)
 
 
 def error_response(error: ProxyError) -> tuple[int, list[Header], bytes]:

@@ -205,6 +205,7 @@ class Runtime:
         self.jwks = JwksRegistry(self.metrics.registry)
         self.state = GatewayState(config, jwks=self.jwks, count_decision=self.metrics.ratelimit_decision)
         self.trace = trace or TraceHub()
+        self.trace.on_drop = self.metrics.trace_events_dropped.inc
         self.access_log = AccessLog()
         self.otel: OtelTracing | None = None
         self._observability(config)
