@@ -23,6 +23,11 @@ a ``usage`` object; wrk at ``--connections``, default 50):
 a git commit (exported with ``git archive`` into the temp dir), interleaved with the others, e.g.
 the commits just before and at the one that added tracing, to measure tracing with no watcher.
 
+``--against REF`` runs every variant of both parts twice, interleaved in the same run: on this
+checkout's trioproxy and on the one at git ``REF`` (rows ``NAME@REF``); a config REF rejects skips
+that row with a note. For a refactor, e.g. ``--against 34b9ab5^1`` (the pipeline before stages),
+it prints one ``NAME: now vs REF`` line per variant.
+
 Part ``sse`` (backend ``python -m fixtures.mock_openai``, wrk ``-s`` POSTs a streaming chat
 completion with ``stream_options.include_usage`` and ``x-mock-chunks``; ``--sse-connections``,
 default 10):
@@ -310,6 +315,7 @@ def part_policy(procs: harness.Processes, tmp: Path, args: argparse.Namespace, p
                                         name=f"trioproxy-{name}", probe_path=USAGE_PATH,
                                         admin_port=admin_port if name == "tracing-idle" else 0)
         variants.append(Variant(name, port, proc, confs[name]))
+    variants += start_against(procs, tmp, args, backend_port, proxy_cpu, confs, POLICY_VARIANTS, USAGE_PATH)
     for ref in args.baseline_ref:
         name = f"plain@{ref}"
         proc, port = harness.start_trioproxy(procs, tmp, backend_port, proxy_cpu, conf=confs["plain"],
@@ -323,10 +329,10 @@ def part_policy(procs: harness.Processes, tmp: Path, args: argparse.Namespace, p
     keepalives = []
 
     @contextlib.contextmanager
-    def watching() -> Iterator[TraceWatcher]:
+    def watching(port: int = admin_port) -> Iterator[TraceWatcher]:
         # A fresh watcher per run: the gateway's hypercorn read_timeout (60 s) ends a /debug/trace
         # stream whose reader sends nothing for that long, and a full run takes longer.
-        watcher = TraceWatcher(admin_port, NEVER)
+        watcher = TraceWatcher(port, NEVER)
         try:
             watcher.start()
             yield watcher
@@ -339,9 +345,12 @@ def part_policy(procs: harness.Processes, tmp: Path, args: argparse.Namespace, p
 
     with watching():
         check_limited("tracing-idle", by["tracing-idle"].port, limited=False, tokens=False)
-    rows = run_interleaved(variants, backend, args.connections, args, client_cpu, path=USAGE_PATH,
-                           around={"tracing-idle": watching})
-    notes = [f"tracing-idle: a watcher was connected through each warm-up and run, stayed connected, "
+    around: dict[str, Callable[[], ContextManager[object]]] = {"tracing-idle": watching}
+    if (old := by.get(f"tracing-idle@{args.against}")) is not None:
+        admin_old = int(old.conf.split("#admin ", 1)[1])
+        around[old.name] = lambda: watching(admin_old)
+    rows = run_interleaved(variants, backend, args.connections, args, client_cpu, path=USAGE_PATH, around=around)
+    notes = skipped_against(args, confs, variants) + [f"tracing-idle: a watcher was connected through each warm-up and run, stayed connected, "
              f"received 0 events and {sum(keepalives[1:])} keepalives in all"]
     for v in variants:
         procs.stop(v.proc)
@@ -349,6 +358,46 @@ def part_policy(procs: harness.Processes, tmp: Path, args: argparse.Namespace, p
     summaries = [summarize("policy", v.name, rows[v.name]) for v in variants]
     compare(summaries, "plain")
     return summaries, notes
+
+
+def start_against(procs: harness.Processes, tmp: Path, args: argparse.Namespace, backend_port: int,
+                  proxy_cpu: int | None, confs: dict[str, str], names: list[str], probe: str) -> list[Variant]:
+    """``--against REF``: each variant again, as ``NAME@REF``, on the trioproxy at REF (exported once).
+    A variant REF cannot run (its config predates a field) is left out; ``skipped_against`` notes it."""
+    if not args.against:
+        return []
+    root = tmp / "against"
+    if not root.exists():
+        export_ref(args.against, root)
+    out = []
+    for name in names:
+        admin_port = harness.free_port() if name == "tracing-idle" else 0
+        try:
+            proc, port = harness.start_trioproxy(procs, tmp, backend_port, proxy_cpu, conf=confs[name],
+                                                 name=f"trioproxy-{name}-against", probe_path=probe,
+                                                 admin_port=admin_port, root=root)
+        except harness.BenchError as error:
+            print(f"   {name}@{args.against} skipped: {str(error).splitlines()[0]}", file=sys.stderr)
+            continue
+        out.append(Variant(f"{name}@{args.against}", port, proc, f"{confs[name]}#admin {admin_port}"))
+    return out
+
+
+def skipped_against(args: argparse.Namespace, confs: dict[str, str], variants: list[Variant]) -> list[str]:
+    ran = {v.name for v in variants}
+    return [f"{name}@{args.against}: not run (that commit rejects the config)" for name in confs
+            if args.against and f"{name}@{args.against}" not in ran]
+
+
+def against_lines(summaries: list[Summary], ref: str) -> list[str]:
+    """``NAME: now vs REF``: CPU per request of this checkout against REF's, variant by variant."""
+    by = {s.variant: s for s in summaries}
+    out = []
+    for s in summaries:
+        if (old := by.get(f"{s.variant}@{ref}")) is not None and old.cpu_ms_per_req:
+            out.append(f"{s.variant}: now {s.cpu_ms_per_req:.3f} vs {ref} {old.cpu_ms_per_req:.3f} ms CPU/request "
+                       f"({s.cpu_ms_per_req / old.cpu_ms_per_req:.3f}x), req/s {s.rps / max(old.rps, 1e-9):.3f}x")
+    return out
 
 
 def export_ref(ref: str, dest: Path) -> Path:
@@ -383,20 +432,21 @@ def part_sse(procs: harness.Processes, tmp: Path, args: argparse.Namespace, prox
         proc, port = harness.start_trioproxy(procs, tmp, mock_port, proxy_cpu, conf=confs[name], name=f"trioproxy-{name}",
                                         probe_path="/v1/models")
         variants.append(Variant(name, port, proc, confs[name]))
+    variants += start_against(procs, tmp, args, mock_port, proxy_cpu, confs, SSE_VARIANTS, "/v1/models")
     headers = {"content-type": "application/json", "x-mock-chunks": str(args.chunks)}
     # role chunk + content chunks + finish chunk + usage chunk + [DONE]
     events = args.chunks + 4
     for v in variants:
         check_limited(v.name, v.port, method="POST", path=CHAT_PATH, body=chat_body(), headers=headers,
-                      limited=v.name == "sse-token-limited", tokens=True, min_events=events)
+                      limited=v.name.startswith("sse-token-limited"), tokens=True, min_events=events)
     script = wrk_post_script(tmp / "post.lua", args.chunks)
     rows = run_interleaved(variants, mock, args.sse_connections, args, client_cpu, path=CHAT_PATH, script=script)
     for v in variants:
         procs.stop(v.proc)
     procs.stop(mock)
-    summaries = [summarize("sse", name, rows[name]) for name in SSE_VARIANTS]
+    summaries = [summarize("sse", v.name, rows[v.name]) for v in variants]
     compare(summaries, "sse-unlimited")
-    return summaries, [f"sse: {events} SSE events per response ({args.chunks} content chunks), "
+    return summaries, skipped_against(args, confs, variants) + [f"sse: {events} SSE events per response ({args.chunks} content chunks), "
                        f"body {len(chat_body())} bytes POSTed"]
 
 
@@ -442,6 +492,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sse-connections", type=int, default=10, help="wrk connections, part sse (default 10)")
     parser.add_argument("--chunks", type=int, default=50, help="SSE content chunks per response (default 50)")
     parser.add_argument("--parts", default="policy,sse", help="comma-separated subset of policy,sse")
+    parser.add_argument("--against", default="", metavar="REF",
+                        help="also run every variant on trioproxy at git REF, interleaved (rows NAME@REF)")
     parser.add_argument("--baseline-ref", default="", metavar="REF[,REF...]",
                         help="also measure plain@REF: the plain config on trioproxy at these git commits")
     args = parser.parse_args(argv)
@@ -483,8 +535,9 @@ def run(args: argparse.Namespace) -> int:
               f"{args.chunks} content chunks")
         print(render(results["sse"], "mock"))
         print()
-    harness.write_report(args.json, verdicts([s for part in results.values() for s in part]), notes, {
-        "settings": {"baseline_refs": args.baseline_ref, "duration_s": args.duration, "warmup_s": args.warmup, "repeats": args.repeats,
+    every = [s for part in results.values() for s in part]
+    harness.write_report(args.json, verdicts(every) + (against_lines(every, args.against) if args.against else []), notes, {
+        "settings": {"against": args.against, "baseline_refs": args.baseline_ref, "duration_s": args.duration, "warmup_s": args.warmup, "repeats": args.repeats,
                      "connections": args.connections, "sse_connections": args.sse_connections,
                      "chunks": args.chunks, "proxy_cpu": proxy_cpu, "client_cpu": client_cpu},
         "results": {part: [asdict(s) for s in summaries] for part, summaries in results.items()},
