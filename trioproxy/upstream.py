@@ -188,10 +188,12 @@ class UpstreamConnection:
     # --- end of an exchange -----------------------------------------------------------------
 
     def release(self) -> None:
-        """Back to the pool when both sides are DONE; otherwise it cannot be reused: closed."""
+        """Back to the pool when both sides are DONE and nothing follows the response; otherwise
+        it cannot be reused: closed."""
         if self.closed:
             return
-        if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
+        if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE \
+                and not self.h11.trailing_data[0]:  # bytes after the response answer no request
             self.h11.start_next_cycle()
             self.got_bytes = False
             if self.pool is not None:
