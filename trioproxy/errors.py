@@ -2,6 +2,8 @@
 
     ProxyError                      (any answer the gateway makes instead of the backend's)
     ├── BadRequest                  400
+    ├── RequestBodyTimeout          408 request body timeout (a gap longer than requestBodyIdleTimeout)
+    ├── PayloadTooLarge             413 a body larger than maxBufferSize that must be buffered
     ├── HeaderTooLarge              431 too many or too large request headers
     ├── RouteNotFound               404 route not found
     ├── AuthenticationFailed        401 authentication failure: <reason>
@@ -134,3 +136,17 @@ def error_response(error: ProxyError) -> tuple[int, list[Header], bytes]:
         *error.headers,
     ]
     return error.status, headers, body
+
+
+class PayloadTooLarge(ProxyError):
+    """A body larger than the gateway buffers (``frontendPolicies.http.maxBufferSize``)."""
+
+    status = 413
+    default_message = "request body too large"
+
+
+class RequestBodyTimeout(ProxyError):
+    """The request body stopped arriving (``frontendPolicies.http.requestBodyIdleTimeout``)."""
+
+    status = 408
+    default_message = "request body timeout"

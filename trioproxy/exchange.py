@@ -5,13 +5,14 @@ and the per-request results the stages leave for each other (what traces show of
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from math import inf
 from typing import Any
 
 import trio
 
 from .asgi import Header, Receive, Scope, Send
 from .config.model import Backend, Listener, Route
-from .errors import BadRequest, ProxyError, error_response
+from .errors import PayloadTooLarge, ProxyError, RequestBodyTimeout, error_response
 from .policies.ratelimit_local import Decision, LocalRateLimiter
 from .policies.stage import Phase
 from .routing import host_without_port
@@ -33,6 +34,7 @@ class Exchange:
         "arrival",
         "backend",
         "backend_phase",
+        "body_idle_timeout",
         "disconnected",
         "error",
         "error_kind",
@@ -92,6 +94,7 @@ class Exchange:
         self.span: Any = None  # the OpenTelemetry server span, when this request is sampled
         self._body_done = False
         self._body_claimed = False  # someone (the upload) reads the body; nobody else may
+        self.body_idle_timeout = inf  # the longest gap between two body pieces (frontendPolicies.http)
 
     # --- what traces and CEL see (request_state / activation in trace.py) --------------------
 
@@ -138,7 +141,7 @@ class Exchange:
         async for chunk in self._stream_body():
             size += len(chunk)
             if size > limit:
-                raise BadRequest(f"request body larger than {limit} bytes")
+                raise PayloadTooLarge(f"request body larger than {limit} bytes")
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -146,7 +149,11 @@ class Exchange:
         self._body_claimed = True
         capture = self.request_capture
         while True:
-            message = await self.receive()
+            message = None
+            with trio.move_on_after(self.body_idle_timeout):
+                message = await self.receive()
+            if message is None:  # a slow (or stalled) client must not hold a backend connection
+                raise RequestBodyTimeout()
             if message["type"] == "http.disconnect":
                 self.disconnected = True
                 raise ClientDisconnected()
@@ -194,6 +201,8 @@ class Exchange:
                         break
             except ClientDisconnected:
                 return
+            except RequestBodyTimeout:
+                pass  # answer anyway; the server closes the connection (its body never ended)
         status, headers, body = error_response(error)
         if self.extra_response_headers:
             headers += self.extra_response_headers

@@ -7,7 +7,7 @@ What arrives here has been parsed by h11; what it lets through may still be ambi
   connection is closed because its framing cannot be trusted.
 - **path**: routing, policies and the backend must see one path, so the normalised one
   (``paths.py``) replaces ``path`` and ``raw_path``; a path that cannot be normalised → 400.
-- **overload**: past ``max_in_flight`` requests being handled the gateway answers
+- **overload**: past ``max_in_flight`` requests (``frontendPolicies.http.maxRequestsInFlight``) being handled the gateway answers
   ``503 overloaded`` with ``connection: close`` at once instead of queueing without bound.
 
 Answers are plain text with a reason phrase, as docs/reliability.md lists them.
@@ -15,12 +15,13 @@ Answers are plain text with a reason phrase, as docs/reliability.md lists them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
 from .paths import PathError, normalize_path
 
-DEFAULT_MAX_IN_FLIGHT = 10_000  # per bind; docs/reliability.md
+DEFAULT_MAX_IN_FLIGHT = 10_000  # per bind; frontendPolicies.http.maxRequestsInFlight (docs/reliability.md)
 
 
 async def _answer(send: Any, status: int, text: str, *, close: bool) -> None:
@@ -35,10 +36,10 @@ async def _answer(send: Any, status: int, text: str, *, close: bool) -> None:
 class FrontDoor:
     """Wraps the data-plane app of one bind; counters are read by tests and metrics."""
 
-    def __init__(self, app: Any, *, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    def __init__(self, app: Any, *, max_in_flight: Callable[[], int] = lambda: DEFAULT_MAX_IN_FLIGHT,
                  on_reject: Any = lambda reason: None) -> None:
         self.app = app
-        self.max_in_flight = max_in_flight
+        self.max_in_flight = max_in_flight  # read per request: a reload changes it
         self.in_flight = 0
         self.rejected: dict[str, int] = {}
         self._on_reject = on_reject
@@ -70,7 +71,7 @@ class FrontDoor:
             return
         if normal != raw.decode("latin-1"):
             scope = {**scope, "raw_path": normal.encode("latin-1"), "path": unquote(normal)}
-        if self.in_flight >= self.max_in_flight:
+        if self.in_flight >= self.max_in_flight():
             self._reject("overloaded")
             await _answer(send, 503, "overloaded", close=True)
             return

@@ -25,7 +25,7 @@ build no snapshot.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from math import inf
 from typing import Any
@@ -59,9 +59,6 @@ from .runtime import CompiledRoute, GatewayState, Runtime
 from .trace import NULL_TRACER, BodyCapture, activation, duration_string
 from .upstream import UpstreamResponse
 
-MAX_REQUEST_HEADERS = 100
-MAX_LLM_REQUEST_BODY = 16 * 1024 * 1024
-
 __all__ = ["Gateway", "GatewayState", "Runtime"]
 
 
@@ -86,6 +83,7 @@ class Gateway:
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         runtime = self.runtime
         x = Exchange(scope, receive, send, trio.current_time())
+        x.body_idle_timeout = runtime.state.config.frontend.body_idle_timeout
         if runtime.trace.watchers:
             x.tracer = runtime.trace.claim(x.arrival, lambda: activation(x)) or NULL_TRACER
         if runtime.otel is not None:
@@ -171,8 +169,9 @@ class Gateway:
         # 1. admission
         tr.event("requestStarted")
         tr.snapshot("initial request", x)
-        if len(x.headers) > MAX_REQUEST_HEADERS:
-            raise HeaderTooLarge(f"too many request headers (limit {MAX_REQUEST_HEADERS})")
+        max_headers = state.config.frontend.max_headers
+        if len(x.headers) > max_headers:
+            raise HeaderTooLarge(f"too many request headers (limit {max_headers})")
         bind = state.binds.get(self.port)
         found = bind.listener_for(x.host) if bind is not None else None
         if found is None:
@@ -271,7 +270,7 @@ class Gateway:
     async def _prepare_llm_request(self, x: Exchange, backend: Backend) -> bytes:
         """Buffer and rewrite an OpenAI-style JSON body; the path may be overridden."""
         assert backend.ai is not None
-        original = await x.read_body(MAX_LLM_REQUEST_BODY)
+        original = await x.read_body(self.runtime.state.config.frontend.max_buffer_size)
         body, info = prepare_request_body(original, model_override=backend.ai.model)
         x.llm = {"provider": backend.ai.provider, "model": info.model if info else None,
                  "streaming": info.streaming if info else False}
@@ -284,12 +283,21 @@ class Gateway:
 
     async def _call_backend(self, x: Exchange, route: Route, backend: Backend, target: bytes,
                             headers: list[Header], body: bytes | AsyncIterator[bytes]) -> UpstreamResponse:
-        """The upstream call up to its response headers, under ``backendRequestTimeout``."""
+        """The upstream call up to its response headers, under ``backendRequestTimeout``; a route
+        with no time limit at all gets ``config.backend.responseHeaderTimeout``, counted once the
+        request body is sent (a long upload is not a hung backend)."""
         tr = x.tracer
         timeout = route.policies.timeout
         now = x.upstream_started = trio.current_time()
-        backend_deadline = now + timeout.backend_request_timeout \
-            if timeout and timeout.backend_request_timeout else inf
+        backend_scope = trio.CancelScope()
+        if timeout and timeout.backend_request_timeout:
+            backend_scope.deadline = now + timeout.backend_request_timeout
+        elif not (timeout and timeout.request_timeout):
+            default = self.runtime.state.config.backend.response_header_timeout
+            if isinstance(body, bytes):
+                backend_scope.deadline = now + default
+            else:
+                body = _then(body, lambda: setattr(backend_scope, "deadline", trio.current_time() + default))
         tr.event("backendCallStart", target=str(backend.target))
         response = None
         client_span = None
@@ -300,7 +308,7 @@ class Gateway:
                 "server.port": backend.target.port})
             headers = [h for h in headers if h[0] != b"traceparent"] + [otel.traceparent(client_span)]
         try:
-            with trio.CancelScope(deadline=backend_deadline) as backend_scope:
+            with backend_scope:
                 response = await self.runtime.pool.request(
                     backend.target, x.scope["method"].encode(), target, headers, body, nursery=x.nursery)
             if x.disconnected:
@@ -383,3 +391,10 @@ class Gateway:
                 for stage in finishers:
                     await stage.finish(x)
         tr.body("response", capture)
+
+
+async def _then(body: AsyncIterator[bytes], done: Callable[[], None]) -> AsyncIterator[bytes]:
+    """``body``, then ``done()`` once its last piece was taken."""
+    async for chunk in body:
+        yield chunk
+    done()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import signal
 import socket
@@ -28,9 +29,9 @@ from hypercorn.utils import wrap_app
 
 from . import registry
 from .config import ConfigError, load_config
-from .config.model import Address, Config
+from .config.model import Address, Config, FrontendSpec
 from .connections import DEFAULT_MAX_CONNECTIONS, ConnectionCounter, raise_nofile_limit, serve
-from .front_door import DEFAULT_MAX_IN_FLIGHT, FrontDoor
+from .front_door import FrontDoor
 from .gateway import Gateway
 from .runtime import Runtime
 
@@ -73,7 +74,7 @@ def _listen(address: Address, where: str) -> socket.socket:
     return sock
 
 
-def hypercorn_config(*, graceful_timeout: float) -> HypercornConfig:
+def hypercorn_config(*, graceful_timeout: float, idle_timeout: float = 60.0) -> HypercornConfig:
     config = HypercornConfig()
     config.accesslog = None
     config.loglevel = "WARNING"
@@ -82,7 +83,7 @@ def hypercorn_config(*, graceful_timeout: float) -> HypercornConfig:
     config.graceful_timeout = graceful_timeout
     # An idle connection, including one still sending its request headers (slowloris), is
     # closed after this: hypercorn's idle timer runs until a complete request head arrives.
-    config.keep_alive_timeout = 60.0
+    config.keep_alive_timeout = idle_timeout  # frontendPolicies.http.http1IdleTimeout on binds
     # No read_timeout: hypercorn applies it while a response streams too, which would cut an
     # LLM stream or a trace stream whose client has nothing to send for a minute.
     config.read_timeout = None
@@ -92,12 +93,15 @@ def hypercorn_config(*, graceful_timeout: float) -> HypercornConfig:
 
 
 async def _serve(app: Any, sock: socket.socket, graceful: float, shutdown: trio.Event,
-                 counter: ConnectionCounter | None = None,
+                 counter: ConnectionCounter | None = None, frontend: FrontendSpec | None = None,
                  task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """One server on ``sock``; a bind's ``frontend`` limits (``frontendPolicies.http``) are read here,
+    at start: a reload changes them for the data plane's requests, not for this accept loop."""
     counter = counter or ConnectionCounter(f"{_address_of(sock)}", DEFAULT_MAX_CONNECTIONS)
-    config = hypercorn_config(graceful_timeout=graceful)
+    config = hypercorn_config(graceful_timeout=graceful, idle_timeout=frontend.idle_timeout if frontend else 60.0)
     await serve(wrap_app(app, config.wsgi_max_body_size, "asgi"), config, sock, counter,
-                shutdown_trigger=shutdown.wait, task_status=task_status)
+                shutdown_trigger=shutdown.wait, task_status=task_status,
+                header_timeout=frontend.header_timeout if frontend else math.inf)
 
 
 def _count_reject(metrics: Any, bind: str, reason: str) -> None:
@@ -209,7 +213,8 @@ async def serve_gateway(
                            " needs a bearer token: set ADMIN_TOKEN (or config.adminToken)")
     nofile = raise_nofile_limit()
     # Keep a margin of descriptors for backend connections, the admin side and files.
-    max_connections = min(DEFAULT_MAX_CONNECTIONS, max(16, (nofile - 256) // 2 // max(1, len(config.binds))))
+    max_connections = config.frontend.max_connections or min(
+        DEFAULT_MAX_CONNECTIONS, max(16, (nofile - 256) // 2 // max(1, len(config.binds))))
     runtime = Runtime(config)
     # Bind every socket up front: errors name the place, and nothing runs half-started.
     sockets: list[socket.socket] = []
@@ -250,10 +255,11 @@ async def serve_gateway(
         try:
             async with trio.open_nursery() as binds:
                 for port, sock in bind_socks.items():
-                    front = FrontDoor(Gateway(runtime, port), max_in_flight=DEFAULT_MAX_IN_FLIGHT,
+                    front = FrontDoor(Gateway(runtime, port),
+                                      max_in_flight=lambda: runtime.state.config.frontend.max_in_flight,
                                       on_reject=partial(_count_reject, metrics, str(port)))
                     await binds.start(_serve, front, sock, drain_timeout, shutdown,
-                                      _counter(str(port), max_connections, metrics))
+                                      _counter(str(port), max_connections, metrics), config.frontend)
                 async with trio.open_nursery() as background:
                     await background.start(runtime.jwks.run)  # first JWKS fetches, then refreshes
                     if config_path is not None:

@@ -17,11 +17,11 @@ def _names(text: str) -> frozenset[str]:
 
 UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "Document": _names(
-        "backends frontendPolicies gateways llm mcp policies routeGroups routes services tcpRoutes ui "
+        "backends gateways llm mcp policies routeGroups routes services tcpRoutes ui "
         "workloads"
     ),
     "Servers": _names(
-        "additionalTrustDomains backend caAddress caAuthToken clusterId connectionMinTerminationDeadline "
+        "additionalTrustDomains caAddress caAuthToken clusterId connectionMinTerminationDeadline "
         "connectionTerminationDeadline customFunctions database dns enableIpv6 gateway hbone histograms "
         "localXdsPath mcp metrics modelCatalog namespace network sensitiveHeaders serviceAccount "
         "session skipValidateTrustDomain spiffe standardAttributes storage trustDomain "
@@ -49,4 +49,10 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
     # only the Authorization: Bearer header is read; exp is always required
     "JwtAuth": _names("location jwtValidationOptions"),
     "JwtProvider": _names("jwtValidationOptions"),
+    "FrontendPolicies": _names(
+        "accessLog connect logging networkAuthorization networkExtAuthz proxy proxyProtocol tcp tls tracing"),
+    "FrontendHttp": _names(
+        "http1HeaderCase http2ConnectionWindowSize http2FrameSize http2KeepaliveInterval http2KeepaliveTimeout "
+        "http2MaxHeaderSize http2WindowSize maxConnectionDuration"),
+    "BackendConnections": _names("keepalives"),
 }

@@ -312,7 +312,33 @@ def compile_document(document: d.Document, env: Mapping[str, str], r: Reader) ->
     servers = document.config
     return m.Config(servers=_servers(servers, env, r), binds=tuple(binds),
                     logging=_logging(servers.logging, r) if servers and servers.logging else None,
-                    tracing=_tracing(servers.tracing, r) if servers and servers.tracing else None)
+                    tracing=_tracing(servers.tracing, r) if servers and servers.tracing else None,
+                    frontend=_frontend(document.frontend_policies),
+                    backend=_backend_connections(servers.backend if servers else None))
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    """The fields set in the document (``None`` = absent: the model's default applies)."""
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def _frontend(policies: d.FrontendPolicies | None) -> m.FrontendSpec:
+    http = policies.http if policies is not None else None
+    if http is None:
+        return m.FrontendSpec()
+    return m.FrontendSpec(**_given(
+        max_buffer_size=http.max_buffer_size, max_headers=http.http1_max_headers,
+        idle_timeout=http.http1_idle_timeout, header_timeout=http.request_header_timeout,
+        body_idle_timeout=http.request_body_idle_timeout, max_connections=http.max_connections,
+        max_in_flight=http.max_requests_in_flight))
+
+
+def _backend_connections(value: d.BackendConnections | None) -> m.BackendConnectionSpec:
+    if value is None:
+        return m.BackendConnectionSpec()
+    return m.BackendConnectionSpec(**_given(
+        connect_timeout=value.connect_timeout, pool_idle_timeout=value.pool_idle_timeout,
+        pool_max_idle=value.pool_max_size, response_header_timeout=value.response_header_timeout))
 
 
 def _log_fields(value: d.LogFields | None, r: Reader) -> m.LogFieldsSpec:

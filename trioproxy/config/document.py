@@ -444,6 +444,60 @@ class Tracing:
 
 
 @described
+class BackendConnections:
+    """How the gateway connects to backends (agentgateway's `config.backend`); defaults in docs/reliability.md."""
+
+    connect_timeout: Duration | None = field(
+        "Longest wait to establish a TCP connection to a backend (default 10s); past it 503 "
+        "`upstream connect timeout`.", default=None)
+    pool_idle_timeout: Duration | None = field(
+        "How long an idle pooled backend connection is kept (default 1m30s).", default=None)
+    pool_max_size: Annotated[int, Integer(0, 1_000_000)] | None = field(
+        "Idle connections kept per backend (default 256); more may be open, they are closed when done.",
+        default=None)
+    response_header_timeout: Duration | None = field(
+        "Longest wait from sending a request to a backend to its response headers, for routes whose "
+        "`timeout` policy sets neither requestTimeout nor backendRequestTimeout (default 5m); past it "
+        "504 `upstream call timeout`, so a backend that accepts and never answers cannot hold a client "
+        "forever. trioproxy only.", default=None)
+
+
+@described
+class FrontendHttp:
+    """Limits and timeouts for incoming HTTP requests (agentgateway's `frontendPolicies.http`)."""
+
+    max_buffer_size: Annotated[int, Integer(1, 2**40)] | None = field(
+        "Largest request body the gateway buffers, in bytes (an LLM request whose JSON it rewrites; "
+        "default 2097152, 2 MiB, as agentgateway); larger → 413.", default=None)
+    http1_max_headers: Annotated[int, Integer(1, 10_000)] | None = field(
+        "Most headers an HTTP/1 request may have (default 100); more → 431.", default=None)
+    http1_idle_timeout: Duration | None = field(
+        "How long a client connection may stay idle between requests, the time to send a request head "
+        "included (default 1m; agentgateway's is 10m). Applies to connections accepted after a reload.",
+        default=None)
+    request_header_timeout: Duration | None = field(
+        "Longest time from the first byte of a request head to its end (slowloris; default 10s); past it "
+        "408 and the connection is closed. trioproxy only; applies to connections accepted after a reload.",
+        default=None)
+    request_body_idle_timeout: Duration | None = field(
+        "Longest gap between two pieces of a request body (default 1m); past it 408 (or the connection "
+        "is cut when the response has started). trioproxy only.", default=None)
+    max_connections: Annotated[int, Integer(1, 10_000_000)] | None = field(
+        "Client connections per bind (default 10000, or fewer when the open-file limit needs it); past it "
+        "a new connection gets 503 `overloaded` and is closed. trioproxy only; read at start.", default=None)
+    max_requests_in_flight: Annotated[int, Integer(1, 10_000_000)] | None = field(
+        "Requests handled at once per bind (default 10000); past it 503 `overloaded` at once, with "
+        "`connection: close`. trioproxy only.", default=None)
+
+
+@described
+class FrontendPolicies:
+    """Policies for all traffic the gateway receives (agentgateway's top-level `frontendPolicies`)."""
+
+    http: FrontendHttp | None = field("Settings for handling incoming HTTP requests.", default=None)
+
+
+@described
 class Servers:
     """The gateway's own servers; env ADMIN_ADDR, STATS_ADDR, READINESS_ADDR, ADMIN_TOKEN override them."""
 
@@ -457,6 +511,8 @@ class Servers:
     admin_token: str | None = field(
         "Bearer token every admin endpoint requires when adminAddr is not loopback (required then);"
         " env ADMIN_TOKEN overrides it. Use `$VAR` to read it from the environment.", default=None)
+    backend: BackendConnections | None = field(
+        "Connections to backends: connect timeout, pooling, the default response-header timeout.", default=None)
 
 
 @described
@@ -465,3 +521,5 @@ class Document:
 
     config: Servers | None = field("The gateway's own servers.", default=None)
     binds: tuple[Bind, ...] = field("Ports the gateway listens on.", default=())
+    frontend_policies: FrontendPolicies | None = field(
+        "Policies for all traffic the gateway receives: limits and timeouts of client connections.", default=None)

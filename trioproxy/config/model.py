@@ -73,6 +73,29 @@ class ServerAddrs:
 
 
 @frozen
+class FrontendSpec:
+    """``frontendPolicies.http``: limits and timeouts of client connections (docs/reliability.md)."""
+
+    max_buffer_size: int = 2 * 1024 * 1024  # agentgateway's default
+    max_headers: int = 100
+    idle_timeout: float = 60.0
+    header_timeout: float = 10.0
+    body_idle_timeout: float = 60.0
+    max_connections: int | None = None  # None: 10000, or fewer when RLIMIT_NOFILE needs it
+    max_in_flight: int = 10_000
+
+
+@frozen
+class BackendConnectionSpec:
+    """``config.backend``: connecting to backends, pooling, and the default response-header timeout."""
+
+    connect_timeout: float = 10.0
+    pool_idle_timeout: float = 90.0
+    pool_max_idle: int = 256
+    response_header_timeout: float = 300.0
+
+
+@frozen
 class PathMatch:
     kind: PathKind
     value: str
@@ -254,6 +277,8 @@ class Config:
     binds: tuple[Bind, ...]
     logging: LoggingSpec | None = None
     tracing: TracingSpec | None = None
+    frontend: FrontendSpec = FrontendSpec()
+    backend: BackendConnectionSpec = BackendConnectionSpec()
     gateway_names: tuple[str, ...] = ("default",)
     #: statuses of the Kubernetes-style resources it was translated from (``config/manifest.py``);
     #: ``()`` for a standalone file. Not part of equality: a status is about the config, not in it.
