@@ -14,6 +14,7 @@
     │   └── UpstreamTimeout         504 upstream call timeout
     └── UpstreamError
         ├── BackendUnreachable      503 (connect refused, DNS, reset before the request was sent)
+        │   └── BackendTlsFailed    503 upstream connect error: certificate verify failed (or TLS handshake failed)
         └── BadUpstreamResponse     502 (the backend answered something that is not HTTP/1.1)
 
 Stages raise these; ``gateway.py`` catches ``ProxyError`` once and calls ``error_response``.
@@ -121,3 +122,10 @@ def error_response(error: ProxyError) -> tuple[int, list[Header], bytes]:
         *error.headers,
     ]
     return error.status, headers, body
+
+
+class BackendTlsFailed(BackendUnreachable):
+    """503: the TLS handshake with a backend failed (``upstream connect error: certificate verify
+    failed`` when its certificate is not trusted or does not name it)."""
+
+    default_message = "upstream connect error: TLS handshake failed"
