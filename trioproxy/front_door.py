@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote
 
+from .http_date import with_date
 from .paths import PathError, normalize_path
 
 DEFAULT_MAX_IN_FLIGHT = 10_000  # per bind; docs/reliability.md
@@ -28,12 +29,15 @@ async def _answer(send: Any, status: int, text: str, *, close: bool) -> None:
     headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
     if close:
         headers.append((b"connection", b"close"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.start", "status": status, "headers": with_date(headers)})
     await send({"type": "http.response.body", "body": body})
 
 
 class FrontDoor:
     """Wraps the data-plane app of one bind; counters are read by tests and metrics."""
+
+    #: every answer carries exactly one ``date`` (``http_date.py``): hypercorn must not add its own
+    sets_date_header = True
 
     def __init__(self, app: Any, *, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
                  on_reject: Any = lambda reason: None) -> None:

@@ -96,6 +96,7 @@ async def _serve(app: Any, sock: socket.socket, graceful: float, shutdown: trio.
                  task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     counter = counter or ConnectionCounter(f"{_address_of(sock)}", DEFAULT_MAX_CONNECTIONS)
     config = hypercorn_config(graceful_timeout=graceful)
+    config.include_date_header = not getattr(app, "sets_date_header", False)  # http_date.py
     await serve(wrap_app(app, config.wsgi_max_body_size, "asgi"), config, sock, counter,
                 shutdown_trigger=shutdown.wait, task_status=task_status)
 
