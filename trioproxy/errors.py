@@ -16,6 +16,7 @@
     │   └── UpstreamTimeout         504 upstream call timeout
     └── UpstreamError
         ├── BackendUnreachable      503 (connect refused, DNS, reset before the request was sent)
+        │   └── BackendTlsFailed    503 upstream connect error: certificate verify failed (or TLS handshake failed)
         └── BadUpstreamResponse     502 (the backend answered something that is not HTTP/1.1)
 
 Stages raise these; ``gateway.py`` catches ``ProxyError`` once and calls ``error_response``.
@@ -150,3 +151,10 @@ class RequestBodyTimeout(ProxyError):
 
     status = 408
     default_message = "request body timeout"
+
+
+class BackendTlsFailed(BackendUnreachable):
+    """503: the TLS handshake with a backend failed (``upstream connect error: certificate verify
+    failed`` when its certificate is not trusted or does not name it)."""
+
+    default_message = "upstream connect error: TLS handshake failed"

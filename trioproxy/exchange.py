@@ -13,6 +13,7 @@ import trio
 from .asgi import Header, Receive, Scope, Send
 from .config.model import Backend, Listener, Route
 from .errors import PayloadTooLarge, ProxyError, RequestBodyTimeout, error_response
+from .http_date import with_date
 from .policies.ratelimit_local import Decision, LocalRateLimiter
 from .policies.stage import Phase
 from .routing import host_without_port
@@ -173,7 +174,7 @@ class Exchange:
     async def start_response(self, status: int, headers: list[Header]) -> None:
         self.status = status
         self.started = True
-        await self.send({"type": "http.response.start", "status": status, "headers": headers})
+        await self.send({"type": "http.response.start", "status": status, "headers": with_date(headers)})
 
     async def send_body(self, chunk: bytes) -> None:
         await self.send({"type": "http.response.body", "body": chunk, "more_body": True})

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
+from .http_date import with_date
 from .paths import PathError, normalize_path
 
 DEFAULT_MAX_IN_FLIGHT = 10_000  # per bind; frontendPolicies.http.maxRequestsInFlight (docs/reliability.md)
@@ -29,12 +30,15 @@ async def _answer(send: Any, status: int, text: str, *, close: bool) -> None:
     headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
     if close:
         headers.append((b"connection", b"close"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.start", "status": status, "headers": with_date(headers)})
     await send({"type": "http.response.body", "body": body})
 
 
 class FrontDoor:
     """Wraps the data-plane app of one bind; counters are read by tests and metrics."""
+
+    #: every answer carries exactly one ``date`` (``http_date.py``): hypercorn must not add its own
+    sets_date_header = True
 
     def __init__(self, app: Any, *, max_in_flight: Callable[[], int] = lambda: DEFAULT_MAX_IN_FLIGHT,
                  on_reject: Any = lambda reason: None) -> None:

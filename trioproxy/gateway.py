@@ -45,6 +45,7 @@ from .errors import (
 )
 from .exchange import ClientDisconnected, Exchange
 from .llm import UsageReader, prepare_request_body
+from .llm_providers import fill_model, provider_headers
 from .otel import OtelTracing
 from .policies.headers import (
     forwarded_request_headers,
@@ -258,24 +259,31 @@ class Gateway:
             x.headers, client=client[0] if client else None, scheme=scope.get("scheme", "http"), framing=framing)
         if backend.ai is not None or header_value(upstream_headers, b"host") is None:
             # A provider wants its own host; an HTTP/1.0 client may have sent none (1.1 requires one).
-            upstream_headers = [h for h in upstream_headers if h[0] != b"host"] + [(b"host", str(backend.target).encode())]
+            target = backend.target
+            host = target.host if target.port == (443 if backend.tls is not None else 80) else str(target)
+            upstream_headers = [h for h in upstream_headers if h[0] != b"host"] + [(b"host", host.encode())]
         tr.snapshot("final request", x, headers=upstream_headers)
 
         # 6. upstream
         query = scope.get("query_string", b"")
         path = x.upstream_path.encode() if x.upstream_path else (scope.get("raw_path") or scope["path"].encode())
-        return await self._call_backend(x, route, backend, path + b"?" + query if query else path,
-                                        upstream_headers, body)
+        if query:  # a provider path may carry its own query (Azure's api-version)
+            path += (b"&" if b"?" in path else b"?") + query
+        return await self._call_backend(x, route, backend, path, upstream_headers, body)
 
     async def _prepare_llm_request(self, x: Exchange, backend: Backend) -> bytes:
-        """Buffer and rewrite an OpenAI-style JSON body; the path may be overridden."""
-        assert backend.ai is not None
+        """Buffer and rewrite the JSON body; the provider's path and credential header apply."""
+        ai = backend.ai
+        assert ai is not None
         original = await x.read_body(self.runtime.state.config.frontend.max_buffer_size)
-        body, info = prepare_request_body(original, model_override=backend.ai.model)
-        x.llm = {"provider": backend.ai.provider, "model": info.model if info else None,
+        body, info = prepare_request_body(original, model_override=ai.model,
+                                          stream_usage_option=ai.stream_usage_option)
+        x.llm = {"provider": ai.provider, "model": info.model if info else None,
                  "streaming": info.streaming if info else False}
-        if backend.ai.path_override:
-            x.upstream_path = backend.ai.path_override
+        if ai.path_override:
+            x.upstream_path = fill_model(ai.path_override, info.model if info else None)
+        if ai.key_header != b"authorization" or ai.provider == "anthropic":
+            x.headers = provider_headers(x.headers, ai.provider, ai.key_header)
         if x.request_capture is not None and body is not original:
             x.request_capture = BodyCapture(x.request_capture.limit)
             x.request_capture.feed(body)

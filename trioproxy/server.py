@@ -99,6 +99,7 @@ async def _serve(app: Any, sock: socket.socket, graceful: float, shutdown: trio.
     at start: a reload changes them for the data plane's requests, not for this accept loop."""
     counter = counter or ConnectionCounter(f"{_address_of(sock)}", DEFAULT_MAX_CONNECTIONS)
     config = hypercorn_config(graceful_timeout=graceful, idle_timeout=frontend.idle_timeout if frontend else 60.0)
+    config.include_date_header = not getattr(app, "sets_date_header", False)  # http_date.py
     await serve(wrap_app(app, config.wsgi_max_body_size, "asgi"), config, sock, counter,
                 shutdown_trigger=shutdown.wait, task_status=task_status,
                 header_timeout=frontend.header_timeout if frontend else math.inf)

@@ -33,8 +33,9 @@ import h11
 import trio
 
 from .asgi import Header
-from .config.model import Address
+from .config.model import Address, TlsAddress
 from .errors import BackendUnreachable, BadUpstreamResponse
+from .upstream_tls import open_tls
 
 READ_SIZE = 65536
 MAX_RESPONSE_HEADER_BYTES = 64 * 1024
@@ -44,6 +45,9 @@ Connect = Callable[[Address], Awaitable[trio.abc.Stream]]
 
 
 async def open_tcp(target: Address) -> trio.abc.Stream:
+    """TCP, or TLS for a ``TlsAddress`` (a backend with backendTLS: ``upstream_tls.py``)."""
+    if isinstance(target, TlsAddress):
+        return await open_tls(target)
     return await trio.open_tcp_stream(target.host, target.port)
 
 

@@ -33,16 +33,17 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "Backend": _names("aws backend dynamic internal invalid mcp routeGroup service"),
     "GatewayPolicies": _names("apiKey basicAuth extAuthz extProc oidc transformations"),
     "RoutePolicies": _names(
-        "a2a ai apiKey backendTLS backendTunnel basicAuth buffer csrf delay extAuthz extProc "
+        "a2a ai apiKey backendTunnel basicAuth buffer csrf delay extAuthz extProc "
         "mcpAuthentication mcpAuthorization mcpGuardrails oidc requestMirror requestRedirect "
         "transformations urlRewrite"
     ),
     "BackendPolicies": _names(
-        "a2a ai authorization backendTLS backendTunnel extAuthz health http inferenceRouting "
+        "a2a ai authorization backendTunnel extAuthz health http inferenceRouting "
         "mcpAuthorization mcpGuardrails requestRedirect sessionAffinity tcp transformations"
     ),
     "AIBackend": _names("pathPrefix policies tokenize"),
-    "Provider": _names("anthropic azure bedrock copilot custom gemini vertex"),
+    "Provider": _names("bedrock copilot custom vertex"),
+    "BackendTLS": _names("keyExchangeGroups spiffe"),
     "OpenAIOptions": _names("moderation"),
     "DirectResponse": _names("bodyExpression headers"),
     "BackendAuth": _names("aws azure crossAppAccess gcp jwtSign oauthTokenExchange passthrough"),
