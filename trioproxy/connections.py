@@ -34,6 +34,8 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import ShutdownError, raise_shutdown
 
+from . import hypercorn_websocket  # noqa: F401 - the client's close code reaches the app
+
 log = logging.getLogger("trioproxy")
 
 CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})

@@ -58,6 +58,7 @@ from .routing import Request
 from .runtime import CompiledRoute, GatewayState, Runtime
 from .trace import NULL_TRACER, BodyCapture, activation, duration_string
 from .upstream import UpstreamResponse
+from .websocket import WebSocketProxy
 
 MAX_REQUEST_HEADERS = 100
 MAX_LLM_REQUEST_BODY = 16 * 1024 * 1024
@@ -73,6 +74,7 @@ class Gateway:
         self.port = port
         self.bind = next(b for b in runtime.state.config.binds if b.port == port)  # its ``key`` labels metrics
         self.access_log = runtime.access_log
+        self.websocket = WebSocketProxy(self)  # upgrades: docs/protocols.md
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -81,7 +83,7 @@ class Gateway:
         elif kind == "lifespan":
             await serve_lifespan(receive, send)
         elif kind == "websocket":
-            await send({"type": "websocket.close", "code": 1003})
+            await self.websocket(scope, receive, send)
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         runtime = self.runtime
