@@ -16,6 +16,11 @@ serves) with three changes, each for a fault found by hostile-client runs (docs/
 - **EOF while idle**: hypercorn's connection task waits for its keep-alive timer (60 s) after the
   client has gone, holding the socket in CLOSE_WAIT; here the timer is stopped as soon as the
   read side ends, so the descriptor is released at once.
+- **``Expect: 100-continue``**: hypercorn sends ``100 Continue`` as soon as it has the request
+  head, so the client uploads its body even when a policy then refuses it. Here the ``100`` is
+  sent when the app first asks for the body (``receive``): a request refused before that (401,
+  429, a 503 from the backend's connect) gets its answer instead of a ``100``, and the body is
+  never sent (docs/protocols.md).
 """
 
 from __future__ import annotations
@@ -38,6 +43,9 @@ from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import ShutdownError, raise_shutdown
+
+from . import hypercorn_websocket  # noqa: F401 - the client's close code reaches the app
+from .asgi import expects_continue
 
 log = logging.getLogger("trioproxy")
 
@@ -103,6 +111,15 @@ def _with_reason(data: bytes) -> bytes:
     return data
 
 
+class _LazyContinue(h11.Connection):
+    """An h11 server connection that hides a waiting ``Expect: 100-continue`` from hypercorn's
+    eager check; ``_Connection`` sends the ``100`` once the app reads the body."""
+
+    @property
+    def they_are_waiting_for_100_continue(self) -> bool:
+        return False
+
+
 class _Connection(TCPServer):
     """hypercorn's connection task with the fixes of this module's docstring."""
 
@@ -112,12 +129,43 @@ class _Connection(TCPServer):
         self.header_timeout = header_timeout
         self._head_deadline = math.inf  # set while a request head has started and not ended
 
+        async def continue_on_first_read(scope: Any, receive: Any, send: Any, *rest: Any) -> None:
+            if scope["type"] == "http" and expects_continue(scope):
+                receive = self._continue_then(receive)
+            await app(scope, receive, send, *rest)
+
+        self.app = continue_on_first_read  # type: ignore[assignment]  # an AppWrapper by shape
+
+    def _continue_then(self, receive: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
+        asked = False
+
+        async def receive_after_continue() -> Any:
+            nonlocal asked
+            if not asked:
+                asked = True
+                await self._send_continue()
+            return await receive()
+
+        return receive_after_continue
+
+    async def _send_continue(self) -> None:
+        protocol = getattr(self.protocol, "protocol", None)
+        connection = getattr(protocol, "connection", None)
+        if (isinstance(connection, h11.Connection) and connection.client_is_waiting_for_100_continue
+                and connection.our_state is h11.SEND_RESPONSE):
+            data = connection.send(h11.InformationalResponse(status_code=100, headers=[]))
+            if data:
+                await self.protocol_send(RawData(data))
+
     async def protocol_send(self, event: Event) -> None:
         if isinstance(event, RawData):
             event = RawData(_with_reason(event.data))
         await super().protocol_send(event)
 
     async def _read_data(self) -> None:
+        connection = getattr(getattr(self.protocol, "protocol", None), "connection", None)
+        if type(connection) is h11.Connection:
+            connection.__class__ = _LazyContinue
         while True:
             try:
                 with trio.move_on_at(self._head_deadline) as head_wait:

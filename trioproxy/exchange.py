@@ -10,7 +10,7 @@ from typing import Any
 
 import trio
 
-from .asgi import Header, Receive, Scope, Send
+from .asgi import Header, Receive, Scope, Send, expects_continue
 from .config.model import Backend, Listener, Route
 from .errors import PayloadTooLarge, ProxyError, RequestBodyTimeout, error_response
 from .http_date import with_date
@@ -191,7 +191,12 @@ class Exchange:
             # Headers are gone already: ending here makes the server close the connection,
             # which the client sees as a truncated response rather than a wrong one.
             return
-        if not self._body_claimed and self.scope.get("method") not in ("GET", "HEAD"):
+        close = not self._body_claimed and expects_continue(self.scope)
+        if close:
+            # The client waits for 100 Continue and has not sent its body: answer without
+            # asking for it, and close, since the body's framing is left open (RFC 9110 §10.1.1).
+            pass
+        elif not self._body_claimed and self.scope.get("method") not in ("GET", "HEAD"):
             # Drain a small unread body so the connection stays usable; past the cap the server
             # closes the connection after the answer instead.
             drained = 0
@@ -207,6 +212,8 @@ class Exchange:
         status, headers, body = error_response(error)
         if self.extra_response_headers:
             headers += self.extra_response_headers
+        if close:
+            headers.append((b"connection", b"close"))
         self.tracer.response_snapshot("final response", self, status, headers,
                                       severity="warn" if status < 500 else "error")
         await self.start_response(status, headers)

@@ -34,6 +34,15 @@ async def _answer(send: Any, status: int, text: str, *, close: bool) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def _normalised(scope: dict[str, Any]) -> dict[str, Any]:
+    """``scope`` with its path normalised (``PathError`` when it cannot be)."""
+    raw = scope.get("raw_path") or scope["path"].encode()
+    normal = normalize_path(raw.decode("latin-1"))
+    if normal != raw.decode("latin-1"):
+        scope = {**scope, "raw_path": normal.encode("latin-1"), "path": unquote(normal)}
+    return scope
+
+
 class FrontDoor:
     """Wraps the data-plane app of one bind; counters are read by tests and metrics."""
 
@@ -53,6 +62,9 @@ class FrontDoor:
         self._on_reject(reason)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -66,15 +78,12 @@ class FrontDoor:
             self._reject("cl_te")
             await _answer(send, 400, "bad request: both content-length and transfer-encoding", close=True)
             return
-        raw = scope.get("raw_path") or scope["path"].encode()
         try:
-            normal = normalize_path(raw.decode("latin-1"))
+            scope = _normalised(scope)
         except PathError as error:
             self._reject("path")
             await _answer(send, 400, f"bad request: {error}", close=False)
             return
-        if normal != raw.decode("latin-1"):
-            scope = {**scope, "raw_path": normal.encode("latin-1"), "path": unquote(normal)}
         if self.in_flight >= self.max_in_flight():
             self._reject("overloaded")
             await _answer(send, 503, "overloaded", close=True)
@@ -84,3 +93,16 @@ class FrontDoor:
             await self.app(scope, receive, send)
         finally:
             self.in_flight -= 1
+
+    async def _websocket(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """An upgrade request: the same path normalisation (a refusal is a plain HTTP 400)."""
+        try:
+            scope = _normalised(scope)
+        except PathError as error:
+            self._reject("path")
+            body = f"bad request: {error}\n".encode()
+            await send({"type": "websocket.http.response.start", "status": 400, "headers": [
+                (b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]})
+            await send({"type": "websocket.http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)

@@ -59,6 +59,7 @@ from .routing import Request
 from .runtime import CompiledRoute, GatewayState, Runtime
 from .trace import NULL_TRACER, BodyCapture, activation, duration_string
 from .upstream import UpstreamResponse
+from .websocket import WebSocketProxy
 
 __all__ = ["Gateway", "GatewayState", "Runtime"]
 
@@ -71,6 +72,7 @@ class Gateway:
         self.port = port
         self.bind = next(b for b in runtime.state.config.binds if b.port == port)  # its ``key`` labels metrics
         self.access_log = runtime.access_log
+        self.websocket = WebSocketProxy(self)  # upgrades: docs/protocols.md
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -79,7 +81,7 @@ class Gateway:
         elif kind == "lifespan":
             await serve_lifespan(receive, send)
         elif kind == "websocket":
-            await send({"type": "websocket.close", "code": 1003})
+            await self.websocket(scope, receive, send)
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         runtime = self.runtime

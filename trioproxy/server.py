@@ -27,7 +27,7 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.utils import wrap_app
 
-from . import registry
+from . import registry, websocket
 from .config import ConfigError, load_config
 from .config.model import Address, Config, FrontendSpec
 from .connections import DEFAULT_MAX_CONNECTIONS, ConnectionCounter, raise_nofile_limit, serve
@@ -89,6 +89,7 @@ def hypercorn_config(*, graceful_timeout: float, idle_timeout: float = 60.0) -> 
     config.read_timeout = None
     config.h11_max_incomplete_size = 32 * 1024  # request line + headers; larger → 400/431 by h11
     config.keep_alive_max_requests = 100_000
+    config.websocket_max_message_size = websocket.WEBSOCKET_MAX_MESSAGE_SIZE  # client → gateway (docs/protocols.md)
     return config
 
 
