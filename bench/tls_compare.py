@@ -15,7 +15,7 @@ proxy is measured with wrk at N connections and at 1 connection:
 wrk talks plain HTTP to the proxies: the figures are the cost of TLS *to the backend*. With
 keep-alive the handshake is paid once per pooled connection, so the per-request difference is
 the record encryption and the TLS layer's own overhead. CPU time of the proxy is read from
-/proc (utime+stime) around each measured run (shared harness: bench/proxy_compare.py).
+/proc (utime+stime) around each measured run (shared harness: bench/harness.py).
 """
 
 from __future__ import annotations
@@ -26,10 +26,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from proxy_compare import (  # noqa: E402
+from bench.harness import (
     BODY,
     NGINX_COMMON,
     BenchError,
