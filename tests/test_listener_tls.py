@@ -137,3 +137,30 @@ def test_https_and_tls_go_together(pki):
     [problem] = config_problems(f"binds:\n- port: 8443\n  listeners:\n  - protocol: HTTPS\n    tls: {{cert: {cert}, key: {key}}}"
                                 "\n  - hostname: b.example\n")
     assert "binds[0].listeners[1].tls: " in problem and "same tls" in problem
+
+
+async def test_an_http2_body_sent_after_the_answer_does_not_stop_the_server(nursery, backend):
+    gw = await start_gateway(nursery, """
+binds:
+- port: {port}
+  listeners:
+  - routes:
+    - name: denied
+      matches: [{{path: {{pathPrefix: /denied}}}}]
+      policies:
+        directResponse: {{status: 401, body: "no"}}
+    - backends: [{{host: "127.0.0.1:{backend}"}}]
+""", port=free_port(), backend=backend.port)
+
+    async def slow_body():
+        for _ in range(20):
+            yield b"x" * 16384
+
+    async with httpx.AsyncClient(http1=False, http2=True, timeout=10) as client:
+        try:
+            refused = await client.post(f"{gw.url}/denied", content=slow_body())
+            assert refused.status_code == 401
+        except httpx.TransportError:
+            pass  # httpx reports the stream the gateway reset (NO_ERROR: stop sending) as an error
+    async with httpx.AsyncClient(http1=False, http2=True, timeout=10) as client:
+        assert (await client.get(f"{gw.url}/after")).status_code == 200  # the bind still serves
