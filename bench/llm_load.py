@@ -8,10 +8,10 @@ RSS at the end. ``--gateway litellm`` runs LiteLLM's proxy instead (needs
 ``pip install 'litellm[proxy]'``, given with ``--litellm-bin``); ``--idle N`` / ``--sse N`` hold N
 idle keep-alive connections or N concurrent SSE streams and report RSS per connection.
 
-    python bench/llm_load.py --rate 250 --duration 60
-    python bench/llm_load.py --rate 500 --duration 60 --gateway litellm --litellm-bin /tmp/litellm-venv/bin/litellm
-    python bench/llm_load.py --idle 10000
-    python bench/llm_load.py --sse 2000
+    python -m bench.llm_load --rate 250 --duration 60
+    python -m bench.llm_load --rate 500 --duration 60 --gateway litellm --litellm-bin /tmp/litellm-venv/bin/litellm
+    python -m bench.llm_load --idle 10000
+    python -m bench.llm_load --sse 2000
 
 Every client request opens its own connection (``connection: close``): the client side stays
 cheap enough to offer 500 req/s from the same 2 cores the gateway runs on.

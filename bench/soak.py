@@ -6,9 +6,9 @@ disconnect mid-stream, and the echo backend restarted halfway (its requests then
 is back). Reports requests by outcome, unexpected errors, and the gateway's fds and RSS at start
 and end (after an idle settle).
 
-    python bench/soak.py                 # 300 s
-    python bench/soak.py --duration 30
-    python bench/soak.py --short         # ~8 s smoke test (tests/test_bench_smoke.py style)
+    python -m bench.soak                 # 300 s
+    python -m bench.soak --duration 30
+    python -m bench.soak --short         # ~8 s smoke test (tests/test_bench_smoke.py style)
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ from pathlib import Path
 
 import trio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from llm_load import _free_port, fds, rss_mb, start, start_mock  # noqa: E402
+from bench.llm_load import _free_port, fds, rss_mb, start, start_mock
 
 CONFIG = """binds:
 - port: {port}

@@ -31,7 +31,7 @@ def run_quick(script: str, out_json: Path) -> list[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     # Its own session: on a timeout the whole tree (gateways, nginx, wrk) is stopped, never left behind.
-    proc = subprocess.Popen([sys.executable, f"bench/{script}", "--quick", "--json", str(out_json)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", f"bench.{script.removesuffix('.py')}", "--quick", "--json", str(out_json)], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:

@@ -261,7 +261,7 @@ def test_bench_old_and_new_loaders_build_the_same_config():
 
     from .conftest import ROOT
 
-    done = subprocess.run([sys.executable, "bench/config_load.py", "--routes", "40", "--repeat", "1"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "bench.config_load", "--routes", "40", "--repeat", "1"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "same Config from both loaders: yes" in done.stdout or "before: skipped" in done.stdout, done.stdout

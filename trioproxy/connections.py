@@ -9,6 +9,10 @@ docs/protocols.md) with these changes, each for a fault found by hostile-client 
 - **EMFILE/ENFILE/ENOMEM/ENOBUFS from accept**: one log line per second at most and a metric,
   then a short pause; trio's own loop logs a traceback for every failed accept.
 - **head size however it arrives** and **reason phrases** on status lines (h11 leaves them empty).
+- **request head timeout** (slowloris): from the first byte of a request head to its end, at
+  most ``header_timeout`` seconds (``frontendPolicies.http.requestHeaderTimeout``); past it
+  ``408`` and the connection is closed. hypercorn's idle timer (``http1IdleTimeout``) still
+  bounds the time from the last response to a complete head.
 - **EOF while idle**: hypercorn's connection task waits for its keep-alive timer (60 s) after the
   client has gone, holding the socket in CLOSE_WAIT; here the timer is stopped as soon as the
   read side ends, so the descriptor is released at once.
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import ssl
 from collections.abc import Awaitable, Callable
@@ -50,6 +55,8 @@ OVERLOADED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\n
               b"connection: close\r\n\r\noverloaded\n")
 DEFAULT_MAX_CONNECTIONS = 10_000  # per bind; docs/reliability.md
 ACCEPT_RETRY_SECONDS = 0.05
+HEAD_TIMEOUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\ncontent-length: 21\r\n"
+                b"connection: close\r\n\r\nrequest head timeout\n")
 HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain\r\n"
                   b"content-length: 32\r\nconnection: close\r\n\r\nrequest header fields too large\n")
 
@@ -117,8 +124,11 @@ class _LazyContinue(h11.Connection):
 class _Connection(TCPServer):
     """hypercorn's connection task with the fixes of this module's docstring."""
 
-    def __init__(self, app: Any, *args: Any) -> None:
-        super().__init__(app, *args)
+    def __init__(self, app: Any, config: Config, context: WorkerContext, state: ConnectionState,
+                 stream: Any, *, header_timeout: float = math.inf) -> None:
+        super().__init__(app, config, context, state, stream)
+        self.header_timeout = header_timeout
+        self._head_deadline = math.inf  # set while a request head has started and not ended
 
         async def continue_on_first_read(scope: Any, receive: Any, send: Any, *rest: Any) -> None:
             if scope["type"] == "http" and expects_continue(scope):
@@ -159,8 +169,12 @@ class _Connection(TCPServer):
             connection.__class__ = _LazyContinue
         while True:
             try:
-                data = await self.stream.receive_some(MAX_RECV)
+                with trio.move_on_at(self._head_deadline) as head_wait:
+                    data = await self.stream.receive_some(MAX_RECV)
             except (trio.ClosedResourceError, trio.BrokenResourceError):
+                break
+            if head_wait.cancelled_caught:
+                await self._refuse_head(HEAD_TIMEOUT)
                 break
             # h11 enforces its head-size limit only on an incomplete head: a 60 KB head in one
             # read would pass. Count the head's bytes here so the limit holds however they arrive.
@@ -169,11 +183,16 @@ class _Connection(TCPServer):
                 end = probe.find(b"\r\n\r\n")
                 seen = self._head_seen + (len(data) if end < 0 else end + 4 - len(self._tail))
                 if seen > self.config.h11_max_incomplete_size:
-                    await self._refuse_head()
+                    await self._refuse_head(HEAD_TOO_LARGE)
                     break
-                self._head_seen, self._tail = (seen, probe[-3:]) if end < 0 else (0, b"")
+                if end < 0:
+                    if not self._head_seen and seen:  # the first bytes of a head: its clock starts
+                        self._head_deadline = trio.current_time() + self.header_timeout
+                    self._head_seen, self._tail = seen, probe[-3:]
+                else:
+                    self._head_seen, self._tail, self._head_deadline = 0, b"", math.inf
             else:
-                self._head_seen, self._tail = 0, b""
+                self._head_seen, self._tail, self._head_deadline = 0, b"", math.inf
             await self.protocol.handle(RawData(bytes(data)))
             if data == b"":
                 break
@@ -185,10 +204,10 @@ class _Connection(TCPServer):
     _head_seen = 0
     _tail = b""
 
-    async def _refuse_head(self) -> None:
+    async def _refuse_head(self, answer: bytes) -> None:
         try:
             with trio.move_on_after(1.0):
-                await self.stream.send_all(HEAD_TOO_LARGE)
+                await self.stream.send_all(answer)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
@@ -244,7 +263,8 @@ async def _serve_listener(sock: trio.socket.SocketType, handler: Callable[[Any],
 
 
 async def serve(app: Any, config: Config, sock: Any, counter: ConnectionCounter, *,
-                shutdown_trigger: Callable[[], Awaitable[None]], ssl_context: ssl.SSLContext | None = None,
+                shutdown_trigger: Callable[[], Awaitable[None]], header_timeout: float = math.inf,
+                ssl_context: ssl.SSLContext | None = None,
                 task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve ``app`` (hypercorn-wrapped) on a bound, listening stdlib socket until ``shutdown_trigger``."""
     lifespan_state: dict[str, Any] = {}
@@ -255,7 +275,8 @@ async def serve(app: Any, config: Config, sock: Any, counter: ConnectionCounter,
         await lifespan.wait_for_startup()
         async with trio.open_nursery() as server_nursery:
             listener = trio.socket.from_stdlib_socket(sock)
-            handler = partial(_Connection, app, config, context, ConnectionState(lifespan_state.copy()))
+            handler = partial(_Connection, app, config, context, ConnectionState(lifespan_state.copy()),
+                              header_timeout=header_timeout)
             task_status.started()
             try:
                 async with trio.open_nursery(strict_exception_groups=True) as nursery:

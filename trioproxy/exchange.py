@@ -5,13 +5,15 @@ and the per-request results the stages leave for each other (what traces show of
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from math import inf
 from typing import Any
 
 import trio
 
 from .asgi import Header, Receive, Scope, Send, expects_continue
 from .config.model import Backend, Listener, Route
-from .errors import BadRequest, ProxyError, error_response
+from .errors import PayloadTooLarge, ProxyError, RequestBodyTimeout, error_response
+from .http_date import with_date
 from .policies.ratelimit_local import Decision, LocalRateLimiter
 from .policies.stage import Phase
 from .routing import host_without_port
@@ -34,6 +36,7 @@ class Exchange:
         "arrival",
         "backend",
         "backend_phase",
+        "body_idle_timeout",
         "disconnected",
         "error",
         "error_kind",
@@ -94,6 +97,7 @@ class Exchange:
         self._body_done = False
         self._body_claimed = False  # someone (the upload) reads the body; nobody else may
         self._first_body: Any = None  # an HTTP/2 body's first message, read by ``peek_body``
+        self.body_idle_timeout = inf  # the longest gap between two body pieces (frontendPolicies.http)
 
     # --- what traces and CEL see (request_state / activation in trace.py) --------------------
 
@@ -156,7 +160,7 @@ class Exchange:
         async for chunk in self._stream_body():
             size += len(chunk)
             if size > limit:
-                raise BadRequest(f"request body larger than {limit} bytes")
+                raise PayloadTooLarge(f"request body larger than {limit} bytes")
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -164,7 +168,12 @@ class Exchange:
         self._body_claimed = True
         capture = self.request_capture
         while True:
-            message, self._first_body = self._first_body or await self.receive(), None
+            message, self._first_body = self._first_body, None
+            if message is None:
+                with trio.move_on_after(self.body_idle_timeout):
+                    message = await self.receive()
+            if message is None:  # a slow (or stalled) client must not hold a backend connection
+                raise RequestBodyTimeout()
             if message["type"] == "http.disconnect":
                 self.disconnected = True
                 raise ClientDisconnected()
@@ -184,7 +193,7 @@ class Exchange:
     async def start_response(self, status: int, headers: list[Header]) -> None:
         self.status = status
         self.started = True
-        await self.send({"type": "http.response.start", "status": status, "headers": headers})
+        await self.send({"type": "http.response.start", "status": status, "headers": with_date(headers)})
 
     async def send_body(self, chunk: bytes) -> None:
         await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -217,6 +226,8 @@ class Exchange:
                         break
             except ClientDisconnected:
                 return
+            except RequestBodyTimeout:
+                pass  # answer anyway; the server closes the connection (its body never ended)
         status, headers, body = error_response(error)
         if self.extra_response_headers:
             headers += self.extra_response_headers

@@ -25,7 +25,7 @@ build no snapshot.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from math import inf
 from typing import Any
@@ -45,6 +45,7 @@ from .errors import (
 )
 from .exchange import ClientDisconnected, Exchange
 from .llm import UsageReader, prepare_request_body
+from .llm_providers import fill_model, provider_headers
 from .otel import OtelTracing
 from .policies.headers import (
     forwarded_request_headers,
@@ -59,9 +60,6 @@ from .runtime import CompiledRoute, GatewayState, Runtime
 from .trace import NULL_TRACER, BodyCapture, activation, duration_string
 from .upstream import UpstreamResponse
 from .websocket import WebSocketProxy
-
-MAX_REQUEST_HEADERS = 100
-MAX_LLM_REQUEST_BODY = 16 * 1024 * 1024
 
 __all__ = ["Gateway", "GatewayState", "Runtime"]
 
@@ -88,6 +86,7 @@ class Gateway:
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         runtime = self.runtime
         x = Exchange(scope, receive, send, trio.current_time())
+        x.body_idle_timeout = runtime.state.config.frontend.body_idle_timeout
         if runtime.trace.watchers:
             x.tracer = runtime.trace.claim(x.arrival, lambda: activation(x)) or NULL_TRACER
         if runtime.otel is not None:
@@ -173,8 +172,9 @@ class Gateway:
         # 1. admission
         tr.event("requestStarted")
         tr.snapshot("initial request", x)
-        if len(x.headers) > MAX_REQUEST_HEADERS:
-            raise HeaderTooLarge(f"too many request headers (limit {MAX_REQUEST_HEADERS})")
+        max_headers = state.config.frontend.max_headers
+        if len(x.headers) > max_headers:
+            raise HeaderTooLarge(f"too many request headers (limit {max_headers})")
         bind = state.binds.get(self.port)
         found = bind.listener_for(x.host) if bind is not None else None
         if found is None:
@@ -221,8 +221,9 @@ class Gateway:
                          error=error.message)
             raise error
 
-        # 7. response
-        await self._respond(x, gateway, compiled.phase, response)
+        # 7. response (closed, not pooled, if anything below fails before its body is read)
+        async with response:
+            await self._respond(x, gateway, compiled.phase, response)
 
     async def _route_to_upstream(self, x: Exchange, compiled: CompiledRoute) -> UpstreamResponse:
         """Steps 4-6, under the request's deadline."""
@@ -263,24 +264,31 @@ class Gateway:
             x.headers, client=client[0] if client else None, scheme=scope.get("scheme", "http"), framing=framing)
         if backend.ai is not None or header_value(upstream_headers, b"host") is None:
             # A provider wants its own host; an HTTP/1.0 client may have sent none (1.1 requires one).
-            upstream_headers = [h for h in upstream_headers if h[0] != b"host"] + [(b"host", str(backend.target).encode())]
+            target = backend.target
+            host = target.host if target.port == (443 if backend.tls is not None else 80) else str(target)
+            upstream_headers = [h for h in upstream_headers if h[0] != b"host"] + [(b"host", host.encode())]
         tr.snapshot("final request", x, headers=upstream_headers)
 
         # 6. upstream
         query = scope.get("query_string", b"")
         path = x.upstream_path.encode() if x.upstream_path else (scope.get("raw_path") or scope["path"].encode())
-        return await self._call_backend(x, route, backend, path + b"?" + query if query else path,
-                                        upstream_headers, body)
+        if query:  # a provider path may carry its own query (Azure's api-version)
+            path += (b"&" if b"?" in path else b"?") + query
+        return await self._call_backend(x, route, backend, path, upstream_headers, body)
 
     async def _prepare_llm_request(self, x: Exchange, backend: Backend) -> bytes:
-        """Buffer and rewrite an OpenAI-style JSON body; the path may be overridden."""
-        assert backend.ai is not None
-        original = await x.read_body(MAX_LLM_REQUEST_BODY)
-        body, info = prepare_request_body(original, model_override=backend.ai.model)
-        x.llm = {"provider": backend.ai.provider, "model": info.model if info else None,
+        """Buffer and rewrite the JSON body; the provider's path and credential header apply."""
+        ai = backend.ai
+        assert ai is not None
+        original = await x.read_body(self.runtime.state.config.frontend.max_buffer_size)
+        body, info = prepare_request_body(original, model_override=ai.model,
+                                          stream_usage_option=ai.stream_usage_option)
+        x.llm = {"provider": ai.provider, "model": info.model if info else None,
                  "streaming": info.streaming if info else False}
-        if backend.ai.path_override:
-            x.upstream_path = backend.ai.path_override
+        if ai.path_override:
+            x.upstream_path = fill_model(ai.path_override, info.model if info else None)
+        if ai.key_header != b"authorization" or ai.provider == "anthropic":
+            x.headers = provider_headers(x.headers, ai.provider, ai.key_header)
         if x.request_capture is not None and body is not original:
             x.request_capture = BodyCapture(x.request_capture.limit)
             x.request_capture.feed(body)
@@ -288,12 +296,21 @@ class Gateway:
 
     async def _call_backend(self, x: Exchange, route: Route, backend: Backend, target: bytes,
                             headers: list[Header], body: bytes | AsyncIterator[bytes]) -> UpstreamResponse:
-        """The upstream call up to its response headers, under ``backendRequestTimeout``."""
+        """The upstream call up to its response headers, under ``backendRequestTimeout``; a route
+        with no time limit at all gets ``config.backend.responseHeaderTimeout``, counted once the
+        request body is sent (a long upload is not a hung backend)."""
         tr = x.tracer
         timeout = route.policies.timeout
         now = x.upstream_started = trio.current_time()
-        backend_deadline = now + timeout.backend_request_timeout \
-            if timeout and timeout.backend_request_timeout else inf
+        backend_scope = trio.CancelScope()
+        if timeout and timeout.backend_request_timeout:
+            backend_scope.deadline = now + timeout.backend_request_timeout
+        elif not (timeout and timeout.request_timeout):
+            default = self.runtime.state.config.backend.response_header_timeout
+            if isinstance(body, bytes):
+                backend_scope.deadline = now + default
+            else:
+                body = _then(body, lambda: setattr(backend_scope, "deadline", trio.current_time() + default))
         tr.event("backendCallStart", target=str(backend.target))
         response = None
         client_span = None
@@ -304,10 +321,12 @@ class Gateway:
                 "server.port": backend.target.port})
             headers = [h for h in headers if h[0] != b"traceparent"] + [otel.traceparent(client_span)]
         try:
-            with trio.CancelScope(deadline=backend_deadline) as backend_scope:
+            with backend_scope:
                 response = await self.runtime.pool.request(
                     backend.target, x.scope["method"].encode(), target, headers, body, nursery=x.nursery)
             if x.disconnected:
+                if response is not None:
+                    await response.aclose()
                 raise ClientDisconnected()
             if response is None and backend_scope.cancelled_caught:
                 raise UpstreamTimeout()
@@ -385,3 +404,10 @@ class Gateway:
                 for stage in finishers:
                     await stage.finish(x)
         tr.body("response", capture)
+
+
+async def _then(body: AsyncIterator[bytes], done: Callable[[], None]) -> AsyncIterator[bytes]:
+    """``body``, then ``done()`` once its last piece was taken."""
+    async for chunk in body:
+        yield chunk
+    done()

@@ -205,6 +205,8 @@ class Runtime:
         self.jwks = JwksRegistry(self.metrics.registry)
         self.state = GatewayState(config, jwks=self.jwks, count_decision=self.metrics.ratelimit_decision)
         self.trace = trace or TraceHub()
+        self.trace.on_drop = self.metrics.trace_events_dropped.inc
+        self._tune_pool(config)
         self.access_log = AccessLog()
         self.otel: OtelTracing | None = None
         self._observability(config)
@@ -215,6 +217,14 @@ class Runtime:
         self.state = GatewayState(config, self.state, self.jwks, self.metrics.ratelimit_decision)
         self.reload_errors = []
         self._observability(config)
+        self._tune_pool(config)
+
+    def _tune_pool(self, config: Config) -> None:
+        """``config.backend``: the pool's connect timeout and idle limits (read at each connect)."""
+        spec = config.backend
+        self.pool.connect_timeout = spec.connect_timeout
+        self.pool.idle_timeout = spec.pool_idle_timeout
+        self.pool.max_idle_per_target = spec.pool_max_idle
 
     def _observability(self, config: Config) -> None:
         """The access-log filter and fields, and the span exporter, of ``config`` (kept when unchanged)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import signal
 import socket
@@ -29,9 +30,9 @@ from hypercorn.utils import wrap_app
 
 from . import registry, websocket
 from .config import ConfigError, load_config
-from .config.model import Address, Config
+from .config.model import Address, Config, FrontendSpec
 from .connections import DEFAULT_MAX_CONNECTIONS, ConnectionCounter, raise_nofile_limit, serve
-from .front_door import DEFAULT_MAX_IN_FLIGHT, FrontDoor
+from .front_door import FrontDoor
 from .gateway import Gateway
 from .runtime import Runtime
 
@@ -74,7 +75,7 @@ def _listen(address: Address, where: str) -> socket.socket:
     return sock
 
 
-def hypercorn_config(*, graceful_timeout: float) -> HypercornConfig:
+def hypercorn_config(*, graceful_timeout: float, idle_timeout: float = 60.0) -> HypercornConfig:
     config = HypercornConfig()
     config.accesslog = None
     config.loglevel = "WARNING"
@@ -83,7 +84,7 @@ def hypercorn_config(*, graceful_timeout: float) -> HypercornConfig:
     config.graceful_timeout = graceful_timeout
     # An idle connection, including one still sending its request headers (slowloris), is
     # closed after this: hypercorn's idle timer runs until a complete request head arrives.
-    config.keep_alive_timeout = 60.0
+    config.keep_alive_timeout = idle_timeout  # frontendPolicies.http.http1IdleTimeout on binds
     # No read_timeout: hypercorn applies it while a response streams too, which would cut an
     # LLM stream or a trace stream whose client has nothing to send for a minute.
     config.read_timeout = None
@@ -95,12 +96,17 @@ def hypercorn_config(*, graceful_timeout: float) -> HypercornConfig:
 
 
 async def _serve(app: Any, sock: socket.socket, graceful: float, shutdown: trio.Event,
-                 counter: ConnectionCounter | None = None, ssl_context: ssl.SSLContext | None = None,
+                 counter: ConnectionCounter | None = None, frontend: FrontendSpec | None = None,
+                 ssl_context: ssl.SSLContext | None = None,
                  task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """One server on ``sock``; a bind's ``frontend`` limits (``frontendPolicies.http``) are read here,
+    at start: a reload changes them for the data plane's requests, not for this accept loop."""
     counter = counter or ConnectionCounter(f"{_address_of(sock)}", DEFAULT_MAX_CONNECTIONS)
-    config = hypercorn_config(graceful_timeout=graceful)
+    config = hypercorn_config(graceful_timeout=graceful, idle_timeout=frontend.idle_timeout if frontend else 60.0)
+    config.include_date_header = not getattr(app, "sets_date_header", False)  # http_date.py
     await serve(wrap_app(app, config.wsgi_max_body_size, "asgi"), config, sock, counter,
-                shutdown_trigger=shutdown.wait, ssl_context=ssl_context, task_status=task_status)
+                shutdown_trigger=shutdown.wait, task_status=task_status,
+                header_timeout=frontend.header_timeout if frontend else math.inf, ssl_context=ssl_context)
 
 
 def _tls_contexts(config: Config) -> dict[int, ssl.SSLContext]:
@@ -229,7 +235,8 @@ async def serve_gateway(
                            " needs a bearer token: set ADMIN_TOKEN (or config.adminToken)")
     nofile = raise_nofile_limit()
     # Keep a margin of descriptors for backend connections, the admin side and files.
-    max_connections = min(DEFAULT_MAX_CONNECTIONS, max(16, (nofile - 256) // 2 // max(1, len(config.binds))))
+    max_connections = config.frontend.max_connections or min(
+        DEFAULT_MAX_CONNECTIONS, max(16, (nofile - 256) // 2 // max(1, len(config.binds))))
     tls_contexts = _tls_contexts(config)
     runtime = Runtime(config)
     # Bind every socket up front: errors name the place, and nothing runs half-started.
@@ -271,10 +278,12 @@ async def serve_gateway(
         try:
             async with trio.open_nursery() as binds:
                 for port, sock in bind_socks.items():
-                    front = FrontDoor(Gateway(runtime, port), max_in_flight=DEFAULT_MAX_IN_FLIGHT,
+                    front = FrontDoor(Gateway(runtime, port),
+                                      max_in_flight=lambda: runtime.state.config.frontend.max_in_flight,
                                       on_reject=partial(_count_reject, metrics, str(port)))
                     await binds.start(_serve, front, sock, drain_timeout, shutdown,
-                                      _counter(str(port), max_connections, metrics), tls_contexts.get(port))
+                                      _counter(str(port), max_connections, metrics), config.frontend,
+                                      tls_contexts.get(port))
                 async with trio.open_nursery() as background:
                     await background.start(runtime.jwks.run)  # first JWKS fetches, then refreshes
                     if config_path is not None:

@@ -126,10 +126,9 @@ class WebSocketProxy:
         state = self.gateway.runtime.state
         tr.event("requestStarted")
         tr.snapshot("initial request", x)
-        from .gateway import MAX_REQUEST_HEADERS
-
-        if len(x.headers) > MAX_REQUEST_HEADERS:
-            raise HeaderTooLarge(f"too many request headers (limit {MAX_REQUEST_HEADERS})")
+        max_headers = state.config.frontend.max_headers  # frontendPolicies.http.http1MaxHeaders
+        if len(x.headers) > max_headers:
+            raise HeaderTooLarge(f"too many request headers (limit {max_headers})")
         bind = state.binds.get(self.gateway.port)
         found = bind.listener_for(x.host) if bind is not None else None
         if found is None:

@@ -17,11 +17,11 @@ def _names(text: str) -> frozenset[str]:
 
 UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "Document": _names(
-        "backends frontendPolicies gateways llm mcp policies routeGroups routes services tcpRoutes ui "
+        "backends gateways llm mcp policies routeGroups routes services tcpRoutes ui "
         "workloads"
     ),
     "Servers": _names(
-        "additionalTrustDomains backend caAddress caAuthToken clusterId connectionMinTerminationDeadline "
+        "additionalTrustDomains caAddress caAuthToken clusterId connectionMinTerminationDeadline "
         "connectionTerminationDeadline customFunctions database dns enableIpv6 gateway hbone histograms "
         "localXdsPath mcp metrics modelCatalog namespace network sensitiveHeaders serviceAccount "
         "session skipValidateTrustDomain spiffe standardAttributes storage trustDomain "
@@ -33,20 +33,27 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "Backend": _names("aws backend dynamic internal invalid mcp routeGroup service"),
     "GatewayPolicies": _names("apiKey basicAuth extAuthz extProc oidc transformations"),
     "RoutePolicies": _names(
-        "a2a ai apiKey backendTLS backendTunnel basicAuth buffer csrf delay extAuthz extProc "
+        "a2a ai apiKey backendTunnel basicAuth buffer csrf delay extAuthz extProc "
         "mcpAuthentication mcpAuthorization mcpGuardrails oidc requestMirror requestRedirect "
         "transformations urlRewrite"
     ),
     "BackendPolicies": _names(
-        "a2a ai authorization backendTLS backendTunnel extAuthz health http inferenceRouting "
+        "a2a ai authorization backendTunnel extAuthz health http inferenceRouting "
         "mcpAuthorization mcpGuardrails requestRedirect sessionAffinity tcp transformations"
     ),
     "AIBackend": _names("pathPrefix policies tokenize"),
-    "Provider": _names("anthropic azure bedrock copilot custom gemini vertex"),
+    "Provider": _names("bedrock copilot custom vertex"),
+    "BackendTLS": _names("keyExchangeGroups spiffe"),
     "OpenAIOptions": _names("moderation"),
     "DirectResponse": _names("bodyExpression headers"),
     "BackendAuth": _names("aws azure crossAppAccess gcp jwtSign oauthTokenExchange passthrough"),
     # only the Authorization: Bearer header is read; exp is always required
     "JwtAuth": _names("location jwtValidationOptions"),
     "JwtProvider": _names("jwtValidationOptions"),
+    "FrontendPolicies": _names(
+        "accessLog connect logging networkAuthorization networkExtAuthz proxy proxyProtocol tcp tls tracing"),
+    "FrontendHttp": _names(
+        "http1HeaderCase http2ConnectionWindowSize http2FrameSize http2KeepaliveInterval http2KeepaliveTimeout "
+        "http2MaxHeaderSize http2WindowSize maxConnectionDuration"),
+    "BackendConnections": _names("keepalives"),
 }

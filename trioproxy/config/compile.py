@@ -21,6 +21,8 @@ from typing import Any
 
 import attrs
 
+from ..backend_tls import SYSTEM_TRUST, BackendTls, TlsConfigError, build_context, file_fingerprint
+from ..llm_providers import PROVIDERS, ProviderDefaults, azure_defaults
 from ..policies.authorization import AuthorizationSpec, Rule
 from ..policies.cors import CorsSpec
 from ..policies.jwt import JwksError, JwksSource, JwtAuthSpec, ProviderSpec, parse_jwks
@@ -60,6 +62,40 @@ def _direct_response(value: d.DirectResponse, r: Reader) -> m.DirectResponsePoli
 
 def _backend_auth(value: d.BackendAuth, r: Reader) -> m.BackendAuth:
     return m.BackendAuth(value.key)
+
+
+def _backend_tls(value: d.BackendTLS, r: Reader) -> BackendTls | None:
+    """Files are read now (errors name the field), and a context is built once to prove they work."""
+    for wire, path in (("root", value.root), ("cert", value.cert), ("key", value.key)):
+        if path is not None and not Path(path).is_file():
+            r.at(value, wire, f"cannot read {path}: no such file")
+            return None
+    if value.insecure and (value.insecure_host or value.subject_alt_names):
+        r.at(value, "insecure", "insecure skips every check: insecureHost/subjectAltNames would not apply")
+        return None
+    if value.key is not None and value.cert is None:
+        r.at(value, "key", "requires cert (the client certificate)")
+        return None
+    try:
+        spec = BackendTls(root=value.root, hostname=value.hostname, insecure=value.insecure,
+                          insecure_host=value.insecure_host, cert=value.cert, key=value.key, alpn=value.alpn,
+                          subject_alt_names=value.subject_alt_names,
+                          fingerprint=file_fingerprint((value.root, value.cert, value.key)))
+        build_context(spec)
+    except OSError as exc:
+        r.at(value, None, f"cannot read a file: {exc.strerror or exc}")
+        return None
+    except TlsConfigError as exc:
+        wire, message = str(exc).split(": ", 1)
+        r.at(value, wire, message)
+        return None
+    if value.alpn is not None and "http/1.1" not in value.alpn:
+        logging.getLogger("trioproxy.config").warning(
+            "backendTLS.alpn %s lacks http/1.1: trioproxy speaks HTTP/1.1 to backends", list(value.alpn))
+    if value.insecure:
+        logging.getLogger("trioproxy.config").warning(
+            "backendTLS.insecure: the backend's certificate is not verified (hostname %s)", value.hostname or "-")
+    return spec
 
 
 def _local_rate_limit(value: tuple[d.LocalRateLimit, ...], r: Reader) -> tuple[LocalRateLimitSpec, ...] | None:
@@ -187,6 +223,7 @@ POLICY_COMPILERS: dict[str, Callable[[Any, Reader], Any]] = {
     "timeout": _timeout,
     "direct_response": _direct_response,
     "backend_auth": _backend_auth,
+    "backend_tls": _backend_tls,
 }
 
 
@@ -231,15 +268,40 @@ def _match(match: d.Match) -> m.RouteMatch:
                         query=_value_matches(match.query, lower=False))
 
 
+def _provider(provider: d.Provider) -> tuple[str, str | None, ProviderDefaults]:
+    """(name, model override, defaults) of the one provider given (exactly one, checked when read)."""
+    if provider.azure is not None:
+        azure = provider.azure
+        return "azure", azure.model, azure_defaults(azure.resource_name, azure.resource_type, azure.api_version,
+                                                    azure.model, azure.project_name)
+    for name, options in (("anthropic", provider.anthropic), ("gemini", provider.gemini)):
+        if options is not None:
+            return name, options.model, PROVIDERS[name]
+    return "openAI", provider.open_ai.model if provider.open_ai is not None else None, PROVIDERS["openAI"]
+
+
 def _backend(backend: d.Backend, r: Reader) -> m.Backend:
     policies = compile_policies(backend.policies, r)
     if backend.ai is None:
         assert backend.host is not None
-        return m.Backend(str(backend.host), backend.host, backend.weight, policies)
+        return _with_tls(m.Backend(str(backend.host), backend.host, backend.weight, policies), policies.backend_tls)
     ai = backend.ai
-    model = ai.provider.open_ai.model if ai.provider.open_ai is not None else None
-    return m.Backend(ai.name, ai.host_override, backend.weight, policies,
-                     m.AIBackend(ai.name, "openAI", model, ai.path_override))
+    name, model, defaults = _provider(ai.provider)
+    if ai.host_override is not None:  # as agentgateway: the client's path, plain HTTP unless backendTLS
+        target, path, tls = ai.host_override, ai.path_override, policies.backend_tls
+    else:
+        target = m.Address(defaults.host, defaults.port)
+        path = ai.path_override or defaults.path
+        tls = policies.backend_tls or SYSTEM_TRUST
+    return _with_tls(m.Backend(ai.name, target, backend.weight, policies, m.AIBackend(
+        ai.name, name, model, path, defaults.stream_usage_option, defaults.key_header)), tls)
+
+
+def _with_tls(backend: m.Backend, tls: BackendTls | None) -> m.Backend:
+    """``backend`` reached over ``tls`` (None: plain): its target becomes a ``TlsAddress``."""
+    plain = m.Address(backend.target.host, backend.target.port)
+    target = plain if tls is None else m.TlsAddress(plain.host, plain.port, tls)
+    return attrs.evolve(backend, target=target, tls=tls)
 
 
 def _route(route: d.Route, listener_key: str, r: Reader) -> m.Route:
@@ -250,6 +312,10 @@ def _route(route: d.Route, listener_key: str, r: Reader) -> m.Route:
     if policies.backend_auth is not None:  # a route's backendAuth is each backend's, unless it has its own
         backends = tuple(b if b.policies.backend_auth is not None else attrs.evolve(
             b, policies=attrs.evolve(b.policies, backend_auth=policies.backend_auth)) for b in backends)
+    if policies.backend_tls is not None:  # likewise backendTLS (over an ai provider's default TLS)
+        backends = tuple(b if b.policies.backend_tls is not None else _with_tls(attrs.evolve(
+            b, policies=attrs.evolve(b.policies, backend_tls=policies.backend_tls)), policies.backend_tls)
+            for b in backends)
     return m.Route(
         key=f"{listener_key}/{route.namespace}/{name}",
         name=name,
@@ -342,7 +408,33 @@ def compile_document(document: d.Document, env: Mapping[str, str], r: Reader) ->
     servers = document.config
     return m.Config(servers=_servers(servers, env, r), binds=tuple(binds),
                     logging=_logging(servers.logging, r) if servers and servers.logging else None,
-                    tracing=_tracing(servers.tracing, r) if servers and servers.tracing else None)
+                    tracing=_tracing(servers.tracing, r) if servers and servers.tracing else None,
+                    frontend=_frontend(document.frontend_policies),
+                    backend=_backend_connections(servers.backend if servers else None))
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    """The fields set in the document (``None`` = absent: the model's default applies)."""
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def _frontend(policies: d.FrontendPolicies | None) -> m.FrontendSpec:
+    http = policies.http if policies is not None else None
+    if http is None:
+        return m.FrontendSpec()
+    return m.FrontendSpec(**_given(
+        max_buffer_size=http.max_buffer_size, max_headers=http.http1_max_headers,
+        idle_timeout=http.http1_idle_timeout, header_timeout=http.request_header_timeout,
+        body_idle_timeout=http.request_body_idle_timeout, max_connections=http.max_connections,
+        max_in_flight=http.max_requests_in_flight))
+
+
+def _backend_connections(value: d.BackendConnections | None) -> m.BackendConnectionSpec:
+    if value is None:
+        return m.BackendConnectionSpec()
+    return m.BackendConnectionSpec(**_given(
+        connect_timeout=value.connect_timeout, pool_idle_timeout=value.pool_idle_timeout,
+        pool_max_idle=value.pool_max_size, response_header_timeout=value.response_header_timeout))
 
 
 def _log_fields(value: d.LogFields | None, r: Reader) -> m.LogFieldsSpec:

@@ -245,6 +245,29 @@ class RemoteRateLimit:
         "failOpen forwards the request.", default="failClosed")
     timeout: Duration | None = field("Time limit of one call to the service (default 1s). trioproxy only.",
                                      default=None)
+
+
+@described
+class BackendTLS:
+    """TLS to the backend, verified against the system trust store unless root says otherwise (docs/backend-tls.md)."""
+
+    root: str | None = field("CA bundle file (PEM) the backend's certificate must chain to, instead of the "
+                             "system trust store.", default=None)
+    hostname: str | None = field("Server name sent as SNI and verified in the certificate (default: the "
+                                 "backend's host).", default=None)
+    insecure: bool = field("Skip certificate verification entirely (a warning is logged at start).", default=False)
+    insecure_host: bool = field("Verify the certificate chain but not the name in it.", default=False)
+    cert: str | None = field("Client certificate file (PEM) presented to the backend (mTLS).", default=None)
+    key: str | None = field("Private key file of the client certificate (default: in the cert file).",
+                            default=None)
+    alpn: tuple[str, ...] | None = field(
+        "ALPN protocols offered (default [http/1.1]; trioproxy speaks HTTP/1.1 to backends).", default=None)
+    subject_alt_names: tuple[str, ...] = field(
+        "Names (DNS, URI or IP) of which the certificate must carry one, checked instead of the hostname.",
+        default=())
+
+
+BACKEND_TLS = "TLS to the backend (SNI, verification, client certificate)."
 REQUEST_HEADERS = "Modify the request's headers before it goes upstream."
 RESPONSE_HEADERS = "Modify the response's headers before they go to the client."
 RETRY = "Retry failed backend calls."
@@ -280,6 +303,8 @@ class RoutePolicies:
     backend_auth: BackendAuth | None = field(
         "Credentials sent to every backend of the route that has no backendAuth of its own (where "
         "agentgateway's examples put it).", default=None)
+    backend_tls: BackendTLS | None = field(
+        "TLS to every backend of the route that has no backendTLS of its own.", name="backendTLS", default=None)
 
 
 @described
@@ -289,6 +314,7 @@ class BackendPolicies:
     backend_auth: BackendAuth | None = field("Credentials sent to this backend.", default=None)
     request_header_modifier: HeaderModifier | None = field(REQUEST_HEADERS, default=None)
     response_header_modifier: HeaderModifier | None = field(RESPONSE_HEADERS, default=None)
+    backend_tls: BackendTLS | None = field(BACKEND_TLS, name="backendTLS", default=None)
 
 
 # --- routes and backends -------------------------------------------------------------------------
@@ -338,22 +364,65 @@ class OpenAIOptions:
 
 
 @described
-class Provider:
-    """Which LLM provider API the backend speaks."""
+class AnthropicOptions:
+    """Options of Anthropic's Messages API (clients speak its format: trioproxy does not translate)."""
 
-    open_ai: OpenAIOptions | None = field("An OpenAI-compatible chat completions API.", name="openAI")
+    model: str | None = field("Model to use, overriding the one the client asks for.", default=None)
+
+
+@described
+class GeminiOptions:
+    """Options of Google Gemini through its OpenAI-compatible endpoint."""
+
+    model: str | None = field("Model to use, overriding the one the client asks for.", default=None)
+
+
+@described
+class AzureOptions:
+    """Options of Azure OpenAI (an OpenAI-compatible API on the resource's own host)."""
+
+    model: str | None = field(
+        "Model (deployment) to use, overriding the one the client asks for; with a dated apiVersion it "
+        "names the deployment in the path.", default=None)
+    resource_name: str = field("The Azure resource name: the host is <resourceName>.openai.azure.com "
+                               "(foundry: <resourceName>.services.ai.azure.com).")
+    resource_type: Literal["openAI", "foundry", "aiServices"] = field(
+        "Endpoint type: openAI (Azure OpenAI Service) or foundry/aiServices (Azure AI Foundry project). "
+        "trioproxy defaults to openAI; agentgateway requires it.", default="openAI")
+    api_version: str | None = field(
+        "api-version: v1 (default: /openai/v1/chat/completions), preview, or a dated version "
+        "(/openai/deployments/<model>/chat/completions?api-version=<version>).", default=None)
+    project_name: str | None = field("Foundry project name (default: resourceName).", default=None)
+
+
+@described(one_of=("openAI", "anthropic", "gemini", "azure"))
+class Provider:
+    """Which LLM provider API the backend speaks: exactly one of openAI, anthropic, gemini, azure."""
+
+    open_ai: OpenAIOptions | None = field(
+        "OpenAI's chat completions API (api.openai.com:443, /v1/chat/completions), or any compatible one "
+        "with hostOverride.", name="openAI", default=None)
+    anthropic: AnthropicOptions | None = field(
+        "Anthropic's Messages API (api.anthropic.com:443, /v1/messages); the key goes in x-api-key, "
+        "anthropic-version defaults to 2023-06-01.", default=None)
+    gemini: GeminiOptions | None = field(
+        "Google Gemini's OpenAI-compatible API (generativelanguage.googleapis.com:443, "
+        "/v1beta/openai/chat/completions).", default=None)
+    azure: AzureOptions | None = field(
+        "Azure OpenAI (<resourceName>.openai.azure.com:443); the key goes in the api-key header.", default=None)
 
 
 @described
 class AIBackend:
-    """An OpenAI-compatible LLM provider."""
+    """An LLM provider: its default host, path and TLS, unless hostOverride/pathOverride say otherwise."""
 
     name: str = field("Backend name (traces, metrics).")
     provider: Provider = field("Provider API.")
-    host_override: Annotated[Address, HOST_PORT_ADDRESS] = field(
-        "HOST:PORT of the provider, reached over plain HTTP.",
-        missing="required: this version reaches providers over plain HTTP at HOST:PORT")
-    path_override: PathText | None = field("Request path to use instead of the client's.", default=None)
+    host_override: Annotated[Address, HOST_PORT_ADDRESS] | None = field(
+        "HOST:PORT to use instead of the provider's host; reached over plain HTTP unless a backendTLS "
+        "policy applies, and the client's path is kept (unless pathOverride).", default=None)
+    path_override: PathText | None = field("Request path to use instead of the provider's (or the client's).",
+                                           default=None)
 
 
 @described(one_of=("host", "ai"))
@@ -455,6 +524,60 @@ class Tracing:
 
 
 @described
+class BackendConnections:
+    """How the gateway connects to backends (agentgateway's `config.backend`); defaults in docs/reliability.md."""
+
+    connect_timeout: Duration | None = field(
+        "Longest wait to establish a TCP connection to a backend (default 10s); past it 503 "
+        "`upstream connect timeout`.", default=None)
+    pool_idle_timeout: Duration | None = field(
+        "How long an idle pooled backend connection is kept (default 1m30s).", default=None)
+    pool_max_size: Annotated[int, Integer(0, 1_000_000)] | None = field(
+        "Idle connections kept per backend (default 256); more may be open, they are closed when done.",
+        default=None)
+    response_header_timeout: Duration | None = field(
+        "Longest wait from sending a request to a backend to its response headers, for routes whose "
+        "`timeout` policy sets neither requestTimeout nor backendRequestTimeout (default 5m); past it "
+        "504 `upstream call timeout`, so a backend that accepts and never answers cannot hold a client "
+        "forever. trioproxy only.", default=None)
+
+
+@described
+class FrontendHttp:
+    """Limits and timeouts for incoming HTTP requests (agentgateway's `frontendPolicies.http`)."""
+
+    max_buffer_size: Annotated[int, Integer(1, 2**40)] | None = field(
+        "Largest request body the gateway buffers, in bytes (an LLM request whose JSON it rewrites; "
+        "default 2097152, 2 MiB, as agentgateway); larger → 413.", default=None)
+    http1_max_headers: Annotated[int, Integer(1, 10_000)] | None = field(
+        "Most headers an HTTP/1 request may have (default 100); more → 431.", default=None)
+    http1_idle_timeout: Duration | None = field(
+        "How long a client connection may stay idle between requests, the time to send a request head "
+        "included (default 1m; agentgateway's is 10m). Applies to connections accepted after a reload.",
+        default=None)
+    request_header_timeout: Duration | None = field(
+        "Longest time from the first byte of a request head to its end (slowloris; default 10s); past it "
+        "408 and the connection is closed. trioproxy only; applies to connections accepted after a reload.",
+        default=None)
+    request_body_idle_timeout: Duration | None = field(
+        "Longest gap between two pieces of a request body (default 1m); past it 408 (or the connection "
+        "is cut when the response has started). trioproxy only.", default=None)
+    max_connections: Annotated[int, Integer(1, 10_000_000)] | None = field(
+        "Client connections per bind (default 10000, or fewer when the open-file limit needs it); past it "
+        "a new connection gets 503 `overloaded` and is closed. trioproxy only; read at start.", default=None)
+    max_requests_in_flight: Annotated[int, Integer(1, 10_000_000)] | None = field(
+        "Requests handled at once per bind (default 10000); past it 503 `overloaded` at once, with "
+        "`connection: close`. trioproxy only.", default=None)
+
+
+@described
+class FrontendPolicies:
+    """Policies for all traffic the gateway receives (agentgateway's top-level `frontendPolicies`)."""
+
+    http: FrontendHttp | None = field("Settings for handling incoming HTTP requests.", default=None)
+
+
+@described
 class Servers:
     """The gateway's own servers; env ADMIN_ADDR, STATS_ADDR, READINESS_ADDR, ADMIN_TOKEN override them."""
 
@@ -468,6 +591,8 @@ class Servers:
     admin_token: str | None = field(
         "Bearer token every admin endpoint requires when adminAddr is not loopback (required then);"
         " env ADMIN_TOKEN overrides it. Use `$VAR` to read it from the environment.", default=None)
+    backend: BackendConnections | None = field(
+        "Connections to backends: connect timeout, pooling, the default response-header timeout.", default=None)
 
 
 @described
@@ -476,3 +601,5 @@ class Document:
 
     config: Servers | None = field("The gateway's own servers.", default=None)
     binds: tuple[Bind, ...] = field("Ports the gateway listens on.", default=())
+    frontend_policies: FrontendPolicies | None = field(
+        "Policies for all traffic the gateway receives: limits and timeouts of client connections.", default=None)

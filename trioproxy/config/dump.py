@@ -79,6 +79,7 @@ def config_dump(config: Config) -> dict[str, Any]:
                                         "target": str(backend.target),
                                         "weight": backend.weight,
                                         "ai": _plain(backend.ai),
+                                        "tls": _plain(backend.tls),
                                         "policies": policies_by_kind(backend.policies, "backend"),
                                     }
                                     for backend in route.backends

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import attrs
 from attrs import frozen
 
+from ..backend_tls import SYSTEM_TRUST, BackendTls
 from ..policies.authorization import AuthorizationSpec
 from ..policies.cors import CorsSpec
 from ..policies.jwt import JwtAuthSpec
@@ -30,6 +31,15 @@ class Address:
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
+
+
+@frozen
+class TlsAddress(Address):
+    """An address reached over TLS. Never equal to the plain ``Address`` of the same host and port,
+    so the connection pool, which keys by address, never hands a plain connection to a TLS
+    backend or the other way round."""
+
+    tls: BackendTls = SYSTEM_TRUST
 
 
 @frozen
@@ -70,6 +80,29 @@ class ServerAddrs:
     readiness: Address = Address("localhost", 15021)
     #: bearer token for the admin server off loopback (``config.adminToken`` / env ``ADMIN_TOKEN``)
     admin_token: str | None = attrs.field(default=None, repr=False)
+
+
+@frozen
+class FrontendSpec:
+    """``frontendPolicies.http``: limits and timeouts of client connections (docs/reliability.md)."""
+
+    max_buffer_size: int = 2 * 1024 * 1024  # agentgateway's default
+    max_headers: int = 100
+    idle_timeout: float = 60.0
+    header_timeout: float = 10.0
+    body_idle_timeout: float = 60.0
+    max_connections: int | None = None  # None: 10000, or fewer when RLIMIT_NOFILE needs it
+    max_in_flight: int = 10_000
+
+
+@frozen
+class BackendConnectionSpec:
+    """``config.backend``: connecting to backends, pooling, and the default response-header timeout."""
+
+    connect_timeout: float = 10.0
+    pool_idle_timeout: float = 90.0
+    pool_max_idle: int = 256
+    response_header_timeout: float = 300.0
 
 
 @frozen
@@ -159,6 +192,7 @@ class Policies:
     timeout: TimeoutPolicy | None = None
     direct_response: DirectResponsePolicy | None = None
     backend_auth: BackendAuth | None = None
+    backend_tls: BackendTls | None = None
 
 
 EMPTY_POLICIES = Policies()
@@ -184,23 +218,31 @@ TRACE_KINDS: dict[str, tuple[tuple[str, str], ...]] = {
         ("retry", ""),
         ("directResponse", "direct_response"),
         ("backendAuth", "backend_auth"),
+        ("backendTLS", "backend_tls"),
     ),
     "backend": (
         ("backendAuth", "backend_auth"),
         ("requestHeaderModifier", "request_header_modifier"),
         ("responseHeaderModifier", "response_header_modifier"),
+        ("backendTLS", "backend_tls"),
     ),
 }
 
 
 @frozen
 class AIBackend:
-    """An OpenAI-compatible LLM provider reached at ``target``."""
+    """An LLM provider reached at its backend's ``target`` (``llm_providers.py`` has the defaults)."""
 
     name: str
-    provider: str
+    provider: str  # openAI, anthropic, gemini, azure
     model: str | None
+    #: the upstream path (pathOverride, else the provider's unless hostOverride; may hold
+    #: ``{model}``); None: the client's path
     path_override: str | None
+    #: streams report usage only when the request asks (OpenAI-style ``stream_options``)
+    stream_usage_option: bool = True
+    #: where the Bearer credential goes for this provider
+    key_header: bytes = b"authorization"
 
 
 @frozen
@@ -210,6 +252,8 @@ class Backend:
     weight: int = 1
     policies: Policies = EMPTY_POLICIES
     ai: AIBackend | None = None
+    #: TLS to the backend (its or its route's backendTLS, or an ``ai`` provider's default); None: plain
+    tls: BackendTls | None = None
 
     @property
     def kind(self) -> str:
@@ -269,6 +313,8 @@ class Config:
     binds: tuple[Bind, ...]
     logging: LoggingSpec | None = None
     tracing: TracingSpec | None = None
+    frontend: FrontendSpec = FrontendSpec()
+    backend: BackendConnectionSpec = BackendConnectionSpec()
     gateway_names: tuple[str, ...] = ("default",)
     #: statuses of the Kubernetes-style resources it was translated from (``config/manifest.py``);
     #: ``()`` for a standalone file. Not part of equality: a status is about the config, not in it.
