@@ -83,7 +83,7 @@ BAD_CONFIGS = [
     ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - {name: a}\n    - {name: a}\n',
      ["<config>:6:14: binds[0].listeners[0].routes[1].name: duplicate route name 'a' (also at binds[0].listeners[0].routes[0])"]),
     ('binds:\n- port: 3000\n  listeners:\n  - protocol: TCP\n',
-     ["<config>:4:15: binds[0].listeners[0].protocol: expected HTTP, got 'TCP'"]),
+     ["<config>:4:15: binds[0].listeners[0].protocol: expected HTTP or HTTPS, got 'TCP'"]),
     ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - matches: [{path: {regex: '('}}]\n",
      ['<config>:5:32: binds[0].listeners[0].routes[0].matches[0].path.regex: invalid regular expression: missing ), unterminated subpattern at position 0']),
     ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - matches: [{path: {pathPrefix: v1}}]\n',

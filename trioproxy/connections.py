@@ -1,7 +1,7 @@
 """Client connections: a cap per bind, EMFILE survived, and a closed connection's fd freed at once.
 
-This is hypercorn's trio ``worker_serve`` (HTTP/1.1 over plain sockets, which is all the gateway
-serves) with three changes, each for a fault found by hostile-client runs (docs/reliability.md):
+This is hypercorn's trio ``worker_serve`` (HTTP/1.1 and HTTP/2, over plain sockets or a bind's TLS,
+docs/protocols.md) with these changes, each for a fault found by hostile-client runs (docs/reliability.md):
 
 - **cap**: at most ``max_connections`` client connections per server. One past the cap is
   accepted, answered ``503 overloaded`` with ``connection: close`` and closed, so a flood of
@@ -29,6 +29,7 @@ import errno
 import logging
 import math
 import os
+import ssl
 from collections.abc import Awaitable, Callable
 from functools import partial
 from http import HTTPStatus
@@ -44,7 +45,7 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import ShutdownError, raise_shutdown
 
-from . import hypercorn_websocket  # noqa: F401 - the client's close code reaches the app
+from . import hypercorn_fixes  # noqa: F401 - hypercorn protocol faults fixed before any server starts
 from .asgi import expects_continue
 
 log = logging.getLogger("trioproxy")
@@ -212,15 +213,17 @@ class _Connection(TCPServer):
 
     def _awaiting_head(self) -> bool:
         h11_protocol = getattr(self.protocol, "protocol", None)
-        connection = getattr(h11_protocol, "connection", None)
-        return connection is not None and connection.their_state is h11.IDLE
+        connection = getattr(h11_protocol, "connection", None)  # an h2 connection after ALPN h2 or h2c
+        return isinstance(connection, h11.Connection) and connection.their_state is h11.IDLE
 
 
-async def _serve_listener(sock: trio.socket.SocketType, handler: Callable[[trio.SocketStream], Awaitable[Any]],
-                          counter: ConnectionCounter, nursery: trio.Nursery) -> None:
+async def _serve_listener(sock: trio.socket.SocketType, handler: Callable[[Any], Awaitable[Any]],
+                          counter: ConnectionCounter, nursery: trio.Nursery,
+                          ssl_context: ssl.SSLContext | None = None) -> None:
     async def run(stream: trio.SocketStream) -> None:
         try:
-            await handler(stream)
+            # hypercorn's connection task runs the TLS handshake (ssl_handshake_timeout) itself.
+            await handler(trio.SSLStream(stream, ssl_context, server_side=True) if ssl_context else stream)
         except trio.Cancelled:
             counter.cut += 1
             raise
@@ -230,6 +233,8 @@ async def _serve_listener(sock: trio.socket.SocketType, handler: Callable[[trio.
 
     async def refuse(stream: trio.SocketStream) -> None:
         try:
+            if ssl_context is not None:
+                return  # no plaintext answer on a TLS port: just close
             with trio.move_on_after(1.0):
                 await stream.send_all(OVERLOADED)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -259,6 +264,7 @@ async def _serve_listener(sock: trio.socket.SocketType, handler: Callable[[trio.
 
 async def serve(app: Any, config: Config, sock: Any, counter: ConnectionCounter, *,
                 shutdown_trigger: Callable[[], Awaitable[None]], header_timeout: float = math.inf,
+                ssl_context: ssl.SSLContext | None = None,
                 task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve ``app`` (hypercorn-wrapped) on a bound, listening stdlib socket until ``shutdown_trigger``."""
     lifespan_state: dict[str, Any] = {}
@@ -276,7 +282,7 @@ async def serve(app: Any, config: Config, sock: Any, counter: ConnectionCounter,
                 async with trio.open_nursery(strict_exception_groups=True) as nursery:
                     nursery.start_soon(raise_shutdown, shutdown_trigger)
                     nursery.start_soon(raise_shutdown, context.terminate.wait)
-                    nursery.start_soon(_serve_listener, listener, handler, counter, server_nursery)
+                    nursery.start_soon(_serve_listener, listener, handler, counter, server_nursery, ssl_context)
                     await trio.sleep_forever()
             except BaseExceptionGroup as error:
                 _, other = error.split((ShutdownError, KeyboardInterrupt))

@@ -32,6 +32,7 @@ class Exchange:
     __slots__ = (
         "_body_claimed",
         "_body_done",
+        "_first_body",
         "arrival",
         "backend",
         "backend_phase",
@@ -95,6 +96,7 @@ class Exchange:
         self.span: Any = None  # the OpenTelemetry server span, when this request is sampled
         self._body_done = False
         self._body_claimed = False  # someone (the upload) reads the body; nobody else may
+        self._first_body: Any = None  # an HTTP/2 body's first message, read by ``peek_body``
         self.body_idle_timeout = inf  # the longest gap between two body pieces (frontendPolicies.http)
 
     # --- what traces and CEL see (request_state / activation in trace.py) --------------------
@@ -123,7 +125,22 @@ class Exchange:
                 return
 
     def has_body(self) -> bool:
-        return any(name in (b"content-length", b"transfer-encoding") for name, _ in self.scope["headers"])
+        return self._first_body is not None or any(
+            name in (b"content-length", b"transfer-encoding") for name, _ in self.scope["headers"])
+
+    async def peek_body(self) -> None:
+        """HTTP/2 (and 3) may send a body without ``content-length``, and a request without one
+        ends with its headers: read the first body message to learn which (``has_body`` then
+        knows; the message is the body's first chunk). HTTP/1 declares its framing: no read."""
+        if self.has_body() or self._body_claimed or self._body_done \
+                or self.scope.get("http_version", "1.1").startswith("1"):
+            return
+        message = await self.receive()
+        if message["type"] == "http.disconnect":
+            self.disconnected = True
+            raise ClientDisconnected()
+        if message.get("body") or message.get("more_body"):
+            self._first_body = message
 
     def request_body(self) -> bytes | AsyncIterator[bytes]:
         """The body for the upstream call, streamed; ``b""`` when the request has none."""
@@ -136,6 +153,7 @@ class Exchange:
         """Buffer the whole body (for stages that must rewrite it); 400 above ``limit``."""
         chunks = []
         size = 0
+        await self.peek_body()
         if not self.has_body():
             self._watch_disconnect()
             return b""
@@ -150,9 +168,10 @@ class Exchange:
         self._body_claimed = True
         capture = self.request_capture
         while True:
-            message = None
-            with trio.move_on_after(self.body_idle_timeout):
-                message = await self.receive()
+            message, self._first_body = self._first_body, None
+            if message is None:
+                with trio.move_on_after(self.body_idle_timeout):
+                    message = await self.receive()
             if message is None:  # a slow (or stalled) client must not hold a backend connection
                 raise RequestBodyTimeout()
             if message["type"] == "http.disconnect":

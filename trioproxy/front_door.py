@@ -74,9 +74,11 @@ class FrontDoor:
                 has_length = True
             elif name == b"transfer-encoding":
                 has_encoding = True
+        # ``connection: close`` is HTTP/1 only (an HTTP/2 answer with it is a protocol error).
+        http1 = scope.get("http_version", "1.1").startswith("1")
         if has_length and has_encoding:
             self._reject("cl_te")
-            await _answer(send, 400, "bad request: both content-length and transfer-encoding", close=True)
+            await _answer(send, 400, "bad request: both content-length and transfer-encoding", close=http1)
             return
         try:
             scope = _normalised(scope)
@@ -86,7 +88,7 @@ class FrontDoor:
             return
         if self.in_flight >= self.max_in_flight():
             self._reject("overloaded")
-            await _answer(send, 503, "overloaded", close=True)
+            await _answer(send, 503, "overloaded", close=http1)
             return
         self.in_flight += 1
         try:

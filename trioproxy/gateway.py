@@ -254,8 +254,11 @@ class Gateway:
             body: bytes | AsyncIterator[bytes] = llm_body
             framing: Header | None = (b"content-length", str(len(llm_body)).encode()) if llm_body or x.has_body() else None
         else:
+            await x.peek_body()  # HTTP/2: is there a body without content-length?
             body = x.request_body()
             framing = request_framing(scope["headers"])
+            if framing is None and x.has_body():
+                framing = (b"transfer-encoding", b"chunked")  # an HTTP/2 body of unknown length
         client = scope.get("client")
         upstream_headers = forwarded_request_headers(
             x.headers, client=client[0] if client else None, scheme=scope.get("scheme", "http"), framing=framing)

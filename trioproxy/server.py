@@ -16,6 +16,7 @@ import math
 import os
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -90,11 +91,13 @@ def hypercorn_config(*, graceful_timeout: float, idle_timeout: float = 60.0) -> 
     config.h11_max_incomplete_size = 32 * 1024  # request line + headers; larger → 400/431 by h11
     config.keep_alive_max_requests = 100_000
     config.websocket_max_message_size = websocket.WEBSOCKET_MAX_MESSAGE_SIZE  # client → gateway (docs/protocols.md)
+    config.ssl_handshake_timeout = 10.0  # a TLS bind's client that stalls its handshake is dropped
     return config
 
 
 async def _serve(app: Any, sock: socket.socket, graceful: float, shutdown: trio.Event,
                  counter: ConnectionCounter | None = None, frontend: FrontendSpec | None = None,
+                 ssl_context: ssl.SSLContext | None = None,
                  task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """One server on ``sock``; a bind's ``frontend`` limits (``frontendPolicies.http``) are read here,
     at start: a reload changes them for the data plane's requests, not for this accept loop."""
@@ -103,7 +106,24 @@ async def _serve(app: Any, sock: socket.socket, graceful: float, shutdown: trio.
     config.include_date_header = not getattr(app, "sets_date_header", False)  # http_date.py
     await serve(wrap_app(app, config.wsgi_max_body_size, "asgi"), config, sock, counter,
                 shutdown_trigger=shutdown.wait, task_status=task_status,
-                header_timeout=frontend.header_timeout if frontend else math.inf)
+                header_timeout=frontend.header_timeout if frontend else math.inf, ssl_context=ssl_context)
+
+
+def _tls_contexts(config: Config) -> dict[int, ssl.SSLContext]:
+    """bind port → its server SSL context (files checked at load; a file gone since is named here)."""
+    from .listener_tls import TlsFileError, server_context
+
+    contexts = {}
+    for i, bind in enumerate(config.binds):
+        tls = bind.tls
+        if tls is None:
+            continue
+        try:
+            contexts[bind.port] = server_context(tls)
+        except TlsFileError as error:
+            j = next(j for j, listener in enumerate(bind.listeners) if listener.tls is not None)
+            raise StartupError(f"binds[{i}].listeners[{j}].tls.{error.field}: {error}") from None
+    return contexts
 
 
 def _count_reject(metrics: Any, bind: str, reason: str) -> None:
@@ -217,6 +237,7 @@ async def serve_gateway(
     # Keep a margin of descriptors for backend connections, the admin side and files.
     max_connections = config.frontend.max_connections or min(
         DEFAULT_MAX_CONNECTIONS, max(16, (nofile - 256) // 2 // max(1, len(config.binds))))
+    tls_contexts = _tls_contexts(config)
     runtime = Runtime(config)
     # Bind every socket up front: errors name the place, and nothing runs half-started.
     sockets: list[socket.socket] = []
@@ -261,7 +282,8 @@ async def serve_gateway(
                                       max_in_flight=lambda: runtime.state.config.frontend.max_in_flight,
                                       on_reject=partial(_count_reject, metrics, str(port)))
                     await binds.start(_serve, front, sock, drain_timeout, shutdown,
-                                      _counter(str(port), max_connections, metrics), config.frontend)
+                                      _counter(str(port), max_connections, metrics), config.frontend,
+                                      tls_contexts.get(port))
                 async with trio.open_nursery() as background:
                     await background.start(runtime.jwks.run)  # first JWKS fetches, then refreshes
                     if config_path is not None:
@@ -308,8 +330,9 @@ async def run_until_signalled(config: Config, *, config_path: str | None, drain_
 
             nursery.start_soon(on_signals)
             info = await nursery.start(gateway)
+            schemes = {bind.port: "https" if bind.tls else "http" for bind in config.binds}
             for port, actual in info.ports.items():
-                print(f"trioproxy: bind {port} listening on http://0.0.0.0:{actual}", file=sys.stderr, flush=True)
+                print(f"trioproxy: bind {port} listening on {schemes[port]}://0.0.0.0:{actual}", file=sys.stderr, flush=True)
             print(f"trioproxy: admin listening on http://{info.admin}", file=sys.stderr, flush=True)
             print(f"trioproxy: stats listening on http://{info.stats}", file=sys.stderr, flush=True)
             print(f"trioproxy: readiness listening on http://{info.readiness}", file=sys.stderr, flush=True)

@@ -28,7 +28,7 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
         "workerThreads xdsAddress xdsAuthToken"
     ),
     "Bind": _names("mode tunnelProtocol"),
-    "Listener": _names("namespace tcpRoutes tls"),
+    "Listener": _names("namespace tcpRoutes"),
     "Route": _names("ruleName"),
     "Backend": _names("aws backend dynamic internal invalid mcp routeGroup service"),
     "GatewayPolicies": _names("apiKey basicAuth extAuthz extProc oidc transformations"),

@@ -341,7 +341,36 @@ def _listener(listener: d.Listener, port: int, r: Reader) -> m.Listener:
         routes.append(compiled)
     return m.Listener(key=key, name=listener.name or f"listener{index}", protocol=listener.protocol,
                       hostname=listener.hostname, policies=compile_policies(listener.policies, r),
-                      routes=tuple(routes))
+                      routes=tuple(routes), tls=_listener_tls(listener, r))
+
+
+def _listener_tls(listener: d.Listener, r: Reader) -> m.ListenerTls | None:
+    """The listener's TLS files, checked now (readable, a matching chain and key, a CA bundle)."""
+    from ..listener_tls import TlsFileError, server_context
+
+    value = listener.tls
+    if value is None:
+        if listener.protocol == "HTTPS":
+            r.at(listener, "protocol", "HTTPS needs tls: {cert, key}")
+        return None
+    if listener.protocol != "HTTPS":
+        r.at(listener, "tls", "tls needs protocol: HTTPS")
+    tls = m.ListenerTls(value.cert, value.key, value.root)
+    try:
+        server_context(tls)
+    except TlsFileError as error:
+        r.at(value, error.field, str(error))
+    return tls
+
+
+def _bind_tls(bind: d.Bind, r: Reader) -> None:
+    """A bind is one socket: all its listeners speak TLS or none does, with one certificate."""
+    with_tls = [listener for listener in bind.listeners if listener.tls is not None]
+    if with_tls and len(with_tls) != len(bind.listeners):
+        plain = next(listener for listener in bind.listeners if listener.tls is None)
+        r.at(plain, "tls", "every listener of a bind with a TLS listener needs the same tls (one socket)")
+    elif len({(x.tls.cert, x.tls.key, x.tls.root) for x in with_tls if x.tls is not None}) > 1:
+        r.at(with_tls[1], "tls", "one certificate per bind in this version: the listeners of a bind need the same tls")
 
 
 # --- servers and the whole config --------------------------------------------------------------
@@ -375,6 +404,7 @@ def compile_document(document: d.Document, env: Mapping[str, str], r: Reader) ->
             r.at(bind, "port", f"port {bind.port} is already bound by binds[{ports[bind.port]}]")
         ports.setdefault(bind.port, index)
         binds.append(m.Bind(bind.port, tuple(_listener(x, bind.port, r) for x in bind.listeners)))
+        _bind_tls(bind, r)
     servers = document.config
     return m.Config(servers=_servers(servers, env, r), binds=tuple(binds),
                     logging=_logging(servers.logging, r) if servers and servers.logging else None,

@@ -451,14 +451,25 @@ class Route:
 
 
 @described
+class ListenerTls:
+    """TLS for a listener (protocol HTTPS): serves HTTP/2 (ALPN h2) and HTTP/1.1 (docs/protocols.md)."""
+
+    cert: str = field("Path of the PEM certificate chain (leaf first).")
+    key: str = field("Path of the PEM private key of the certificate.")
+    root: str | None = field(
+        "Path of a PEM CA bundle: clients must present a certificate it verifies (mTLS).", default=None)
+
+
+@described
 class Listener:
     """A set of routes on one bind."""
 
     name: str | None = field("Listener name (default listener<index>).", default=None)
-    protocol: Literal["HTTP"] = field("Protocol; only HTTP.", default="HTTP")
+    protocol: Literal["HTTP", "HTTPS"] = field("Protocol: HTTP, or HTTPS (needs tls).", default="HTTP")
     hostname: Hostname | None = field("Host names this listener takes (absent: any).", default=None)
     policies: GatewayPolicies | None = field("Gateway-phase policies.", default=None)
     routes: tuple[Route, ...] = field("Routes, tried in order of specificity.", default=())
+    tls: ListenerTls | None = field("TLS certificate and key (protocol HTTPS).", default=None)
 
 
 @described

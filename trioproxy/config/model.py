@@ -273,6 +273,15 @@ class Route:
 
 
 @frozen
+class ListenerTls:
+    """Files of a listener's TLS (``listener_tls.server_context`` builds the SSL context)."""
+
+    cert: str
+    key: str
+    root: str | None = None  # CA bundle: client certificates are required and verified
+
+
+@frozen
 class Listener:
     key: str
     name: str
@@ -280,12 +289,18 @@ class Listener:
     hostname: str | None
     policies: Policies
     routes: tuple[Route, ...]
+    tls: ListenerTls | None = None
 
 
 @frozen
 class Bind:
     port: int
     listeners: tuple[Listener, ...]
+
+    @property
+    def tls(self) -> ListenerTls | None:
+        """The bind's TLS: its listeners' (config loading allows one TLS listener per bind)."""
+        return next((listener.tls for listener in self.listeners if listener.tls is not None), None)
 
     @property
     def key(self) -> str:
