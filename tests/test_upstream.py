@@ -576,3 +576,45 @@ async def test_a_connection_is_an_async_context_manager(nursery):
     assert repr(conn) == "<UpstreamConnection a.test:80 CLOSED requests=1>"
     assert pool.open_connections == 0
     assert isinstance(UpstreamResponse, type)
+
+
+# --- the staleness probe and the synchronous close on real sockets -----------------------------
+
+async def test_a_socket_stream_is_probed_with_select_and_closed_at_once():
+    ours, theirs = trio.socket.socketpair()
+    conn = UpstreamConnection(trio.SocketStream(ours), A)
+    assert not conn.is_readable()
+    await theirs.send(b"x")
+    assert conn.is_readable()  # unasked-for bytes
+    assert await conn.stream.receive_some(10) == b"x"
+    assert not conn.is_readable()
+    theirs.close()
+    assert conn.is_readable()  # EOF
+    conn.close()
+    assert ours.fileno() == -1
+    assert conn.is_readable()  # a closed socket is never reused either
+    assert repr(conn) == "<UpstreamConnection a.test:80 CLOSED requests=0>"
+
+
+async def test_a_tls_stream_is_probed_and_closed_through_its_transport():
+    import ssl
+
+    ours, theirs = trio.socket.socketpair()
+    tls = trio.SSLStream(trio.SocketStream(ours), ssl.create_default_context(), server_hostname="a.test")
+    conn = UpstreamConnection(tls, A)
+    assert not conn.is_readable()
+    theirs.close()
+    assert conn.is_readable()
+    conn.close()
+    assert ours.fileno() == -1
+
+
+async def test_a_stream_without_a_socket_or_probe_is_taken_as_fresh_and_closed_by_halves():
+    pool_side, backend_side = trio.testing.memory_stream_pair()
+    conn = UpstreamConnection(pool_side, A)
+    assert not conn.is_readable()
+    conn.close()
+    with pytest.raises(trio.ClosedResourceError):
+        await pool_side.send_stream.send_all(b"x")
+    with pytest.raises(trio.ClosedResourceError):
+        await pool_side.receive_stream.receive_some()
