@@ -125,11 +125,13 @@ async def soak(args: argparse.Namespace) -> dict:
         finally:
             gw.terminate()
             try:
-                out, _ = gw.communicate(timeout=15)
+                gw.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 gw.kill()
-                out, _ = gw.communicate()
-            log_path.write_text(out or "")
+                gw.wait()
+            await trio.sleep(0.2)  # the reader thread takes the last lines
+            out = "".join(gw.output_lines)  # start() keeps reading the output so the pipe never fills
+            log_path.write_text(out)
             echo.terminate()
             mock.terminate()
         unexpected = {k: {o: n for o, n in c.items() if o not in EXPECTED[k]} for k, c in outcomes.items()}

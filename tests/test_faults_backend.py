@@ -169,3 +169,15 @@ async def test_row4_a_slowloris_head_gets_408_and_is_closed(nursery, backend):
             assert answer.startswith(b"HTTP/1.1 200 OK")
             await trio.sleep(0.25)  # idle time between requests is not head time
         await stream.aclose()
+
+
+async def test_config_backend_reaches_the_pool_and_follows_reloads():
+    from trioproxy.config import parse_config
+    from trioproxy.runtime import Runtime
+
+    first = parse_config("config: {backend: {connectTimeout: 2s, poolIdleTimeout: 30s, poolMaxSize: 3}}\n"
+                         "binds: []\n", env={})
+    runtime = Runtime(first)
+    assert (runtime.pool.connect_timeout, runtime.pool.idle_timeout, runtime.pool.max_idle_per_target) == (2, 30, 3)
+    runtime.apply(parse_config("binds: []\n", env={}))
+    assert (runtime.pool.connect_timeout, runtime.pool.idle_timeout, runtime.pool.max_idle_per_target) == (10, 90, 256)

@@ -553,11 +553,11 @@ class FrontendHttp:
         "Most headers an HTTP/1 request may have (default 100); more → 431.", default=None)
     http1_idle_timeout: Duration | None = field(
         "How long a client connection may stay idle between requests, the time to send a request head "
-        "included (default 1m; agentgateway's is 10m). Applies to connections accepted after a reload.",
+        "included (default 1m; agentgateway's is 10m). Read at start: a reload does not change it.",
         default=None)
     request_header_timeout: Duration | None = field(
         "Longest time from the first byte of a request head to its end (slowloris; default 10s); past it "
-        "408 and the connection is closed. trioproxy only; applies to connections accepted after a reload.",
+        "408 and the connection is closed. trioproxy only; read at start: a reload does not change it.",
         default=None)
     request_body_idle_timeout: Duration | None = field(
         "Longest gap between two pieces of a request body (default 1m); past it 408 (or the connection "
