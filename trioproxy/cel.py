@@ -39,6 +39,7 @@ sources longer than :data:`MAX_EXPRESSION_LENGTH` are refused at compile time.
 from __future__ import annotations
 
 import ipaddress
+import random
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -108,7 +109,8 @@ def _contains_ip(network: str, address: str) -> bool:
 
 #: agentgateway's CEL extensions that this module provides. Only expressions that call one
 #: pay for the engine's ``Context`` (~30 µs per evaluation); the others get a plain dict.
-EXTENSION_FUNCTIONS: dict[str, Callable[..., Any]] = {"cidr": _cidr, "containsIP": _contains_ip}
+EXTENSION_FUNCTIONS: dict[str, Callable[..., Any]] = {"cidr": _cidr, "containsIP": _contains_ip,
+                                                      "random": random.random}
 
 
 class CelError(ValueError):

@@ -53,6 +53,7 @@ from .policies.headers import (
     without_hop_by_hop,
 )
 from .policies.ratelimit_local import LocalRateLimiter, most_constrained
+from .policies.retry import MAX_RETRY_BODY, retryable_error, retryable_status
 from .policies.stage import Phase
 from .routing import Request
 from .runtime import CompiledRoute, GatewayState, Runtime
@@ -198,6 +199,7 @@ class Gateway:
         if selection.route is None:
             raise RouteNotFound()
         route = x.route = selection.route
+        x.route_match = selection.match
         compiled = state.routes[route.key]
 
         # requestTimeout: from arrival, over everything from here to the upstream's response
@@ -251,8 +253,8 @@ class Gateway:
             body: bytes | AsyncIterator[bytes] = llm_body
             framing: Header | None = (b"content-length", str(len(llm_body)).encode()) if llm_body or x.has_body() else None
         else:
-            body = x.request_body()
             framing = request_framing(scope["headers"])
+            body = await self._retryable_body(x) if x.retry is not None else x.request_body()
         client = scope.get("client")
         upstream_headers = forwarded_request_headers(
             x.headers, client=client[0] if client else None, scheme=scope.get("scheme", "http"), framing=framing)
@@ -264,8 +266,48 @@ class Gateway:
         # 6. upstream
         query = scope.get("query_string", b"")
         path = x.upstream_path.encode() if x.upstream_path else (scope.get("raw_path") or scope["path"].encode())
-        return await self._call_backend(x, route, backend, path + b"?" + query if query else path,
-                                        upstream_headers, body)
+        target = path + b"?" + query if query else path
+        for mirror in x.mirrors:  # copies run in the root nursery: never in this request's way
+            self.runtime.mirrors.send(mirror, scope["method"].encode(), target, upstream_headers,
+                                      body if isinstance(body, bytes) else b"")
+        if x.retry is not None and isinstance(body, bytes):
+            return await self._call_with_retries(x, route, backend, target, upstream_headers, body)
+        return await self._call_backend(x, route, backend, target, upstream_headers, body)
+
+    async def _retryable_body(self, x: Exchange) -> bytes | AsyncIterator[bytes]:
+        """The body buffered for replay when it is small and declared by content-length; else
+        streamed, and the request is not retried (policies/retry.py)."""
+        length = header_value(x.scope["headers"], b"content-length")
+        if not x.has_body() or (length is not None and length.isdigit() and int(length) <= MAX_RETRY_BODY):
+            return await x.read_body(MAX_RETRY_BODY)
+        x.tracer.event("retry", severity="warn", attempt=0, result="disabled: the request body is streamed")
+        x.retry = None
+        return x.request_body()
+
+    async def _call_with_retries(self, x: Exchange, route: Route, backend: Backend, target: bytes,
+                                 headers: list[Header], body: bytes) -> UpstreamResponse:
+        """``retry``: the call again on a listed status or a failed call, all under requestTimeout."""
+        spec = x.retry
+        assert spec is not None
+        attempt = 0
+        while True:
+            sent = headers if attempt == 0 else headers + [(b"x-retry-attempt", str(attempt).encode())]
+            last = attempt >= spec.attempts
+            try:
+                response = await self._call_backend(x, route, backend, target, sent, body)
+            except ProxyError as error:
+                if last or not retryable_error(error):
+                    raise
+                reason = error.message
+            else:
+                if last or not retryable_status(spec, response.status):
+                    return response
+                await response.aclose()  # the client never sees a retried response
+                reason = f"status {response.status}"
+            attempt += 1
+            x.tracer.event("retry", severity="warn", attempt=attempt, reason=reason)
+            if spec.backoff:
+                await trio.sleep(spec.backoff)
 
     async def _prepare_llm_request(self, x: Exchange, backend: Backend) -> bytes:
         """Buffer and rewrite an OpenAI-style JSON body; the path may be overridden."""

@@ -33,9 +33,8 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "Backend": _names("aws backend dynamic internal invalid mcp routeGroup service"),
     "GatewayPolicies": _names("apiKey basicAuth extAuthz extProc oidc transformations"),
     "RoutePolicies": _names(
-        "a2a ai apiKey backendTLS backendTunnel basicAuth buffer csrf delay extAuthz extProc "
-        "mcpAuthentication mcpAuthorization mcpGuardrails oidc requestMirror requestRedirect "
-        "transformations urlRewrite"
+        "a2a ai apiKey backendTLS backendTunnel basicAuth buffer csrf extAuthz extProc "
+        "mcpAuthentication mcpAuthorization mcpGuardrails oidc requestRedirect transformations"
     ),
     "BackendPolicies": _names(
         "a2a ai authorization backendTLS backendTunnel extAuthz health http inferenceRouting "
@@ -45,6 +44,9 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "Provider": _names("anthropic azure bedrock copilot custom gemini vertex"),
     "OpenAIOptions": _names("moderation"),
     "DirectResponse": _names("bodyExpression headers"),
+    "ConditionalDirectResponse": _names("bodyExpression headers"),
+    "Retry": _names("precondition condition"),
+    "MirrorBackend": _names("service backend"),
     "BackendAuth": _names("aws azure crossAppAccess gcp jwtSign oauthTokenExchange passthrough"),
     # only the Authorization: Bearer header is read; exp is always required
     "JwtAuth": _names("location jwtValidationOptions"),

@@ -23,7 +23,9 @@ import attrs
 
 from ..policies.authorization import AuthorizationSpec, Rule
 from ..policies.cors import CorsSpec
+from ..policies.delay import DelaySpec
 from ..policies.jwt import JwksError, JwksSource, JwtAuthSpec, ProviderSpec, parse_jwks
+from ..policies.mirror import MirrorSpec
 from ..policies.ratelimit_local import LocalRateLimitSpec
 from ..policies.ratelimit_remote import (
     RemoteDescriptor,
@@ -32,10 +34,12 @@ from ..policies.ratelimit_remote import (
     compile_entry,
     never_evaluating,
 )
+from ..policies.retry import RetrySpec
+from ..policies.url_rewrite import UrlRewriteSpec
 from . import document as d
 from . import model as m
 from .describe import Reader
-from .scalars import parse_address
+from .scalars import parse_duration, parse_server_address
 
 # --- policies ----------------------------------------------------------------------------------
 
@@ -54,8 +58,63 @@ def _timeout(value: d.Timeout, r: Reader) -> m.TimeoutPolicy:
     return m.TimeoutPolicy(value.request_timeout, value.backend_request_timeout)
 
 
-def _direct_response(value: d.DirectResponse, r: Reader) -> m.DirectResponsePolicy:
-    return m.DirectResponsePolicy(value.status, value.body)
+def _direct_response(value: d.DirectResponse, r: Reader) -> m.DirectResponsePolicy | m.ConditionalDirectResponse | None:
+    if not value.conditional:
+        if value.status is None:
+            r.at(value, None, "status is required (or give conditional)")
+            return None
+        return m.DirectResponsePolicy(value.status, value.body)
+    if value.status is not None:
+        r.at(value, "status", "use either conditional or status/body, not both")
+        return None
+    entries = value.conditional
+    for entry in entries[:-1]:
+        if entry.condition is None:
+            r.at(entry, None, "an entry without a condition is the fallback and must be the last one")
+            return None
+    return m.ConditionalDirectResponse(tuple(m.DirectResponsePolicy(e.status, e.body, e.condition) for e in entries))
+
+
+def _retry(value: d.Retry, r: Reader) -> RetrySpec:
+    return RetrySpec(value.attempts, tuple(sorted(set(value.codes))), value.backoff)
+
+
+def _url_rewrite(value: d.UrlRewrite, r: Reader) -> UrlRewriteSpec:
+    path_kind: Any = None
+    path: str | None = ""
+    if value.path is not None:
+        path_kind, path = ("full", value.path.full) if value.path.full is not None else ("prefix", value.path.prefix)
+    authority_kind: Any = None
+    authority = ""
+    given = value.authority
+    if isinstance(given, d.AuthorityRewrite):
+        if given.full is not None:
+            authority_kind, authority = "full", given.full
+        elif given.host is not None:
+            authority_kind, authority = "host", given.host
+        else:
+            authority_kind, authority = "port", str(given.port)
+    return UrlRewriteSpec(path_kind, path or "", authority_kind, authority)
+
+
+def _request_mirror(value: d.RequestMirror, r: Reader) -> MirrorSpec:
+    return MirrorSpec(value.backend.host, value.percentage)
+
+
+def _delay(value: d.Delay, r: Reader) -> DelaySpec | None:
+    """A duration such as ``2s``, else a CEL expression (agentgateway's ``de_duration_or_expression``)."""
+    try:
+        return DelaySpec(value.duration, parse_duration(value.duration))
+    except ValueError:
+        pass
+    from ..cel import CelError, compile_expression
+
+    try:
+        compile_expression(value.duration)
+    except CelError as error:
+        r.at(value, "duration", f"expected a duration such as 2s or a CEL expression: {error}")
+        return None
+    return DelaySpec(value.duration)
 
 
 def _backend_auth(value: d.BackendAuth, r: Reader) -> m.BackendAuth:
@@ -187,6 +246,10 @@ POLICY_COMPILERS: dict[str, Callable[[Any, Reader], Any]] = {
     "timeout": _timeout,
     "direct_response": _direct_response,
     "backend_auth": _backend_auth,
+    "retry": _retry,
+    "url_rewrite": _url_rewrite,
+    "request_mirror": _request_mirror,
+    "delay": _delay,
 }
 
 
@@ -246,6 +309,11 @@ def _route(route: d.Route, listener_key: str, r: Reader) -> m.Route:
     index = r.origin(route).index or 0
     name = route.name or f"route{index}"
     policies = compile_policies(route.policies, r)
+    rewrite = policies.url_rewrite
+    if rewrite is not None and rewrite.path_kind == "prefix" and any(
+            x.path is not None and x.path.path_prefix is None for x in route.matches):
+        assert route.policies is not None and route.policies.url_rewrite is not None
+        r.at(route.policies.url_rewrite, "path", "a prefix rewrite needs every match of the route to be a pathPrefix")
     backends = tuple(_backend(b, r) for b in route.backends)
     if policies.backend_auth is not None:  # a route's backendAuth is each backend's, unless it has its own
         backends = tuple(b if b.policies.backend_auth is not None else attrs.evolve(
@@ -286,17 +354,21 @@ SERVER_ENV = (("admin", "admin_addr", "ADMIN_ADDR"), ("stats", "stats_addr", "ST
 
 def _servers(servers: d.Servers | None, env: Mapping[str, str], r: Reader) -> m.ServerAddrs:
     defaults = m.ServerAddrs()
-    out = {}
+    out: dict[str, Any] = {}
+    off = set()
     for attribute, field_name, env_name in SERVER_ENV:
         value = getattr(servers, field_name) if servers is not None else None
         if env.get(env_name):
             try:
-                value = parse_address(env[env_name], allow_port_zero=True)
+                value = parse_server_address(env[env_name])
             except ValueError:
-                r.problem(f"env {env_name}", f"expected HOST:PORT, got {env[env_name]!r}")
+                r.problem(f"env {env_name}", f"expected HOST:PORT or off, got {env[env_name]!r}")
+        if value == "off":
+            off.add(attribute)
+            value = None
         out[attribute] = value or getattr(defaults, attribute)
     token = env.get("ADMIN_TOKEN") or (servers.admin_token if servers is not None else None)
-    return m.ServerAddrs(**out, admin_token=token or None)
+    return m.ServerAddrs(**out, admin_token=token or None, off=frozenset(off))
 
 
 def compile_document(document: d.Document, env: Mapping[str, str], r: Reader) -> m.Config:
