@@ -58,7 +58,7 @@ __all__ = [
 
 #: Root variables an expression may reference (agentgateway's names).
 ALLOWED_ROOTS: frozenset[str] = frozenset(
-    {"request", "source", "jwt", "llm", "response", "backend"}
+    {"request", "source", "jwt", "llm", "response", "backend", "llmRequest"}
 )
 
 #: Longest accepted expression source, in characters.  Gateway expressions are short;
@@ -95,6 +95,11 @@ def _cidr(text: str) -> str:
     return text
 
 
+def _strip_prefix(text: str, prefix: str) -> str:
+    """``llmRequest.model.stripPrefix("anthropic/")``: ``text`` without ``prefix`` when it starts with it."""
+    return text[len(prefix):] if isinstance(text, str) and text.startswith(prefix) else text
+
+
 def _contains_ip(network: str, address: str) -> bool:
     """``cidr(...).containsIP(source.address)``: false for an invalid network or address (the
     engine would print a Python error for every raising call); IPv4-mapped IPv6 counts as IPv4."""
@@ -110,7 +115,7 @@ def _contains_ip(network: str, address: str) -> bool:
 #: agentgateway's CEL extensions that this module provides. Only expressions that call one
 #: pay for the engine's ``Context`` (~30 µs per evaluation); the others get a plain dict.
 EXTENSION_FUNCTIONS: dict[str, Callable[..., Any]] = {"cidr": _cidr, "containsIP": _contains_ip,
-                                                      "random": random.random}
+                                                      "random": random.random, "stripPrefix": _strip_prefix}
 
 
 class CelError(ValueError):

@@ -45,6 +45,7 @@ class Exchange:
         "limits",
         "listener",
         "llm",
+        "llm_request",
         "mirrors",
         "nursery",
         "receive",
@@ -87,6 +88,7 @@ class Exchange:
         self.route_match: RouteMatch | None = None  # the route's alternative that matched
         self.retry: RetrySpec | None = None  # set by the retry stage: the upstream call may be retried
         self.mirrors: tuple[Address, ...] = ()  # set by requestMirror stages: where copies go
+        self.llm_request: tuple[bytes, str | None] | None = None  # llm: format: (body read, model to send)
         self.backend_phase: Phase | None = None  # the chosen backend's compiled stages
         self.upstream_started: float | None = None  # when the upstream call started
         self.request_capture: BodyCapture | None = None

@@ -45,6 +45,7 @@ from .errors import (
 )
 from .exchange import ClientDisconnected, Exchange
 from .llm import UsageReader, prepare_request_body
+from .llm_models import select_model, transformed_model
 from .otel import OtelTracing
 from .policies.headers import (
     forwarded_request_headers,
@@ -236,8 +237,8 @@ class Gateway:
             await stage.request(x)
         tr.snapshot("route policies", x)
 
-        # 5. backend phase
-        chosen = compiled.choose_backend()
+        # 5. backend phase (the llm: format chooses by the body's model)
+        chosen = await self._choose_model(x, compiled) if route.models else compiled.choose_backend()
         if chosen is None:
             raise BackendUnreachable(f"no backend available for route {route.name}")
         backend, phase = chosen
@@ -312,8 +313,11 @@ class Gateway:
     async def _prepare_llm_request(self, x: Exchange, backend: Backend) -> bytes:
         """Buffer and rewrite an OpenAI-style JSON body; the path may be overridden."""
         assert backend.ai is not None
-        original = await x.read_body(MAX_LLM_REQUEST_BODY)
-        body, info = prepare_request_body(original, model_override=backend.ai.model)
+        if x.llm_request is not None:  # read already to choose the model (llm: format)
+            original, override = x.llm_request
+        else:
+            original, override = await x.read_body(MAX_LLM_REQUEST_BODY), None
+        body, info = prepare_request_body(original, model_override=override or backend.ai.model)
         x.llm = {"provider": backend.ai.provider, "model": info.model if info else None,
                  "streaming": info.streaming if info else False}
         if backend.ai.path_override:
@@ -322,6 +326,13 @@ class Gateway:
             x.request_capture = BodyCapture(x.request_capture.limit)
             x.request_capture.feed(body)
         return body
+
+    async def _choose_model(self, x: Exchange, compiled: CompiledRoute) -> tuple[Backend, Phase]:
+        """The ``llm.models`` entry for the request body's model (llm_models.py); 404/400 JSON otherwise."""
+        body = await x.read_body(MAX_LLM_REQUEST_BODY)
+        entry, request = select_model(compiled.route.models, body)
+        x.llm_request = (body, transformed_model(entry, request))
+        return compiled.route.backends[entry.backend], compiled.phases_by_index[entry.backend]
 
     async def _call_backend(self, x: Exchange, route: Route, backend: Backend, target: bytes,
                             headers: list[Header], body: bytes | AsyncIterator[bytes]) -> UpstreamResponse:

@@ -17,7 +17,7 @@ def _names(text: str) -> frozenset[str]:
 
 UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "Document": _names(
-        "backends frontendPolicies gateways llm mcp policies routeGroups routes services tcpRoutes ui "
+        "backends frontendPolicies gateways mcp policies routeGroups routes services tcpRoutes ui "
         "workloads"
     ),
     "Servers": _names(
@@ -51,4 +51,13 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
     # only the Authorization: Bearer header is read; exp is always required
     "JwtAuth": _names("location jwtValidationOptions"),
     "JwtProvider": _names("jwtValidationOptions"),
+    "Llm": _names("gateways tls providers virtualModels policies"),
+    "LlmModel": _names(
+        "id visibility passthrough authorization defaults overrides finalTransformation requestHeaders "
+        "responseHeaders backendTLS tls auth health backendTunnel guardrails promptCaching matches"
+    ),
+    "LlmParams": _names(
+        "awsRegion vertexRegion vertexProject azureResourceName azureResourceType azureApiVersion "
+        "azureProjectName baseUrl pathPrefix tokenize"
+    ),
 }

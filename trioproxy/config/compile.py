@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
+import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -346,6 +347,72 @@ def _listener(listener: d.Listener, port: int, r: Reader) -> m.Listener:
                       routes=tuple(routes))
 
 
+# --- the llm: format -----------------------------------------------------------------------------
+
+DEFAULT_LLM_PORT = 4000  # agentgateway's
+
+
+def _llm_provider(model: d.LlmModel, r: Reader) -> Any:
+    """``provider: openAI`` as the ``ai`` backend's ``provider: {openAI: {model}}``: any provider
+    ``document.Provider`` describes is accepted, others are named as agentgateway-only."""
+    from .agentgateway_fields import UNIMPLEMENTED
+    from .describe import wire_name
+
+    by_wire = {wire_name(a): a for a in attrs.fields(typing.cast(Any, d.Provider))}
+    attribute = by_wire.get(model.provider)
+    if attribute is None:
+        if model.provider in UNIMPLEMENTED["Provider"]:
+            r.at(model, "provider", f"'{model.provider}' is an agentgateway feature that trioproxy does not implement")
+        else:
+            r.at(model, "provider", f"unknown provider {model.provider!r} (expected one of: {', '.join(by_wire)})")
+        return None
+    options_type = next(t for t in typing.get_args(typing.get_type_hints(d.Provider)[attribute.name])
+                        if t is not type(None))
+    params = model.params
+    options = _made(options_type, model=params.model if params is not None else None)
+    return _made(d.Provider, **{attribute.name: options})
+
+
+def _made(cls: type, **fields: Any) -> Any:
+    """A document object built here rather than read (the ``llm:`` format becomes ``binds``)."""
+    return cls(**fields)
+
+
+def _llm(llm: d.Llm, r: Reader) -> m.Bind:
+    """``llm:`` → one bind, one listener, one route whose ``ai`` backends are chosen by model."""
+    from ..llm_models import specificity, validate_pattern
+
+    port = llm.port if llm.port is not None else DEFAULT_LLM_PORT
+    listener_key = f"default/default/bind/{port}/listener0"
+    backends: list[m.Backend] = []
+    entries = []
+    for model in llm.models:
+        problem = validate_pattern(model.name)
+        if problem is not None:
+            r.at(model, "name", problem)
+        provider = _llm_provider(model, r)
+        params = model.params or _made(d.LlmParams)
+        if provider is not None and params.host_override is None:
+            r.at(model.params if model.params is not None else model, None,
+                 "params.hostOverride is required: this version reaches providers over plain HTTP at HOST:PORT")
+        if provider is None or params.host_override is None:
+            continue
+        auth = _made(d.BackendPolicies, backend_auth=_made(d.BackendAuth, key=params.api_key)) if params.api_key else None
+        backend = _made(d.Backend, policies=auth, ai=_made(
+            d.AIBackend, name=model.name, provider=provider, host_override=params.host_override,
+            path_override=params.path_override))
+        expression = model.transformation.model if model.transformation is not None else None
+        entries.append(m.LlmModelRoute(model.name, len(backends), expression))
+        backends.append(_backend(backend, r))
+    entries.sort(key=lambda e: -specificity(e.pattern))  # stable: config order among equals
+    route = m.Route(key=f"{listener_key}/default/llm", name="llm", namespace="default", hostnames=(),
+                    matches=(m.RouteMatch(),), policies=m.EMPTY_POLICIES, backends=tuple(backends), index=0,
+                    models=tuple(entries))
+    listener = m.Listener(key=listener_key, name="llm", protocol="HTTP", hostname=None,
+                          policies=m.EMPTY_POLICIES, routes=(route,))
+    return m.Bind(port, (listener,))
+
+
 # --- servers and the whole config --------------------------------------------------------------
 
 SERVER_ENV = (("admin", "admin_addr", "ADMIN_ADDR"), ("stats", "stats_addr", "STATS_ADDR"),
@@ -381,6 +448,11 @@ def compile_document(document: d.Document, env: Mapping[str, str], r: Reader) ->
             r.at(bind, "port", f"port {bind.port} is already bound by binds[{ports[bind.port]}]")
         ports.setdefault(bind.port, index)
         binds.append(m.Bind(bind.port, tuple(_listener(x, bind.port, r) for x in bind.listeners)))
+    if document.llm is not None:
+        llm_bind = _llm(document.llm, r)
+        if llm_bind.port in ports and llm_bind.port != 0:
+            r.at(document.llm, "port", f"port {llm_bind.port} is already bound by binds[{ports[llm_bind.port]}]")
+        binds.append(llm_bind)
     servers = document.config
     return m.Config(servers=_servers(servers, env, r), binds=tuple(binds),
                     logging=_logging(servers.logging, r) if servers and servers.logging else None,

@@ -545,8 +545,49 @@ class Servers:
 
 
 @described
+class LlmParams:
+    """What the gateway sends the provider for one model."""
+
+    model: str | None = field("Model sent to the provider (absent: the client's model).", default=None)
+    api_key: str | None = field(
+        "API key sent as `Authorization: Bearer <key>` (use `$VAR` to read it from the environment).", default=None)
+    host_override: Annotated[Address, HOST_PORT_ADDRESS] | None = field(
+        "HOST:PORT of the provider (a local or mock provider, over plain HTTP).", default=None)
+    path_override: PathText | None = field("Request path to use instead of the client's.", default=None)
+
+
+@described
+class LlmTransformation:
+    """Request fields computed by CEL over `llmRequest` (the client's JSON body)."""
+
+    model: CelText | None = field(
+        "The model sent upstream, e.g. `llmRequest.model.stripPrefix(\"anthropic/\")`.", default=None)
+
+
+@described
+class LlmModel:
+    """One model the gateway serves, matched against the `model` of the client's request body."""
+
+    name: str = field("Model name the client asks for: exact, or a wildcard at one end (`anthropic/*`, `*`).")
+    provider: str = field("Provider API of the model (such as openAI).")
+    params: LlmParams | None = field("Model, API key and address sent to the provider.", default=None)
+    transformation: LlmTransformation | None = field("Request fields computed by CEL.", default=None)
+
+
+@described
+class Llm:
+    """The short LLM format: models served on one port, chosen by the request body's `model`; an unknown
+    model is 404 `model_not_found` (JSON, as agentgateway). Compiles to a bind with one route of `ai`
+    backends."""
+
+    port: Port | None = field("Port of the LLM API (default 4000).", default=None)
+    models: tuple[LlmModel, ...] = field("The models, most specific name first when several match.")
+
+
+@described
 class Document:
     """trioproxy standalone configuration (a subset of agentgateway's)."""
 
     config: Servers | None = field("The gateway's own servers.", default=None)
     binds: tuple[Bind, ...] = field("Ports the gateway listens on.", default=())
+    llm: Llm | None = field("LLM models served on their own port (the short format).", default=None)

@@ -240,6 +240,15 @@ class Backend:
 
 
 @frozen
+class LlmModelRoute:
+    """One ``llm.models`` entry: the model name pattern and the route backend serving it."""
+
+    pattern: str                         # exact, ``prefix/*``, ``*suffix`` or ``*``
+    backend: int                         # index into the route's backends
+    model_expression: str | None = None  # ``transformation.model`` (CEL over ``llmRequest``)
+
+
+@frozen
 class Route:
     key: str
     name: str
@@ -249,6 +258,8 @@ class Route:
     policies: Policies
     backends: tuple[Backend, ...]
     index: int
+    #: from the ``llm:`` format: the backend is chosen by the body's model, not by weight
+    models: tuple[LlmModelRoute, ...] = ()
 
 
 @frozen
