@@ -70,6 +70,8 @@ class MirrorSender:
         self.dropped = 0
         self.failed = 0
         self._nursery: trio.Nursery | None = None
+        self._idle = trio.Event()
+        self._idle.set()
 
     def send(self, target: Address, method: bytes, path: bytes, headers: list[Header], body: bytes) -> bool:
         """Start one copy; False (dropped) when not running or ``max_in_flight`` are under way."""
@@ -77,6 +79,8 @@ class MirrorSender:
             self.dropped += 1
             return False
         self.in_flight += 1
+        if self._idle.is_set():
+            self._idle = trio.Event()
         self._nursery.start_soon(self._copy, target, method, path, mirror_headers(headers, body), body)
         return True
 
@@ -97,6 +101,12 @@ class MirrorSender:
             log.warning("mirror to %s failed: %s", target, error.message)
         finally:
             self.in_flight -= 1
+            if not self.in_flight:
+                self._idle.set()
+
+    async def wait_idle(self) -> None:
+        """Until no copy is under way (tests, and a drain that wants copies finished)."""
+        await self._idle.wait()
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the copies' nursery until cancelled (then copies under way are cancelled too)."""
