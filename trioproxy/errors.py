@@ -36,6 +36,7 @@ class ProxyError(Exception):
 
     status: int = 500
     default_message: str = "internal error"
+    content_type: bytes = b"text/plain"
 
     def __init__(self, message: str | None = None, *, headers: Sequence[Header] = ()) -> None:
         self.message = message if message is not None else self.default_message
@@ -132,7 +133,7 @@ def error_response(error: ProxyError) -> tuple[int, list[Header], bytes]:
     """The (status, headers, body) a client receives for ``error``."""
     body = error.message.encode()
     headers: list[Header] = [
-        (b"content-type", b"text/plain"),
+        (b"content-type", error.content_type),
         (b"content-length", str(len(body)).encode()),
         *error.headers,
     ]
@@ -158,3 +159,17 @@ class BackendTlsFailed(BackendUnreachable):
     failed`` when its certificate is not trusted or does not name it)."""
 
     default_message = "upstream connect error: TLS handshake failed"
+
+
+class LlmRequestError(ProxyError):
+    """An LLM request the ``llm:`` models cannot take: agentgateway's JSON error body
+    (404 ``model_not_found``, 400 ``missing_model`` / ``invalid_request_body``)."""
+
+    content_type = b"application/json"
+
+    def __init__(self, status: int, message: str, code: str) -> None:
+        import json
+
+        self.status = status
+        self.code = code
+        super().__init__(json.dumps({"error": {"message": message, "type": "invalid_request_error", "code": code}}))

@@ -11,10 +11,11 @@ from typing import Any
 import trio
 
 from .asgi import Header, Receive, Scope, Send, expects_continue
-from .config.model import Backend, Listener, Route
+from .config.model import Address, Backend, Listener, Route, RouteMatch
 from .errors import PayloadTooLarge, ProxyError, RequestBodyTimeout, error_response
 from .http_date import with_date
 from .policies.ratelimit_local import Decision, LocalRateLimiter
+from .policies.retry import RetrySpec
 from .policies.stage import Phase
 from .routing import host_without_port
 from .trace import NULL_TRACER, BodyCapture, NullTracer, Tracer
@@ -48,11 +49,15 @@ class Exchange:
         "limits",
         "listener",
         "llm",
+        "llm_request",
+        "mirrors",
         "nursery",
         "receive",
         "remote_charges",
         "request_capture",
+        "retry",
         "route",
+        "route_match",
         "scope",
         "send",
         "span",
@@ -84,6 +89,10 @@ class Exchange:
         self.remote_charges: list[Any] = []  # (remoteRateLimit stage, tokens descriptors) to charge after
         self.extra_response_headers: list[Header] = []  # added by stages (cors), also to error answers
         self.upstream_path: str | None = None
+        self.route_match: RouteMatch | None = None  # the route's alternative that matched
+        self.retry: RetrySpec | None = None  # set by the retry stage: the upstream call may be retried
+        self.mirrors: tuple[Address, ...] = ()  # set by requestMirror stages: where copies go
+        self.llm_request: tuple[bytes, str | None] | None = None  # llm: format: (body read, model to send)
         self.backend_phase: Phase | None = None  # the chosen backend's compiled stages
         self.upstream_started: float | None = None  # when the upstream call started
         self.request_capture: BodyCapture | None = None

@@ -45,6 +45,7 @@ from .errors import (
 )
 from .exchange import ClientDisconnected, Exchange
 from .llm import UsageReader, prepare_request_body
+from .llm_models import select_model, transformed_model
 from .llm_providers import fill_model, provider_headers
 from .otel import OtelTracing
 from .policies.headers import (
@@ -54,6 +55,7 @@ from .policies.headers import (
     without_hop_by_hop,
 )
 from .policies.ratelimit_local import LocalRateLimiter, most_constrained
+from .policies.retry import MAX_RETRY_BODY, retryable_error, retryable_status
 from .policies.stage import Phase
 from .routing import Request
 from .runtime import CompiledRoute, GatewayState, Runtime
@@ -200,6 +202,7 @@ class Gateway:
         if selection.route is None:
             raise RouteNotFound()
         route = x.route = selection.route
+        x.route_match = selection.match
         compiled = state.routes[route.key]
 
         # requestTimeout: from arrival, over everything from here to the upstream's response
@@ -237,8 +240,8 @@ class Gateway:
             await stage.request(x)
         tr.snapshot("route policies", x)
 
-        # 5. backend phase
-        chosen = compiled.choose_backend()
+        # 5. backend phase (the llm: format chooses by the body's model)
+        chosen = await self._choose_model(x, compiled) if route.models else compiled.choose_backend()
         if chosen is None:
             raise BackendUnreachable(f"no backend available for route {route.name}")
         backend, phase = chosen
@@ -255,33 +258,75 @@ class Gateway:
             framing: Header | None = (b"content-length", str(len(llm_body)).encode()) if llm_body or x.has_body() else None
         else:
             await x.peek_body()  # HTTP/2: is there a body without content-length?
-            body = x.request_body()
             framing = request_framing(scope["headers"])
             if framing is None and x.has_body():
                 framing = (b"transfer-encoding", b"chunked")  # an HTTP/2 body of unknown length
+            body = await self._retryable_body(x) if x.retry is not None else x.request_body()
         client = scope.get("client")
         upstream_headers = forwarded_request_headers(
             x.headers, client=client[0] if client else None, scheme=scope.get("scheme", "http"), framing=framing)
         if backend.ai is not None or header_value(upstream_headers, b"host") is None:
             # A provider wants its own host; an HTTP/1.0 client may have sent none (1.1 requires one).
-            target = backend.target
-            host = target.host if target.port == (443 if backend.tls is not None else 80) else str(target)
+            address = backend.target
+            host = address.host if address.port == (443 if backend.tls is not None else 80) else str(address)
             upstream_headers = [h for h in upstream_headers if h[0] != b"host"] + [(b"host", host.encode())]
         tr.snapshot("final request", x, headers=upstream_headers)
 
         # 6. upstream
         query = scope.get("query_string", b"")
         path = x.upstream_path.encode() if x.upstream_path else (scope.get("raw_path") or scope["path"].encode())
-        if query:  # a provider path may carry its own query (Azure's api-version)
-            path += (b"&" if b"?" in path else b"?") + query
-        return await self._call_backend(x, route, backend, path, upstream_headers, body)
+        target = path + (b"&" if b"?" in path else b"?") + query if query else path  # Azure's api-version
+        for mirror in x.mirrors:  # copies run in the root nursery: never in this request's way
+            self.runtime.mirrors.send(mirror, scope["method"].encode(), target, upstream_headers,
+                                      body if isinstance(body, bytes) else b"")
+        if x.retry is not None and isinstance(body, bytes):
+            return await self._call_with_retries(x, route, backend, target, upstream_headers, body)
+        return await self._call_backend(x, route, backend, target, upstream_headers, body)
+
+    async def _retryable_body(self, x: Exchange) -> bytes | AsyncIterator[bytes]:
+        """The body buffered for replay when it is small and declared by content-length; else
+        streamed, and the request is not retried (policies/retry.py)."""
+        length = header_value(x.scope["headers"], b"content-length")
+        if not x.has_body() or (length is not None and length.isdigit() and int(length) <= MAX_RETRY_BODY):
+            return await x.read_body(MAX_RETRY_BODY)
+        x.tracer.event("retry", severity="warn", attempt=0, result="disabled: the request body is streamed")
+        x.retry = None
+        return x.request_body()
+
+    async def _call_with_retries(self, x: Exchange, route: Route, backend: Backend, target: bytes,
+                                 headers: list[Header], body: bytes) -> UpstreamResponse:
+        """``retry``: the call again on a listed status or a failed call, all under requestTimeout."""
+        spec = x.retry
+        assert spec is not None
+        attempt = 0
+        while True:
+            sent = headers if attempt == 0 else headers + [(b"x-retry-attempt", str(attempt).encode())]
+            last = attempt >= spec.attempts
+            try:
+                response = await self._call_backend(x, route, backend, target, sent, body)
+            except ProxyError as error:
+                if last or not retryable_error(error):
+                    raise
+                reason = error.message
+            else:
+                if last or not retryable_status(spec, response.status):
+                    return response
+                await response.aclose()  # the client never sees a retried response
+                reason = f"status {response.status}"
+            attempt += 1
+            x.tracer.event("retry", severity="warn", attempt=attempt, reason=reason)
+            if spec.backoff:
+                await trio.sleep(spec.backoff)
 
     async def _prepare_llm_request(self, x: Exchange, backend: Backend) -> bytes:
         """Buffer and rewrite the JSON body; the provider's path and credential header apply."""
         ai = backend.ai
         assert ai is not None
-        original = await x.read_body(self.runtime.state.config.frontend.max_buffer_size)
-        body, info = prepare_request_body(original, model_override=ai.model,
+        if x.llm_request is not None:  # read already to choose the model (llm: format)
+            original, override = x.llm_request
+        else:
+            original, override = await x.read_body(self.runtime.state.config.frontend.max_buffer_size), None
+        body, info = prepare_request_body(original, model_override=override or ai.model,
                                           stream_usage_option=ai.stream_usage_option)
         x.llm = {"provider": ai.provider, "model": info.model if info else None,
                  "streaming": info.streaming if info else False}
@@ -293,6 +338,13 @@ class Gateway:
             x.request_capture = BodyCapture(x.request_capture.limit)
             x.request_capture.feed(body)
         return body
+
+    async def _choose_model(self, x: Exchange, compiled: CompiledRoute) -> tuple[Backend, Phase]:
+        """The ``llm.models`` entry for the request body's model (llm_models.py); 404/400 JSON otherwise."""
+        body = await x.read_body(self.runtime.state.config.frontend.max_buffer_size)
+        entry, request = select_model(compiled.route.models, body)
+        x.llm_request = (body, transformed_model(entry, request))
+        return compiled.route.backends[entry.backend], compiled.phases_by_index[entry.backend]
 
     async def _call_backend(self, x: Exchange, route: Route, backend: Backend, target: bytes,
                             headers: list[Header], body: bytes | AsyncIterator[bytes]) -> UpstreamResponse:

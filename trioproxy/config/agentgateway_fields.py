@@ -17,7 +17,7 @@ def _names(text: str) -> frozenset[str]:
 
 UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "Document": _names(
-        "backends gateways llm mcp policies routeGroups routes services tcpRoutes ui "
+        "backends gateways mcp policies routeGroups routes services tcpRoutes ui "
         "workloads"
     ),
     "Servers": _names(
@@ -33,9 +33,8 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "Backend": _names("aws backend dynamic internal invalid mcp routeGroup service"),
     "GatewayPolicies": _names("apiKey basicAuth extAuthz extProc oidc transformations"),
     "RoutePolicies": _names(
-        "a2a ai apiKey backendTunnel basicAuth buffer csrf delay extAuthz extProc "
-        "mcpAuthentication mcpAuthorization mcpGuardrails oidc requestMirror requestRedirect "
-        "transformations urlRewrite"
+        "a2a ai apiKey backendTunnel basicAuth buffer csrf extAuthz extProc "
+        "mcpAuthentication mcpAuthorization mcpGuardrails oidc requestRedirect transformations"
     ),
     "BackendPolicies": _names(
         "a2a ai authorization backendTunnel extAuthz health http inferenceRouting "
@@ -46,6 +45,9 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "BackendTLS": _names("keyExchangeGroups spiffe"),
     "OpenAIOptions": _names("moderation"),
     "DirectResponse": _names("bodyExpression headers"),
+    "ConditionalDirectResponse": _names("bodyExpression headers"),
+    "Retry": _names("precondition condition"),
+    "MirrorBackend": _names("service backend"),
     "BackendAuth": _names("aws azure crossAppAccess gcp jwtSign oauthTokenExchange passthrough"),
     # only the Authorization: Bearer header is read; exp is always required
     "JwtAuth": _names("location jwtValidationOptions"),
@@ -56,4 +58,13 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
         "http1HeaderCase http2ConnectionWindowSize http2FrameSize http2KeepaliveInterval http2KeepaliveTimeout "
         "http2MaxHeaderSize http2WindowSize maxConnectionDuration"),
     "BackendConnections": _names("keepalives"),
+    "Llm": _names("gateways tls providers virtualModels policies"),
+    "LlmModel": _names(
+        "id visibility passthrough authorization defaults overrides finalTransformation requestHeaders "
+        "responseHeaders backendTLS tls auth health backendTunnel guardrails promptCaching matches"
+    ),
+    "LlmParams": _names(
+        "awsRegion vertexRegion vertexProject azureResourceName azureResourceType azureApiVersion "
+        "azureProjectName baseUrl pathPrefix tokenize"
+    ),
 }

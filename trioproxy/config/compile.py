@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
+import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,9 @@ from ..backend_tls import SYSTEM_TRUST, BackendTls, TlsConfigError, build_contex
 from ..llm_providers import PROVIDERS, ProviderDefaults, azure_defaults
 from ..policies.authorization import AuthorizationSpec, Rule
 from ..policies.cors import CorsSpec
+from ..policies.delay import DelaySpec
 from ..policies.jwt import JwksError, JwksSource, JwtAuthSpec, ProviderSpec, parse_jwks
+from ..policies.mirror import MirrorSpec
 from ..policies.ratelimit_local import LocalRateLimitSpec
 from ..policies.ratelimit_remote import (
     RemoteDescriptor,
@@ -34,10 +37,12 @@ from ..policies.ratelimit_remote import (
     compile_entry,
     never_evaluating,
 )
+from ..policies.retry import RetrySpec
+from ..policies.url_rewrite import UrlRewriteSpec
 from . import document as d
 from . import model as m
 from .describe import Reader
-from .scalars import parse_address
+from .scalars import parse_duration, parse_server_address
 
 # --- policies ----------------------------------------------------------------------------------
 
@@ -56,8 +61,63 @@ def _timeout(value: d.Timeout, r: Reader) -> m.TimeoutPolicy:
     return m.TimeoutPolicy(value.request_timeout, value.backend_request_timeout)
 
 
-def _direct_response(value: d.DirectResponse, r: Reader) -> m.DirectResponsePolicy:
-    return m.DirectResponsePolicy(value.status, value.body)
+def _direct_response(value: d.DirectResponse, r: Reader) -> m.DirectResponsePolicy | m.ConditionalDirectResponse | None:
+    if not value.conditional:
+        if value.status is None:
+            r.at(value, None, "status is required (or give conditional)")
+            return None
+        return m.DirectResponsePolicy(value.status, value.body)
+    if value.status is not None:
+        r.at(value, "status", "use either conditional or status/body, not both")
+        return None
+    entries = value.conditional
+    for entry in entries[:-1]:
+        if entry.condition is None:
+            r.at(entry, None, "an entry without a condition is the fallback and must be the last one")
+            return None
+    return m.ConditionalDirectResponse(tuple(m.DirectResponsePolicy(e.status, e.body, e.condition) for e in entries))
+
+
+def _retry(value: d.Retry, r: Reader) -> RetrySpec:
+    return RetrySpec(value.attempts, tuple(sorted(set(value.codes))), value.backoff)
+
+
+def _url_rewrite(value: d.UrlRewrite, r: Reader) -> UrlRewriteSpec:
+    path_kind: Any = None
+    path: str | None = ""
+    if value.path is not None:
+        path_kind, path = ("full", value.path.full) if value.path.full is not None else ("prefix", value.path.prefix)
+    authority_kind: Any = None
+    authority = ""
+    given = value.authority
+    if isinstance(given, d.AuthorityRewrite):
+        if given.full is not None:
+            authority_kind, authority = "full", given.full
+        elif given.host is not None:
+            authority_kind, authority = "host", given.host
+        else:
+            authority_kind, authority = "port", str(given.port)
+    return UrlRewriteSpec(path_kind, path or "", authority_kind, authority)
+
+
+def _request_mirror(value: d.RequestMirror, r: Reader) -> MirrorSpec:
+    return MirrorSpec(value.backend.host, value.percentage)
+
+
+def _delay(value: d.Delay, r: Reader) -> DelaySpec | None:
+    """A duration such as ``2s``, else a CEL expression (agentgateway's ``de_duration_or_expression``)."""
+    try:
+        return DelaySpec(value.duration, parse_duration(value.duration))
+    except ValueError:
+        pass
+    from ..cel import CelError, compile_expression
+
+    try:
+        compile_expression(value.duration)
+    except CelError as error:
+        r.at(value, "duration", f"expected a duration such as 2s or a CEL expression: {error}")
+        return None
+    return DelaySpec(value.duration)
 
 
 def _backend_auth(value: d.BackendAuth, r: Reader) -> m.BackendAuth:
@@ -224,6 +284,10 @@ POLICY_COMPILERS: dict[str, Callable[[Any, Reader], Any]] = {
     "direct_response": _direct_response,
     "backend_auth": _backend_auth,
     "backend_tls": _backend_tls,
+    "retry": _retry,
+    "url_rewrite": _url_rewrite,
+    "request_mirror": _request_mirror,
+    "delay": _delay,
 }
 
 
@@ -308,6 +372,11 @@ def _route(route: d.Route, listener_key: str, r: Reader) -> m.Route:
     index = r.origin(route).index or 0
     name = route.name or f"route{index}"
     policies = compile_policies(route.policies, r)
+    rewrite = policies.url_rewrite
+    if rewrite is not None and rewrite.path_kind == "prefix" and any(
+            x.path is not None and x.path.path_prefix is None for x in route.matches):
+        assert route.policies is not None and route.policies.url_rewrite is not None
+        r.at(route.policies.url_rewrite, "path", "a prefix rewrite needs every match of the route to be a pathPrefix")
     backends = tuple(_backend(b, r) for b in route.backends)
     if policies.backend_auth is not None:  # a route's backendAuth is each backend's, unless it has its own
         backends = tuple(b if b.policies.backend_auth is not None else attrs.evolve(
@@ -373,6 +442,72 @@ def _bind_tls(bind: d.Bind, r: Reader) -> None:
         r.at(with_tls[1], "tls", "one certificate per bind in this version: the listeners of a bind need the same tls")
 
 
+# --- the llm: format -----------------------------------------------------------------------------
+
+DEFAULT_LLM_PORT = 4000  # agentgateway's
+
+
+def _llm_provider(model: d.LlmModel, r: Reader) -> Any:
+    """``provider: openAI`` as the ``ai`` backend's ``provider: {openAI: {model}}``: any provider
+    ``document.Provider`` describes is accepted, others are named as agentgateway-only."""
+    from .agentgateway_fields import UNIMPLEMENTED
+    from .describe import wire_name
+
+    by_wire = {wire_name(a): a for a in attrs.fields(typing.cast(Any, d.Provider))}
+    attribute = by_wire.get(model.provider)
+    if attribute is None:
+        if model.provider in UNIMPLEMENTED["Provider"]:
+            r.at(model, "provider", f"'{model.provider}' is an agentgateway feature that trioproxy does not implement")
+        else:
+            r.at(model, "provider", f"unknown provider {model.provider!r} (expected one of: {', '.join(by_wire)})")
+        return None
+    options_type = next(t for t in typing.get_args(typing.get_type_hints(d.Provider)[attribute.name])
+                        if t is not type(None))
+    params = model.params
+    options = _made(options_type, model=params.model if params is not None else None)
+    return _made(d.Provider, **{attribute.name: options})
+
+
+def _made(cls: type, **fields: Any) -> Any:
+    """A document object built here rather than read (the ``llm:`` format becomes ``binds``)."""
+    return cls(**fields)
+
+
+def _llm(llm: d.Llm, r: Reader) -> m.Bind:
+    """``llm:`` → one bind, one listener, one route whose ``ai`` backends are chosen by model."""
+    from ..llm_models import specificity, validate_pattern
+
+    port = llm.port if llm.port is not None else DEFAULT_LLM_PORT
+    listener_key = f"default/default/bind/{port}/listener0"
+    backends: list[m.Backend] = []
+    entries = []
+    for model in llm.models:
+        problem = validate_pattern(model.name)
+        if problem is not None:
+            r.at(model, "name", problem)
+        provider = _llm_provider(model, r)
+        params = model.params or _made(d.LlmParams)
+        if provider is not None and params.host_override is None:
+            r.at(model.params if model.params is not None else model, None,
+                 "params.hostOverride is required: this version reaches providers over plain HTTP at HOST:PORT")
+        if provider is None or params.host_override is None:
+            continue
+        auth = _made(d.BackendPolicies, backend_auth=_made(d.BackendAuth, key=params.api_key)) if params.api_key else None
+        backend = _made(d.Backend, policies=auth, ai=_made(
+            d.AIBackend, name=model.name, provider=provider, host_override=params.host_override,
+            path_override=params.path_override))
+        expression = model.transformation.model if model.transformation is not None else None
+        entries.append(m.LlmModelRoute(model.name, len(backends), expression))
+        backends.append(_backend(backend, r))
+    entries.sort(key=lambda e: -specificity(e.pattern))  # stable: config order among equals
+    route = m.Route(key=f"{listener_key}/default/llm", name="llm", namespace="default", hostnames=(),
+                    matches=(m.RouteMatch(),), policies=m.EMPTY_POLICIES, backends=tuple(backends), index=0,
+                    models=tuple(entries))
+    listener = m.Listener(key=listener_key, name="llm", protocol="HTTP", hostname=None,
+                          policies=m.EMPTY_POLICIES, routes=(route,))
+    return m.Bind(port, (listener,))
+
+
 # --- servers and the whole config --------------------------------------------------------------
 
 SERVER_ENV = (("admin", "admin_addr", "ADMIN_ADDR"), ("stats", "stats_addr", "STATS_ADDR"),
@@ -381,17 +516,21 @@ SERVER_ENV = (("admin", "admin_addr", "ADMIN_ADDR"), ("stats", "stats_addr", "ST
 
 def _servers(servers: d.Servers | None, env: Mapping[str, str], r: Reader) -> m.ServerAddrs:
     defaults = m.ServerAddrs()
-    out = {}
+    out: dict[str, Any] = {}
+    off = set()
     for attribute, field_name, env_name in SERVER_ENV:
         value = getattr(servers, field_name) if servers is not None else None
         if env.get(env_name):
             try:
-                value = parse_address(env[env_name], allow_port_zero=True)
+                value = parse_server_address(env[env_name])
             except ValueError:
-                r.problem(f"env {env_name}", f"expected HOST:PORT, got {env[env_name]!r}")
+                r.problem(f"env {env_name}", f"expected HOST:PORT or off, got {env[env_name]!r}")
+        if value == "off":
+            off.add(attribute)
+            value = None
         out[attribute] = value or getattr(defaults, attribute)
     token = env.get("ADMIN_TOKEN") or (servers.admin_token if servers is not None else None)
-    return m.ServerAddrs(**out, admin_token=token or None)
+    return m.ServerAddrs(**out, admin_token=token or None, off=frozenset(off))
 
 
 def compile_document(document: d.Document, env: Mapping[str, str], r: Reader) -> m.Config:
@@ -405,6 +544,11 @@ def compile_document(document: d.Document, env: Mapping[str, str], r: Reader) ->
         ports.setdefault(bind.port, index)
         binds.append(m.Bind(bind.port, tuple(_listener(x, bind.port, r) for x in bind.listeners)))
         _bind_tls(bind, r)
+    if document.llm is not None:
+        llm_bind = _llm(document.llm, r)
+        if llm_bind.port in ports and llm_bind.port != 0:
+            r.at(document.llm, "port", f"port {llm_bind.port} is already bound by binds[{ports[llm_bind.port]}]")
+        binds.append(llm_bind)
     servers = document.config
     return m.Config(servers=_servers(servers, env, r), binds=tuple(binds),
                     logging=_logging(servers.logging, r) if servers and servers.logging else None,

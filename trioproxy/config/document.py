@@ -6,13 +6,13 @@ The wire name is the attribute in camelCase unless ``name=`` says otherwise. Not
 decides what a value *means* at run time: ``compile.py`` turns a read ``Document`` into the
 frozen ``model.Config``.
 
-To add a policy (say ``retry``, today ``NOT_SUPPORTED``):
+To add a policy (say ``requestRedirect``, today in ``agentgateway_fields.py``):
 
 1. Describe its value here as a ``@described`` class (docstring = schema description; one
    ``field(...)`` per wire field, constraints in the annotation).
 2. In each phase class below that takes it (``GatewayPolicies``, ``RoutePolicies``,
-   ``BackendPolicies``), replace ``retry: NotBuilt = not_built(RETRY)`` with
-   ``retry: Retry | None = field(RETRY, default=None)``. The attribute name is the model's.
+   ``BackendPolicies``), add ``request_redirect: RequestRedirect | None = field("...", default=None)``
+   and drop its name from ``agentgateway_fields.py``. The attribute name is the model's.
 3. Add the same attribute to ``model.Policies`` (and to ``model.TRACE_KINDS``), and one compile
    function to ``compile.POLICY_COMPILERS`` (document value → runtime spec; report cross-field
    problems there with ``reader.at(obj, "wireField", message)``).
@@ -40,6 +40,7 @@ from .scalars import (
     METHOD,
     ORIGIN,
     PATH,
+    RATIO,
     REGEX,
     SAMPLING,
     SERVER_ADDRESS,
@@ -95,11 +96,92 @@ class Timeout:
 
 
 @described
-class DirectResponse:
-    """Answer without a backend."""
+class ConditionalDirectResponse:
+    """One candidate answer: given when its condition is true (an entry without one is the fallback)."""
 
+    condition: CelText | None = field(
+        "CEL expression (such as `random() < 0.1`); absent: this entry is the fallback and must be last.",
+        default=None)
     status: Annotated[int, Integer(200, 599)] = field("HTTP status of the answer.")
     body: Annotated[str, Text(min_length=0)] = field("Body of the answer (text/plain).", default="")
+
+
+@described
+class DirectResponse:
+    """Answer without a backend: either status/body, or `conditional` entries (the first whose
+    condition is true answers; when none is, the request goes on to the backend)."""
+
+    status: Annotated[int, Integer(200, 599)] | None = field(
+        "HTTP status of the answer (required unless conditional is given).", default=None)
+    body: Annotated[str, Text(min_length=0)] = field("Body of the answer (text/plain).", default="")
+    conditional: tuple[ConditionalDirectResponse, ...] = field(
+        "Candidate answers tried in order (instead of status/body).", default=())
+
+
+@described(one_of=("full", "prefix"))
+class PathRewrite:
+    """How the path is rewritten: exactly one of full, prefix."""
+
+    full: Annotated[str, Text(min_length=0)] | None = field(
+        "Replace the whole path (the query string is kept).", default=None)
+    prefix: Annotated[str, Text(min_length=0)] | None = field(
+        "Replace the part of the path that the route's pathPrefix matched (the rest and the query are kept).",
+        default=None)
+
+
+@described(one_of=("full", "host", "port"))
+class AuthorityRewrite:
+    """How the Host header sent upstream is rewritten: exactly one of full, host, port."""
+
+    full: str | None = field("Replace the whole authority: host and optional port.", default=None)
+    host: str | None = field("Replace the host and keep the request's port.", default=None)
+    port: Annotated[int, Integer(1, 65535)] | None = field("Replace only the port.", default=None)
+
+
+@described
+class UrlRewrite:
+    """Rewrite the request's path or authority (Host) before it goes upstream."""
+
+    authority: AuthorityRewrite | Literal["auto", "none"] | None = field(
+        "Host rewrite: {full}, {host} or {port}; auto and none keep the request's Host.", default=None)
+    path: PathRewrite | None = field("Path rewrite: {full} or {prefix}.", default=None)
+
+
+@described
+class Delay:
+    """Fault injection: latency added before the request goes upstream (counted in requestTimeout)."""
+
+    duration: str = field(
+        "A duration such as 2s, or a CEL expression returning a duration (`duration(\"500ms\")`) or a number of "
+        "milliseconds (`random() < 0.1 ? 2000 : 0`); a non-positive result adds no delay.")
+
+
+@described
+class MirrorBackend:
+    """Where mirrored copies go."""
+
+    host: Annotated[Address, HOST_PORT_ADDRESS] = field("HOST:PORT of a plain HTTP backend.")
+
+
+@described
+class RequestMirror:
+    """Send a copy of matching requests to another backend; its answer is ignored and it never delays or
+    fails the original request."""
+
+    backend: MirrorBackend = field("Backend receiving the copies.")
+    percentage: Annotated[float, RATIO] = field("Share of requests mirrored, 0.0 to 1.0.")
+
+
+@described
+class Retry:
+    """Retry failed backend calls: a response whose status is in `codes`, or a connection failure or
+    backendRequestTimeout. Only requests whose body is empty or buffered (up to 64 KiB, or an LLM body) are
+    retried, never once the response started; requestTimeout caps all attempts together."""
+
+    attempts: Annotated[int, Integer(1, 255)] = field(
+        "Retries after the first call (agentgateway's behaviour: attempts 2 = up to 3 calls).", default=1)
+    backoff: Duration | None = field("Wait between attempts, such as 100ms.", default=None)
+    codes: tuple[Annotated[int, Integer(100, 599)], ...] = field("Response statuses that are retried.")
 
 
 @described
@@ -298,13 +380,16 @@ class RoutePolicies:
     request_header_modifier: HeaderModifier | None = field(REQUEST_HEADERS, default=None)
     response_header_modifier: HeaderModifier | None = field(RESPONSE_HEADERS, default=None)
     timeout: Timeout | None = field("Request and backend time limits.", default=None)
-    retry: NotBuilt = not_built(RETRY)
+    retry: Retry | None = field(RETRY, default=None)
     direct_response: DirectResponse | None = field("Answer without calling a backend.", default=None)
     backend_auth: BackendAuth | None = field(
         "Credentials sent to every backend of the route that has no backendAuth of its own (where "
         "agentgateway's examples put it).", default=None)
     backend_tls: BackendTLS | None = field(
         "TLS to every backend of the route that has no backendTLS of its own.", name="backendTLS", default=None)
+    url_rewrite: UrlRewrite | None = field("Rewrite the path or Host before forwarding.", default=None)
+    request_mirror: RequestMirror | None = field("Send a copy of requests to another backend.", default=None)
+    delay: Delay | None = field("Inject latency before forwarding (fault injection).", default=None)
 
 
 @described
@@ -480,7 +565,7 @@ class Bind:
     listeners: tuple[Listener, ...] = field("Listeners on this port.", default=())
 
 
-ServerAddress = Annotated[Address, SERVER_ADDRESS]
+ServerAddress = Annotated[Address | str, SERVER_ADDRESS]  # str: "off"
 
 
 @described
@@ -582,10 +667,10 @@ class Servers:
     """The gateway's own servers; env ADMIN_ADDR, STATS_ADDR, READINESS_ADDR, ADMIN_TOKEN override them."""
 
     admin_addr: ServerAddress | None = field(
-        "Admin server (/ui, /debug/trace, /config_dump); loopback by default.", default=None)
-    stats_addr: ServerAddress | None = field("Metrics server (/metrics); default localhost:15020 (set 0.0.0.0:15020 for off-host scrapes).", default=None)
+        "Admin server (/ui, /debug/trace, /config_dump); loopback by default; off: not started.", default=None)
+    stats_addr: ServerAddress | None = field("Metrics server (/metrics); default localhost:15020 (set 0.0.0.0:15020 for off-host scrapes); off: not started.", default=None)
     readiness_addr: ServerAddress | None = field(
-        "Readiness server (/healthz/ready); default localhost:15021 (set 0.0.0.0:15021 for a kubelet probe).", default=None)
+        "Readiness server (/healthz/ready); default localhost:15021 (set 0.0.0.0:15021 for a kubelet probe); off: not started.", default=None)
     logging: Logging | None = field("Access log level, format and filter.", default=None)
     tracing: Tracing | None = field("OpenTelemetry trace export.", default=None)
     admin_token: str | None = field(
@@ -596,6 +681,46 @@ class Servers:
 
 
 @described
+class LlmParams:
+    """What the gateway sends the provider for one model."""
+
+    model: str | None = field("Model sent to the provider (absent: the client's model).", default=None)
+    api_key: str | None = field(
+        "API key sent as `Authorization: Bearer <key>` (use `$VAR` to read it from the environment).", default=None)
+    host_override: Annotated[Address, HOST_PORT_ADDRESS] | None = field(
+        "HOST:PORT of the provider (a local or mock provider, over plain HTTP).", default=None)
+    path_override: PathText | None = field("Request path to use instead of the client's.", default=None)
+
+
+@described
+class LlmTransformation:
+    """Request fields computed by CEL over `llmRequest` (the client's JSON body)."""
+
+    model: CelText | None = field(
+        "The model sent upstream, e.g. `llmRequest.model.stripPrefix(\"anthropic/\")`.", default=None)
+
+
+@described
+class LlmModel:
+    """One model the gateway serves, matched against the `model` of the client's request body."""
+
+    name: str = field("Model name the client asks for: exact, or a wildcard at one end (`anthropic/*`, `*`).")
+    provider: str = field("Provider API of the model (such as openAI).")
+    params: LlmParams | None = field("Model, API key and address sent to the provider.", default=None)
+    transformation: LlmTransformation | None = field("Request fields computed by CEL.", default=None)
+
+
+@described
+class Llm:
+    """The short LLM format: models served on one port, chosen by the request body's `model`; an unknown
+    model is 404 `model_not_found` (JSON, as agentgateway). Compiles to a bind with one route of `ai`
+    backends."""
+
+    port: Port | None = field("Port of the LLM API (default 4000).", default=None)
+    models: tuple[LlmModel, ...] = field("The models, most specific name first when several match.")
+
+
+@described
 class Document:
     """trioproxy standalone configuration (a subset of agentgateway's)."""
 
@@ -603,3 +728,4 @@ class Document:
     binds: tuple[Bind, ...] = field("Ports the gateway listens on.", default=())
     frontend_policies: FrontendPolicies | None = field(
         "Policies for all traffic the gateway receives: limits and timeouts of client connections.", default=None)
+    llm: Llm | None = field("LLM models served on their own port (the short format).", default=None)

@@ -48,9 +48,9 @@ def policies_by_kind(policies: Policies, phase: str) -> dict[str, Any]:
 def config_dump(config: Config) -> dict[str, Any]:
     return {
         "config": {
-            "adminAddr": str(config.servers.admin),
-            "statsAddr": str(config.servers.stats),
-            "readinessAddr": str(config.servers.readiness),
+            "adminAddr": "off" if "admin" in config.servers.off else str(config.servers.admin),
+            "statsAddr": "off" if "stats" in config.servers.off else str(config.servers.stats),
+            "readinessAddr": "off" if "readiness" in config.servers.off else str(config.servers.readiness),
             **({"adminToken": REDACTED} if config.servers.admin_token else {}),
         },
         "binds": [

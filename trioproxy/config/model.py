@@ -8,7 +8,7 @@ swaps it in whole; nothing is mutated.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 from attrs import frozen
@@ -16,9 +16,15 @@ from attrs import frozen
 from ..backend_tls import SYSTEM_TRUST, BackendTls
 from ..policies.authorization import AuthorizationSpec
 from ..policies.cors import CorsSpec
+from ..policies.delay import DelaySpec
 from ..policies.jwt import JwtAuthSpec
 from ..policies.ratelimit_local import LocalRateLimitSpec
 from ..policies.ratelimit_remote import RemoteRateLimitSpec
+from ..policies.retry import RetrySpec
+from ..policies.url_rewrite import UrlRewriteSpec
+
+if TYPE_CHECKING:
+    from ..policies.mirror import MirrorSpec
 
 PathKind = Literal["exact", "pathPrefix", "regex"]
 MatchKind = Literal["exact", "regex"]
@@ -80,6 +86,8 @@ class ServerAddrs:
     readiness: Address = Address("localhost", 15021)
     #: bearer token for the admin server off loopback (``config.adminToken`` / env ``ADMIN_TOKEN``)
     admin_token: str | None = attrs.field(default=None, repr=False)
+    #: servers set to ``off`` ("admin", "stats", "readiness"): not started
+    off: frozenset[str] = frozenset()
 
 
 @frozen
@@ -167,6 +175,14 @@ class TimeoutPolicy:
 class DirectResponsePolicy:
     status: int
     body: str = ""
+    condition: str | None = None  # CEL source, in a ``conditional`` entry; None: always
+
+
+@frozen
+class ConditionalDirectResponse:
+    """``directResponse: {conditional: [...]}``: the first entry whose condition holds answers."""
+
+    entries: tuple[DirectResponsePolicy, ...]
 
 
 @frozen
@@ -190,9 +206,13 @@ class Policies:
     request_header_modifier: HeaderModifier | None = None
     response_header_modifier: HeaderModifier | None = None
     timeout: TimeoutPolicy | None = None
-    direct_response: DirectResponsePolicy | None = None
+    direct_response: DirectResponsePolicy | ConditionalDirectResponse | None = None
     backend_auth: BackendAuth | None = None
     backend_tls: BackendTls | None = None
+    retry: RetrySpec | None = None
+    url_rewrite: UrlRewriteSpec | None = None
+    request_mirror: MirrorSpec | None = None
+    delay: DelaySpec | None = None
 
 
 EMPTY_POLICIES = Policies()
@@ -215,10 +235,13 @@ TRACE_KINDS: dict[str, tuple[tuple[str, str], ...]] = {
         ("requestHeaderModifier", "request_header_modifier"),
         ("responseHeaderModifier", "response_header_modifier"),
         ("timeout", "timeout"),
-        ("retry", ""),
+        ("retry", "retry"),
         ("directResponse", "direct_response"),
         ("backendAuth", "backend_auth"),
         ("backendTLS", "backend_tls"),
+        ("urlRewrite", "url_rewrite"),
+        ("requestMirror", "request_mirror"),
+        ("delay", "delay"),
     ),
     "backend": (
         ("backendAuth", "backend_auth"),
@@ -261,6 +284,15 @@ class Backend:
 
 
 @frozen
+class LlmModelRoute:
+    """One ``llm.models`` entry: the model name pattern and the route backend serving it."""
+
+    pattern: str                         # exact, ``prefix/*``, ``*suffix`` or ``*``
+    backend: int                         # index into the route's backends
+    model_expression: str | None = None  # ``transformation.model`` (CEL over ``llmRequest``)
+
+
+@frozen
 class Route:
     key: str
     name: str
@@ -270,6 +302,8 @@ class Route:
     policies: Policies
     backends: tuple[Backend, ...]
     index: int
+    #: from the ``llm:`` format: the backend is chosen by the body's model, not by weight
+    models: tuple[LlmModelRoute, ...] = ()
 
 
 @frozen
