@@ -312,7 +312,8 @@ def compile_document(document: d.Document, env: Mapping[str, str], r: Reader) ->
     servers = document.config
     return m.Config(servers=_servers(servers, env, r), binds=tuple(binds),
                     logging=_logging(servers.logging, r) if servers and servers.logging else None,
-                    tracing=_tracing(servers.tracing, r) if servers and servers.tracing else None)
+                    tracing=_tracing(servers.tracing, r) if servers and servers.tracing else None,
+                    workers=servers.workers if servers and servers.workers is not None else 1)
 
 
 def _log_fields(value: d.LogFields | None, r: Reader) -> m.LogFieldsSpec:

@@ -44,6 +44,7 @@ from .scalars import (
     SAMPLING,
     SERVER_ADDRESS,
     TOKEN_OR_STAR,
+    WORKERS,
 )
 
 Port = Annotated[int, Integer(0, 65535)]
@@ -457,6 +458,10 @@ class Servers:
     admin_token: str | None = field(
         "Bearer token every admin endpoint requires when adminAddr is not loopback (required then);"
         " env ADMIN_TOKEN overrides it. Use `$VAR` to read it from the environment.", default=None)
+    workers: Annotated[int, WORKERS] | None = field(
+        "Worker processes serving the binds: a number, or auto for one per CPU (default 1: one process);"
+        " --workers overrides it. Admin, stats and readiness stay in the supervisor (docs/workers.md).",
+        default=None)
 
 
 @described
