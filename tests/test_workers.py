@@ -107,15 +107,18 @@ async def test_a_trace_watcher_gets_exactly_one_request_while_traffic_hits_both_
     port = free_port()
     gw = await launch(routes(port, backend.port), bind_port=port)
     readers = [await nursery.start(TraceReader(gw).run) for _ in range(3)]
+    readers.append(await nursery.start(TraceReader(gw, 'request.path == "/r77"').run))  # compiled in the workers
     statuses: list[int] = []
 
     async def client(i: int) -> None:
-        statuses.append((await fresh_get(f"{gw.url}/r{i}")).status_code)
+        statuses.append((await fresh_get(f"{gw.url}/a{i}")).status_code)
 
     with trio.fail_after(60):
         async with trio.open_nursery() as traffic:
             for i in range(100):
                 traffic.start_soon(client, i)
+    for _ in range(6):  # the filtered watcher waits for its path, whichever worker gets it
+        assert (await fresh_get(f"{gw.url}/r77")).status_code == 200
     assert statuses == [200] * 100
     traced = []
     for reader in readers:
@@ -124,8 +127,9 @@ async def test_a_trace_watcher_gets_exactly_one_request_while_traffic_hits_both_
         assert len(finished) == 1, events
         snapshot = next(e for e in events if e["message"]["type"] == "requestSnapshot")
         traced.append(snapshot["message"]["requestState"]["request"]["path"])
-    assert len(set(traced)) == 3  # three watchers, three different requests
-    assert await gw.total("trioproxy_trace_claims_total") == 3  # one claim per watcher, over both workers
+    assert traced[3] == "/r77"
+    assert len(set(traced)) == 4  # four watchers, four different requests
+    assert await gw.total("trioproxy_trace_claims_total") == 4  # one claim per watcher, over both workers
     spread = await gw.per_worker()
     assert all(spread[w] > 0 for w in ("0", "1")), spread
 

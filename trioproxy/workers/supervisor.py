@@ -94,11 +94,8 @@ class WorkerPool:
                                 ["worker"], registry=registry_)
         self.running = Gauge("trioproxy_workers_running", "Worker processes serving now.", registry=registry_)
         self.running.set_function(lambda: sum(1 for h in self.handles.values() if h.ready.is_set()))
-        self.assert_hub()
-
-    def assert_hub(self) -> None:
-        assert isinstance(self.runtime.trace, SupervisorTraceHub)
-        self.hub: SupervisorTraceHub = self.runtime.trace
+        assert isinstance(runtime.trace, SupervisorTraceHub)
+        self.hub: SupervisorTraceHub = runtime.trace
 
     async def _spawn(self, index: int) -> WorkerHandle:
         parent, child = socket.socketpair()
@@ -174,6 +171,8 @@ class WorkerPool:
             self.restarts.labels(str(index)).inc()
             if trio.current_time() - started < RESTART_BRAKE:
                 await trio.sleep(RESTART_BRAKE)  # a worker that dies at start: not a busy loop
+            if self.stopping:
+                return
 
     def any_ready(self) -> bool:
         return any(h.ready.is_set() and h.process.returncode is None for h in self.handles.values())
