@@ -219,8 +219,9 @@ class Gateway:
                          error=error.message)
             raise error
 
-        # 7. response
-        await self._respond(x, gateway, compiled.phase, response)
+        # 7. response (closed, not pooled, if anything below fails before its body is read)
+        async with response:
+            await self._respond(x, gateway, compiled.phase, response)
 
     async def _route_to_upstream(self, x: Exchange, compiled: CompiledRoute) -> UpstreamResponse:
         """Steps 4-6, under the request's deadline."""
@@ -303,6 +304,8 @@ class Gateway:
                 response = await self.runtime.pool.request(
                     backend.target, x.scope["method"].encode(), target, headers, body, nursery=x.nursery)
             if x.disconnected:
+                if response is not None:
+                    await response.aclose()
                 raise ClientDisconnected()
             if response is None and backend_scope.cancelled_caught:
                 raise UpstreamTimeout()
