@@ -253,10 +253,10 @@ def start_nginx(procs: Processes, tmp: Path, name: str, conf: str, port: int, cp
 
 def start_trioproxy(procs: Processes, tmp: Path, backend_port: int, cpu: int | None, *,
                     conf: str | None = None, name: str = "trioproxy", admin_port: int = 0,
-                    probe_path: str | None = "/", root: Path = ROOT) -> tuple[Proc, int]:
+                    probe_path: str | None = "/", root: Path = ROOT, workers: int = 1) -> tuple[Proc, int]:
     """Start ``python -m trioproxy`` (``conf``: the YAML, default ``trioproxy_conf(backend_port)``;
     ``name``: log and config file names; ``admin_port``: ADMIN_ADDR's port, 0 = any; ``root``: the
-    source tree to run, default this one) and wait until it is ready and answers 200 on
+    source tree to run, default this one; ``workers``: ``--workers`` when above 1) and wait until it is ready and answers 200 on
     ``probe_path`` (GET; None: do not probe)."""
     path = tmp / f"{name}.yaml"
     path.write_text(conf if conf is not None else trioproxy_conf(backend_port))
@@ -264,8 +264,8 @@ def start_trioproxy(procs: Processes, tmp: Path, backend_port: int, cpu: int | N
     env.update(ADMIN_ADDR=f"127.0.0.1:{admin_port}", STATS_ADDR="127.0.0.1:0", READINESS_ADDR="127.0.0.1:0",
                PYTHONPATH=os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")])),
                PYTHONUNBUFFERED="1")
-    proc = procs.start(name, [sys.executable, "-m", "trioproxy", "--config", str(path),
-                              "--drain-timeout", "1"], cpu=cpu, env=env, cwd=root)
+    proc = procs.start(name, [sys.executable, "-m", "trioproxy", "--config", str(path), "--drain-timeout", "1",
+                              *(["--workers", str(workers)] if workers > 1 else [])], cpu=cpu, env=env, cwd=root)
     deadline = time.monotonic() + 30
     bind_port = ready_port = None
     while time.monotonic() < deadline and (bind_port is None or ready_port is None):

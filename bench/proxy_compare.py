@@ -11,6 +11,10 @@ measured with wrk (``--latency``) at N connections and again at 1 connection:
 * ``envoy``     - wrk -> Envoy (one listener, one cluster, --concurrency 1) -> backend (if installed)
 * ``trioproxy`` - wrk -> ``python -m trioproxy`` (one bind, one route, one backend) -> backend
 
+``--workers 1,2`` also measures ``trioproxy --workers 2`` (target ``trioproxy-w2``) and nginx with
+2 worker processes (``nginx-w2``); those are not pinned (their workers need both cores, which
+wrk and the backend share), and their CPU is the whole process tree's (docs/workers.md).
+
 The proxy under test runs pinned to one core (``--proxy-cpu``, default 1), wrk and the backend to
 the other (``--client-cpu``, default 0). CPU time of the target is read from /proc/<pid>/stat
 (utime+stime+cutime+cstime) right before and right after each wrk run, so idle time and warm-up
@@ -155,7 +159,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "every target is also measured at 1 connection")
     parser.add_argument("--targets", default="direct,nginx,envoy,trioproxy",
                         help="comma-separated subset of direct,nginx,envoy,trioproxy")
+    parser.add_argument("--workers", default="1", help="trioproxy worker counts, e.g. 1,2 (default 1); a count N > 1 "
+                        "adds targets trioproxy-wN and nginx-wN (N worker processes), not pinned")
     args = parser.parse_args(argv)
+    args.workers = sorted({int(w) for w in args.workers.split(",") if w.strip()})
     if args.quick:
         args.duration, args.warmup = 1.0, 1.0
         if args.targets == parser.get_default("targets"):
@@ -179,16 +186,25 @@ def run(args: argparse.Namespace) -> int:
         backend_port = free_port()
         backend = start_nginx(procs, tmp, "backend", nginx_backend_conf(tmp, backend_port), backend_port,
                               client_cpu)
-        for name in args.targets:
-            print(f"== {name}", file=sys.stderr, flush=True)
+        labels = list(args.targets)
+        for count in (w for w in args.workers if w > 1):
+            labels += [f"{t}-w{count}" for t in ("nginx", "trioproxy") if t in args.targets]
+        for label in labels:
+            name, _, suffix = label.partition("-w")
+            workers = int(suffix or 1)
+            print(f"== {label}", file=sys.stderr, flush=True)
             target_proc: Proc | None = None
             try:
                 if name == "direct":
                     port, cpu_pid = backend_port, backend.pid
                 elif name == "nginx":
                     port = free_port()
-                    target_proc = start_nginx(procs, tmp, "nginx-proxy", nginx_proxy_conf(tmp, port, backend_port),
-                                              port, proxy_cpu)
+                    conf = nginx_proxy_conf(tmp, port, backend_port)
+                    if workers > 1:
+                        conf = conf.replace("master_process off;", "master_process on;").replace(
+                            "worker_processes 1;", f"worker_processes {workers};")
+                    target_proc = start_nginx(procs, tmp, label if workers > 1 else "nginx-proxy", conf, port,
+                                              proxy_cpu if workers == 1 else None)
                     cpu_pid = target_proc.pid
                 elif name == "envoy":
                     try:
@@ -199,10 +215,11 @@ def run(args: argparse.Namespace) -> int:
                         continue
                     cpu_pid = target_proc.pid
                 else:
-                    target_proc, port = start_trioproxy(procs, tmp, backend_port, proxy_cpu)
+                    target_proc, port = start_trioproxy(procs, tmp, backend_port, proxy_cpu if workers == 1 else None,
+                                                        name=label, workers=workers)
                     cpu_pid = target_proc.pid
                 for conns in conn_counts:
-                    row = measure(name, port, cpu_pid, backend.pid, conns, args.duration, args.warmup, client_cpu)
+                    row = measure(label, port, cpu_pid, backend.pid, conns, args.duration, args.warmup, client_cpu)
                     if target_proc is not None:
                         target_proc.check_alive()
                     rows.append(row)
@@ -219,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
             r.added_p50_ms = r.p50_ms - direct[r.connections].p50_ms
             r.added_p99_ms = r.p99_ms - direct[r.connections].p99_ms
 
-    rows.sort(key=lambda r: (-r.connections, args.targets.index(r.target)))
+    rows.sort(key=lambda r: (-r.connections, labels.index(r.target)))
     print()
     print(f"wrk -t1, {args.duration:g} s per run after {args.warmup:g} s warm-up; proxy on core {proxy_cpu}, "
           f"wrk and backend on core {client_cpu}; body {len(BODY)} bytes")

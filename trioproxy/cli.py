@@ -29,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--validate-only", action="store_true", help="load and validate the config, then exit")
     parser.add_argument("--drain-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="on SIGINT/SIGTERM, how long requests in flight may take to finish (default 10)")
+    parser.add_argument("--workers", metavar="N|auto",
+                        help="worker processes serving the binds (default: config.workers, else 1); docs/workers.md")
     parser.add_argument("--log-level", metavar="LEVEL",
                         help="trace|debug|info|warn|error (default info, or LOG_LEVEL); LOG_FORMAT=text|json")
     parser.add_argument("--version", action="version", version=f"trioproxy {__version__}")
@@ -90,8 +92,19 @@ def _run_gateway(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         return 2
     log_rejected(config)
     failures: list[StartupError] = []
+    from .workers.supervisor import resolve_workers, run_supervisor
+
     try:
-        trio.run(lambda: run_until_signalled(config, config_path=args.config, drain_timeout=args.drain_timeout))
+        workers = resolve_workers(args.workers, config)
+    except ValueError as error:
+        print(f"trioproxy: error: --workers: {error}", file=sys.stderr)
+        return 2
+    try:
+        if workers > 1:
+            trio.run(lambda: run_supervisor(config, workers=workers, config_path=args.config,
+                                            drain_timeout=args.drain_timeout, log_level=args.log_level))
+        else:
+            trio.run(lambda: run_until_signalled(config, config_path=args.config, drain_timeout=args.drain_timeout))
     except* StartupError as group:
         failures.extend(group.exceptions)  # type: ignore[arg-type]
     for failure in failures:

@@ -36,8 +36,16 @@ from .routing import BindTable
 from .trace import TraceHub
 from .upstream import UpstreamPool
 
+#: builds a new limiter: ``(specs, key, now)``; worker processes pass one that keeps buckets in shared memory
+LimiterFactory = Callable[[tuple[LocalRateLimitSpec, ...], str, float], LocalRateLimiter]
 
-def _limiter(specs: tuple[LocalRateLimitSpec, ...], key: str, previous: GatewayState | None) -> LocalRateLimiter | None:
+
+def _local_limiter(specs: tuple[LocalRateLimitSpec, ...], key: str, now: float) -> LocalRateLimiter:
+    return LocalRateLimiter(specs, now)
+
+
+def _limiter(specs: tuple[LocalRateLimitSpec, ...], key: str, previous: GatewayState | None,
+             factory: LimiterFactory = _local_limiter) -> LocalRateLimiter | None:
     """A limiter for ``specs``; the previous config's one when unchanged, so a reload keeps budgets."""
     if not specs:
         return None
@@ -45,7 +53,7 @@ def _limiter(specs: tuple[LocalRateLimitSpec, ...], key: str, previous: GatewayS
         old = previous.limiters.get(key)
         if old is not None and old[0] == specs:
             return old[1]
-    return LocalRateLimiter(specs, trio.current_time())
+    return factory(specs, key, trio.current_time())
 
 
 class StageCompiler:
@@ -53,8 +61,10 @@ class StageCompiler:
     (limiters whose entries did not change are kept) and the metrics a stage reports to."""
 
     def __init__(self, jwks: JwksRegistry, previous: GatewayState | None,
-                 count_decision: Callable[[str, str, str], None]) -> None:
+                 count_decision: Callable[[str, str, str], None],
+                 limiter_factory: LimiterFactory = _local_limiter) -> None:
         self.jwks = jwks
+        self.limiter_factory = limiter_factory
         self.previous = previous
         self.count_decision = count_decision
         # listener or route key -> (specs, limiter); a listener's is shared by all its routes.
@@ -88,7 +98,7 @@ def _authorization(policies: Policies, key: str, c: StageCompiler) -> Stage | No
 
 
 def _local_rate_limit(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
-    limiter = _limiter(policies.local_rate_limit, key, c.previous)
+    limiter = _limiter(policies.local_rate_limit, key, c.previous, c.limiter_factory)
     if limiter is None:
         return None
     c.limiters[key] = (policies.local_rate_limit, limiter)
@@ -196,9 +206,12 @@ class GatewayState:
 
     def __init__(self, config: Config, previous: GatewayState | None = None,
                  jwks: JwksRegistry | None = None,
-                 count_decision: Callable[[str, str, str], None] = lambda policy, key, result: None) -> None:
+                 count_decision: Callable[[str, str, str], None] = lambda policy, key, result: None,
+                 limiter_factory: LimiterFactory = _local_limiter) -> None:
         self.config = config
-        compiler = StageCompiler(jwks if jwks is not None else JwksRegistry(), previous, count_decision)
+        self.limiter_factory = limiter_factory
+        compiler = StageCompiler(jwks if jwks is not None else JwksRegistry(), previous, count_decision,
+                                 limiter_factory)
         self.binds = {bind.port: BindTable(bind) for bind in config.binds}
         self.listeners: dict[str, Phase] = {}
         self.routes: dict[str, CompiledRoute] = {}
@@ -223,14 +236,15 @@ class Runtime:
     """Shared by every bind of one gateway process: current state, upstream pool, metrics, tracing."""
 
     def __init__(self, config: Config, *, pool: UpstreamPool | None = None, metrics: Metrics | None = None,
-                 trace: TraceHub | None = None) -> None:
+                 trace: TraceHub | None = None, limiter_factory: LimiterFactory = _local_limiter) -> None:
         self.pool = pool or UpstreamPool()
         self.metrics = metrics or Metrics(open_upstream_connections=lambda: self.pool.open_connections)
         #: remote JWKS by URL, kept across reloads; its ``run`` task lives in the root nursery
         self.jwks = JwksRegistry(self.metrics.registry)
         #: requestMirror copies; its ``run`` task lives in the root nursery
         self.mirrors = MirrorSender(self.pool)
-        self.state = GatewayState(config, jwks=self.jwks, count_decision=self.metrics.ratelimit_decision)
+        self.state = GatewayState(config, jwks=self.jwks, count_decision=self.metrics.ratelimit_decision,
+                                  limiter_factory=limiter_factory)
         self.trace = trace or TraceHub()
         self.trace.on_drop = self.metrics.trace_events_dropped.inc
         self._tune_pool(config)
@@ -241,7 +255,8 @@ class Runtime:
 
     def apply(self, config: Config) -> None:
         """Swap in a new config; requests in flight finish on the state they started with."""
-        self.state = GatewayState(config, self.state, self.jwks, self.metrics.ratelimit_decision)
+        self.state = GatewayState(config, self.state, self.jwks, self.metrics.ratelimit_decision,
+                                  self.state.limiter_factory)
         self.reload_errors = []
         self._observability(config)
         self._tune_pool(config)

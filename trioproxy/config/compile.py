@@ -554,7 +554,8 @@ def compile_document(document: d.Document, env: Mapping[str, str], r: Reader) ->
                     logging=_logging(servers.logging, r) if servers and servers.logging else None,
                     tracing=_tracing(servers.tracing, r) if servers and servers.tracing else None,
                     frontend=_frontend(document.frontend_policies),
-                    backend=_backend_connections(servers.backend if servers else None))
+                    backend=_backend_connections(servers.backend if servers else None),
+                    workers=servers.workers if servers and servers.workers is not None else 1)
 
 
 def _given(**values: Any) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from .scalars import (
     SAMPLING,
     SERVER_ADDRESS,
     TOKEN_OR_STAR,
+    WORKERS,
 )
 
 Port = Annotated[int, Integer(0, 65535)]
@@ -678,6 +679,10 @@ class Servers:
         " env ADMIN_TOKEN overrides it. Use `$VAR` to read it from the environment.", default=None)
     backend: BackendConnections | None = field(
         "Connections to backends: connect timeout, pooling, the default response-header timeout.", default=None)
+    workers: Annotated[int, WORKERS] | None = field(
+        "Worker processes serving the binds: a number, or auto for one per CPU (default 1: one process);"
+        " --workers overrides it. Admin, stats and readiness stay in the supervisor (docs/workers.md).",
+        default=None)
 
 
 @described

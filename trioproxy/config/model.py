@@ -358,3 +358,5 @@ class Config:
     manifest_sources: tuple[Any, ...] = attrs.field(default=(), eq=False, repr=False)
     #: one line per resource left out (``--validate-only`` fails on them; the gateway logs them)
     rejected: tuple[str, ...] = attrs.field(default=(), eq=False, repr=False)
+    #: worker processes (``config.workers``): 1 = today's single process, 0 = auto (one per CPU)
+    workers: int = 1

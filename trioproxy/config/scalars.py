@@ -168,3 +168,22 @@ RATIO = Scalar("ratio", parse_ratio, {"type": "number", "minimum": 0, "maximum":
 SAMPLING = Scalar("sampling", parse_sampling,
                   {"anyOf": [{"type": "boolean"}, {"type": "number", "minimum": 0, "maximum": 1}]},
                   "true, false or a ratio from 0.0 to 1.0")
+
+
+#: Most worker processes ``config.workers`` / ``--workers`` accept (a typo guard, not a design limit).
+MAX_WORKERS = 256
+
+
+def parse_workers(text: str) -> int:
+    """``config.workers``: ``auto`` (0: one per CPU, resolved at start) or a count from 1 (docs/workers.md)."""
+    word = text.strip().lower()
+    if word == "auto":
+        return 0
+    if not word.isdigit() or not 1 <= int(word) <= MAX_WORKERS:
+        raise ValueError(f"expected auto or a number of worker processes from 1 to {MAX_WORKERS}, got {text!r}")
+    return int(word)
+
+
+WORKERS = Scalar("workers", parse_workers,
+                 {"anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_WORKERS}, {"const": "auto"}]},
+                 f"auto or a number of worker processes from 1 to {MAX_WORKERS}")

@@ -1,0 +1,120 @@
+"""One worker process: today's gateway data plane on sockets the supervisor bound.
+
+Started by the supervisor as ``python -m trioproxy.workers.worker SPEC`` (SPEC: JSON naming the
+inherited descriptors). It receives the compiled ``Config`` over its control channel, serves
+every bind with hypercorn exactly as a single-process gateway does (``server._serve``), and
+answers the supervisor: reloads, ``/metrics`` scrapes, stop. It has no admin, stats or
+readiness server. It drains on the supervisor's ``stop``, on SIGTERM, or when its control
+channel closes (the supervisor is gone); SIGINT is the supervisor's to handle.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from functools import partial
+from typing import Any
+
+import trio
+from prometheus_client import Counter
+
+from ..access_log import configure_logging
+from ..config.model import Config
+from ..connections import DEFAULT_MAX_CONNECTIONS, raise_nofile_limit
+from ..front_door import FrontDoor
+from ..gateway import Gateway
+from ..runtime import Runtime
+from ..server import _count_reject, _counter, _serve, _tls_contexts
+from ..trace import Watcher
+from .control import Control
+from .shared_limits import SharedLimits
+from .trace_relay import TraceTable, WorkerTraceHub, forward_events
+
+log = logging.getLogger("trioproxy")
+
+
+async def run_worker(spec: dict[str, Any]) -> None:
+    control = Control(socket.socket(fileno=spec["control"]))
+    first = await control.receive()
+    if first is None or first.get("t") != "config":
+        return  # the supervisor went away before sending the config
+    config: Config = first["config"]
+    configure_logging(spec.get("log_level"), config_level=config.logging.level if config.logging else None,
+                      config_format=config.logging.format if config.logging else None)
+    limits = SharedLimits(spec["limits"])
+    table = TraceTable(spec["trace"])
+    shutdown = trio.Event()
+    nofile = raise_nofile_limit()
+    max_connections = config.frontend.max_connections or min(
+        DEFAULT_MAX_CONNECTIONS, max(16, (nofile - 256) // 2 // max(1, len(config.binds))))
+    tls_contexts = _tls_contexts(config)
+
+    async def send_quietly(message: dict[str, Any]) -> None:
+        try:
+            await control.send(message)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    async with trio.open_nursery() as forwards:  # a traced request's events outlive the drain's start
+        def forward(watcher_id: int, watcher: Watcher) -> None:
+            forwards.start_soon(forward_events, watcher_id, watcher, send_quietly)
+
+        hub = WorkerTraceHub(table, forward)
+        runtime = Runtime(config, trace=hub, limiter_factory=limits.limiter)
+        metrics = runtime.metrics
+        claims = Counter("trioproxy_trace_claims", "Requests this gateway gave to a /debug/trace watcher.",
+                         registry=metrics.registry)
+        hub._on_claim = claims.inc
+
+        async def commands() -> None:
+            while (message := await control.receive()) is not None:
+                kind = message["t"]
+                if kind == "stop":
+                    shutdown.set()
+                elif kind == "reload":
+                    runtime.apply(message["config"])
+                    runtime.metrics.reload(applied=True)
+                elif kind == "metrics":
+                    await send_quietly({"t": "metrics", "id": message["id"], "text": metrics.exposition()[0]})
+            shutdown.set()  # the supervisor is gone
+
+        async def signals() -> None:
+            with trio.open_signal_receiver(signal.SIGTERM) as received:
+                async for _ in received:
+                    shutdown.set()
+
+        async with trio.open_nursery() as binds:
+            for port, fd in spec["binds"]:
+                sock = socket.socket(fileno=fd)
+                front = FrontDoor(Gateway(runtime, port),
+                                  max_in_flight=lambda: runtime.state.config.frontend.max_in_flight,
+                                  on_reject=partial(_count_reject, metrics, str(port)))
+                await binds.start(_serve, front, sock, spec["drain_timeout"], shutdown,
+                                  _counter(str(port), max_connections, metrics), config.frontend,
+                                  tls_contexts.get(port))
+            async with trio.open_nursery() as background:
+                await background.start(runtime.jwks.run)
+                await background.start(runtime.mirrors.run)  # requestMirror copies
+                background.start_soon(commands)
+                background.start_soon(signals)
+                await send_quietly({"t": "ready", "pid": os.getpid()})
+                await shutdown.wait()
+                background.cancel_scope.cancel()
+        forwards.cancel_scope.deadline = trio.current_time() + 1.0  # last events of traced requests
+    runtime.pool.close_idle()
+    await trio.to_thread.run_sync(runtime.close)
+
+
+def main(argv: list[str] | None = None) -> int:
+    spec = json.loads((argv if argv is not None else sys.argv[1:])[0])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's: it decides when we drain
+    trio.run(run_worker, spec)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
