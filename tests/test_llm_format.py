@@ -94,6 +94,12 @@ def problems(text: str) -> list[str]:
     return info.value.problems
 
 
+def test_llm_model_without_host_override_reaches_the_provider_over_tls():
+    config = parse_config("llm:\n  models:\n  - name: m\n    provider: anthropic\n", env=LOOPBACK_SERVERS)
+    (backend,) = config.binds[0].listeners[0].routes[0].backends
+    assert (str(backend.target), backend.tls is not None) == ("api.anthropic.com:443", True)
+
+
 def test_llm_format_errors_name_their_place():
     text = ("binds:\n- port: 4000\nllm:\n  models:\n  - name: a/*/b\n    provider: openAI\n"
             "    params: {hostOverride: '127.0.0.1:1'}\n  - name: x\n    provider: bedrock\n"
@@ -103,10 +109,9 @@ def test_llm_format_errors_name_their_place():
         "<config>:4:3: llm.port: port 4000 is already bound by binds[0]",
         "<config>:5:11: llm.models[0].name: model name wildcard must be either at the beginning or the end: 'a/*/b'",
         "<config>:9:15: llm.models[1].provider: 'bedrock' is an agentgateway feature that trioproxy does not implement",
-        "<config>:11:15: llm.models[2].provider: unknown provider 'nope' (expected one of: openAI)",
-        "<config>:13:5: llm.models[3]: params.hostOverride is required: this version reaches providers over plain "
-        "HTTP at HOST:PORT",
-    ]
+        "<config>:11:15: llm.models[2].provider: unknown provider 'nope' (expected one of: openAI, anthropic, gemini,"
+        " azure)",
+    ]  # models[3] has no hostOverride: the provider's own host over TLS (docs/llm-providers.md)
     (virtual,) = problems("llm:\n  virtualModels: []\n  models: []\n")
     assert virtual.endswith("llm.virtualModels: 'virtualModels' is an agentgateway feature that trioproxy does "
                             "not implement")

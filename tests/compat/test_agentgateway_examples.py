@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import attrs
 import trio
 
 from fixtures.echo_backend import EchoBackend
@@ -131,10 +130,9 @@ async def test_llm_basic_maps_model_names_as_its_comments_say(nursery, monkeypat
     """Substitutions, because the example calls the real OpenAI and Anthropic APIs: `port: 4000` becomes
     a free port; each model's `params` gets `hostOverride` pointing at the mock OpenAI-compatible fixture
     (fixtures/mock_openai.py), and `provider: anthropic` becomes `openAI` since the mock speaks OpenAI's
-    API; the API keys come from the environment as the example expects. Where this branch lacks a field
-    the example uses (`frontendPolicies`), that block is dropped (say which, below)."""
+    API (trioproxy does not translate OpenAI's chat format to Anthropic's Messages API); the API keys come
+    from the environment as the example expects. `frontendPolicies` is kept as written."""
     from fixtures.mock_openai import MockOpenAI
-    from trioproxy.config import document
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-anthropic")
@@ -143,8 +141,6 @@ async def test_llm_basic_maps_model_names_as_its_comments_say(nursery, monkeypat
     text = (HERE / "llm-basic.yaml").read_text()
     text = text.replace("port: 4000", f"port: {free_port()}").replace("provider: anthropic", "provider: openAI")
     text = text.replace("    params:\n", f"    params:\n      hostOverride: 127.0.0.1:{mock.port}\n")
-    if "frontend_policies" not in {a.name for a in attrs.fields(document.Document)}:
-        text = text.replace("frontendPolicies:\n  http:\n    maxBufferSize: 20971520\n", "")  # not in this branch
     gw = await start_gateway(nursery, text.replace("{", "{{").replace("}", "}}"))
     messages = [{"role": "user", "content": "hi"}]
     async with gw.client() as client:

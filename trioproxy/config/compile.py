@@ -487,10 +487,7 @@ def _llm(llm: d.Llm, r: Reader) -> m.Bind:
             r.at(model, "name", problem)
         provider = _llm_provider(model, r)
         params = model.params or _made(d.LlmParams)
-        if provider is not None and params.host_override is None:
-            r.at(model.params if model.params is not None else model, None,
-                 "params.hostOverride is required: this version reaches providers over plain HTTP at HOST:PORT")
-        if provider is None or params.host_override is None:
+        if provider is None:
             continue
         auth = _made(d.BackendPolicies, backend_auth=_made(d.BackendAuth, key=params.api_key)) if params.api_key else None
         backend = _made(d.Backend, policies=auth, ai=_made(

@@ -693,7 +693,8 @@ class LlmParams:
     api_key: str | None = field(
         "API key sent as `Authorization: Bearer <key>` (use `$VAR` to read it from the environment).", default=None)
     host_override: Annotated[Address, HOST_PORT_ADDRESS] | None = field(
-        "HOST:PORT of the provider (a local or mock provider, over plain HTTP).", default=None)
+        "HOST:PORT of the provider, reached over plain HTTP unless backendTLS applies (absent: the provider's own"
+        " host over TLS).", default=None)
     path_override: PathText | None = field("Request path to use instead of the client's.", default=None)
 
 
