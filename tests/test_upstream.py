@@ -618,3 +618,22 @@ async def test_a_stream_without_a_socket_or_probe_is_taken_as_fresh_and_closed_b
         await pool_side.send_stream.send_all(b"x")
     with pytest.raises(trio.ClosedResourceError):
         await pool_side.receive_stream.receive_some()
+
+
+async def test_every_stale_pooled_connection_is_dropped_not_only_the_first(nursery):
+    async def script(end: BackendEnd, index: int) -> None:
+        await end.request()
+        await end.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nab\r\n2\r\ncd\r\n0\r\n\r\n")
+        if index < 2:
+            end.close()
+        else:
+            await end.serve_ok()
+
+    pool, backend = make_pool(nursery, script)
+    first, second = [await pool.request(A, b"GET", b"/", HEADERS) for _ in range(2)]
+    assert (await first.read(), await second.read()) == (b"abcd", b"abcd")  # read() joins chunks as they came
+    assert first.reason == b"OK"
+    await trio.testing.wait_all_tasks_blocked()
+    assert await get(pool) == b"abcd"
+    assert idle(pool) == ["<UpstreamConnection a.test:80 IDLE requests=1>"]
+    assert (pool.open_connections, pool.connections_created) == (1, 3)
