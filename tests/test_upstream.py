@@ -365,6 +365,18 @@ async def test_a_backend_that_closes_mid_body_fails_the_body_and_its_connection_
     assert repr(pool) == "<UpstreamPool open=0 idle={}>"
 
 
+async def test_a_backend_that_closes_before_answering_gets_a_plain_message(nursery):
+    """Not h11's wording for its own state machine ("can't handle event type ConnectionClosed ...")."""
+    async def script(end: BackendEnd, index: int) -> None:
+        await end.request()
+        end.close()
+
+    pool, _ = make_pool(nursery, script)
+    with pytest.raises(BadUpstreamResponse) as info:
+        await get(pool)
+    assert info.value.message == "upstream closed the connection before the response completed"
+
+
 async def test_a_response_that_is_not_http_is_a_bad_upstream_response(nursery):
     async def script(end: BackendEnd, index: int) -> None:
         await end.request()

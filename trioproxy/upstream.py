@@ -136,6 +136,8 @@ class UpstreamConnection:
             try:
                 event = conn.next_event()
             except h11.RemoteProtocolError as exc:
+                if "ConnectionClosed" in str(exc):  # EOF before any response: h11 words it for its own state
+                    raise BadUpstreamResponse("upstream closed the connection before the response completed") from None
                 raise BadUpstreamResponse(f"invalid upstream response: {exc}") from None
             if event is not h11.NEED_DATA:
                 if type(event) is h11.ConnectionClosed:
