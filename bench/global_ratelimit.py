@@ -8,9 +8,11 @@ Sections (one redis-server and one `trioproxy ratelimit-server --redis` started 
 1. ``server``: ShouldRateLimit checks per second, the server pinned to one core (taskset -c 0) with
    Redis and the load generator on the other; beside ``redis-benchmark -t incr`` (Redis's own ceiling
    for one INCR per request, 50 clients).
-2. ``client``: the two gateway-side clients, sequential calls from a Trio task: (a) grpcio's future
-   API bridged into Trio (``client.RlsClient``), (b) the gRPC unary client on ``h2`` over a Trio stream
-   (``h2client.H2RlsClient``, what the gateway uses). Wall time per call (latency) and this process's CPU per call.
+2. ``client``: the gateway-side clients, sequential calls from a Trio task: (a) grpcio's future
+   API bridged into Trio (``client.RlsClient``), (b) the gRPC unary client on the ``h2`` library over
+   a Trio stream (``h2client.H2RlsClient``), (c) gRPC framed by hand on HTTP/2 over a Trio stream
+   (``wire_client.WireRlsClient``, what the gateway uses). Wall time per call (latency) and this
+   process's CPU per call (all threads: grpcio's C core works on its own).
 3. ``gateway``: a gateway process with two routes answering ``directResponse`` (no backend noise), one
    with a remoteRateLimit: p50/p99 per request from a sequential client, the added latency, and the
    gateway's CPU per request (from /proc) for each route; the difference is the CPU of one check.
@@ -35,6 +37,7 @@ from tests.rls_helpers import _accepts, _wait, free_port, ratelimit_server, redi
 from trioproxy.rls.client import RlsClient
 from trioproxy.rls.h2client import H2RlsClient
 from trioproxy.rls.protos import rls_pb2
+from trioproxy.rls.wire_client import WireRlsClient
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,7 +90,8 @@ async def client_section(port: int, n: int, rounds: int = 6) -> dict:
     """Interleaved rounds (A B A B ...), so load from other jobs hits both alike; per client the
     median round's CPU per call and the pooled latencies."""
     clients = {"grpcio future bridged": RlsClient(f"127.0.0.1:{port}"),
-               "h2 over Trio": H2RlsClient(f"127.0.0.1:{port}")}
+               "h2 over Trio": H2RlsClient(f"127.0.0.1:{port}"),
+               "hand-framed over Trio": WireRlsClient(f"127.0.0.1:{port}")}
     descriptors = [([("user", "u2")], None)]
     lat: dict[str, list[float]] = {name: [] for name in clients}
     cpu: dict[str, list[float]] = {name: [] for name in clients}

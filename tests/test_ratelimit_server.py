@@ -238,3 +238,55 @@ def _watch_first(stub, service: str):
         return None
     finally:
         stream.cancel()
+
+
+def test_group_commit_shares_one_round_trip_among_concurrent_calls():
+    """Calls arriving while a batch is out queue up and go together in the next one; each gets its
+    own counts back, and a failed round trip fails every call of that batch."""
+    import threading
+
+    from trioproxy.rls.store import GroupCommit, StoreUnavailable
+
+    gate, batches = threading.Event(), []
+
+    def execute(items):
+        batches.append([key for key, _, _ in items])
+        if len(batches) == 1:
+            gate.wait(10)  # the first batch is out while the others arrive
+        if any(key == "bad" for key, _, _ in items):
+            raise StoreUnavailable("redis: down")
+        return [hits * 10 for _, hits, _ in items]
+
+    group = GroupCommit(execute)
+    results: dict[str, object] = {}
+
+    def call(name, items):
+        try:
+            results[name] = group.incr(items)
+        except StoreUnavailable as exc:
+            results[name] = str(exc)
+
+    first = threading.Thread(target=call, args=("a", [("a", 1, 60)]))
+    first.start()
+    _wait(lambda: len(batches) == 1, "first batch out")
+    others = [threading.Thread(target=call, args=(name, items)) for name, items in
+              [("b", [("b", 2, 60), ("b2", 3, 60)]), ("c", [("c", 4, 60)])]]
+    for t in others:
+        t.start()
+    _wait(lambda: len(group._queue) == 2, "two calls queued")
+    gate.set()
+    for t in [first, *others]:
+        t.join(10)
+    assert sorted(map(sorted, batches)) == [["a"], ["b", "b2", "c"]]  # two round trips for three calls
+    assert results == {"a": [10], "b": [20, 30], "c": [40]}
+    assert group.incr([("d", 5, 60)]) == [50]  # nothing queued: a call alone leads its own batch
+    threads = [threading.Thread(target=call, args=(name, [(name, 1, 60)])) for name in ("bad", "e")]
+    gate.clear()
+    batches.clear()
+    batches.append(["hold"])  # not the first batch any more: no waiting on the gate
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    failed = [results[name] for name in ("bad", "e") if isinstance(results[name], str)]
+    assert "redis: down" in failed  # the failing batch's calls all raised StoreUnavailable

@@ -1,5 +1,6 @@
-"""The gateway's RLS clients. ``client_for`` gives the one in use (``h2client.H2RlsClient``);
-``RlsClient`` here is the alternative it was measured against (bench/global_ratelimit.py).
+"""The gateway's RLS clients. ``client_for`` gives the one in use (``wire_client.WireRlsClient``,
+gRPC framed by hand on HTTP/2); ``RlsClient`` here and ``h2client.H2RlsClient`` (the ``h2``
+library) are the alternatives it was measured against (bench/global_ratelimit.py).
 
 ``RlsClient``: grpcio's future API bridged into Trio.
 
@@ -74,11 +75,11 @@ _clients: dict[str, Any] = {}
 
 
 def client_for(target: str) -> Any:
-    """The one client (one HTTP/2 connection) per service target in this process: the ``h2`` one
-    (``h2client.H2RlsClient``), which measured faster than this module's grpcio bridge."""
-    from .h2client import H2RlsClient
+    """The one client (one HTTP/2 connection) per service target in this process: the hand-framed
+    one (``wire_client.WireRlsClient``), which measured cheapest (bench/README.md)."""
+    from .wire_client import WireRlsClient
 
     client = _clients.get(target)
     if client is None:
-        client = _clients[target] = H2RlsClient(target)
+        client = _clients[target] = WireRlsClient(target)
     return client

@@ -1,0 +1,167 @@
+"""The hand-framed gRPC client (trioproxy/rls/wire_client.py) against an independent HTTP/2 server.
+
+The server here is the ``h2`` library's server side, so the client meets another implementation's
+framing: CONTINUATION frames, padding, PINGs, a server that keeps an HPACK dynamic table anyway, a
+stream limit of one, GOAWAY and RST_STREAM. (Against grpcio's real server: test_ratelimit_remote.py
+and test_ratelimit_e2e.py, through the gateway.)
+"""
+
+from __future__ import annotations
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.settings
+import pytest
+import trio
+
+from trioproxy.rls.client import RlsCallFailed
+from trioproxy.rls.protos import rls_pb2
+from trioproxy.rls.wire_client import WireRlsClient, encode_request, header_block
+
+
+class FakeRls:
+    """Answers each ShouldRateLimit with OK and a response header echoing the first entry's value."""
+
+    def __init__(self, *, dynamic_table: bool = False, max_streams: int | None = None, goaway_after: int = 0,
+                 big_header: int = 0, pad: int = 0, ping: bool = False, reset: bool = False) -> None:
+        self.dynamic_table = dynamic_table
+        self.max_streams = max_streams
+        self.goaway_after = goaway_after
+        self.big_header = big_header
+        self.pad = pad
+        self.ping = ping
+        self.reset = reset
+        self.answered = 0
+        self.connections = 0
+        self.ping_acks = 0
+        self.most_open = 0
+        self.closed_by_client = 0
+
+    async def serve(self, stream: trio.SocketStream) -> None:
+        self.connections += 1
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        conn.initiate_connection()
+        if self.max_streams is not None:
+            conn.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self.max_streams})
+        if self.ping:
+            conn.ping(b"12345678")
+        await stream.send_all(conn.data_to_send())
+        bodies: dict[int, bytes] = {}
+        pending: list[int] = []
+        answered = self.answered
+        while True:
+            data = await stream.receive_some(65536)
+            if not data:
+                return
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.RequestReceived):
+                    bodies[event.stream_id] = b""
+                    self.most_open = max(self.most_open, len(bodies))
+                elif isinstance(event, h2.events.DataReceived):
+                    bodies[event.stream_id] += event.data
+                    conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.StreamEnded):
+                    pending.append(event.stream_id)
+                elif isinstance(event, h2.events.PingAckReceived):
+                    self.ping_acks += 1
+            if self.dynamic_table:  # against our SETTINGS_HEADER_TABLE_SIZE 0: a table anyway
+                conn.encoder.header_table_size = 4096
+            await stream.send_all(conn.data_to_send())
+            await trio.sleep(0)  # let other calls open streams meanwhile (the stream limit test)
+            for sid in pending:
+                self._answer(conn, sid, bodies.pop(sid))
+            last = max(pending, default=0)
+            pending.clear()
+            await stream.send_all(conn.data_to_send())
+            if self.goaway_after and self.answered - answered >= self.goaway_after:  # on this connection
+                # A graceful server: the streams it got but did not answer are past last_stream_id.
+                conn.close_connection(last_stream_id=last)
+                await stream.send_all(conn.data_to_send())
+                while await stream.receive_some(65536):  # until the client closes (no RST race)
+                    pass
+                self.closed_by_client += 1
+                return
+
+    def _answer(self, conn: h2.connection.H2Connection, sid: int, body: bytes) -> None:
+        self.answered += 1
+        if self.reset:
+            conn.reset_stream(sid, error_code=2)
+            return
+        request = rls_pb2.RateLimitRequest.FromString(body[5:])
+        value = request.descriptors[0].entries[0].value
+        response = rls_pb2.RateLimitResponse(overall_code=rls_pb2.RateLimitResponse.OK)
+        response.response_headers_to_add.add(key="x-echo", value=value)
+        message = response.SerializeToString()
+        headers = [(":status", "200"), ("content-type", "application/grpc"), ("x-value", value)]
+        if self.big_header:
+            headers.append(("x-big", "b" * self.big_header))
+        conn.send_headers(sid, headers)
+        conn.send_data(sid, b"\x00" + len(message).to_bytes(4, "big") + message, pad_length=self.pad or None)
+        conn.send_headers(sid, [("grpc-status", "0"), ("x-trailer", value)], end_stream=True)
+
+
+async def start(nursery, fake: FakeRls) -> WireRlsClient:
+    listeners = await nursery.start(trio.serve_tcp, fake.serve, 0)
+    return WireRlsClient(f"127.0.0.1:{listeners[0].socket.getsockname()[1]}")
+
+
+async def echo(client: WireRlsClient, value: str) -> str:
+    response = await client.should_rate_limit("d", [([("k", value)], None)], 5)
+    return response.response_headers_to_add[0].value
+
+
+def test_request_encoding_and_reusable_header_block():
+    request = rls_pb2.RateLimitRequest.FromString(encode_request("d", [([("a", "1")], 0), ([("b", "2")], None),
+                                                                    ([("c", "3")], 7)]))
+    assert [(d.entries[0].key, d.HasField("hits_addend"), d.hits_addend.value) for d in request.descriptors] == [
+        ("a", True, 0), ("b", False, 0), ("c", True, 7)]  # 0 = only look: present, not absent
+    import hpack
+
+    assert hpack.Decoder().decode(header_block(b"h:1", 1500)) == [
+        (":method", "POST"), (":scheme", "http"), (":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"),
+        (":authority", "h:1"), ("content-type", "application/grpc"), ("te", "trailers"), ("grpc-timeout", "1500m")]
+
+
+async def test_a_server_keeping_a_dynamic_table_is_followed(nursery):
+    fake = FakeRls(dynamic_table=True)
+    client = await start(nursery, fake)
+    values = [f"v{i % 7}-{'x' * (i % 3)}" for i in range(40)]
+    assert [await echo(client, v) for v in values] == values
+
+
+async def test_continuation_padding_and_ping(nursery):
+    fake = FakeRls(big_header=40000, pad=20, ping=True)
+    client = await start(nursery, fake)
+    assert [await echo(client, v) for v in ("a", "b")] == ["a", "b"]
+    assert fake.ping_acks == 1
+
+
+async def test_the_servers_stream_limit_is_kept(nursery):
+    fake = FakeRls(max_streams=1)
+    client = await start(nursery, fake)
+    await echo(client, "warm")  # the server's SETTINGS are in
+    results: dict[int, str] = {}
+
+    async def one(i: int) -> None:
+        results[i] = await echo(client, str(i))
+
+    async with trio.open_nursery() as calls:
+        for i in range(6):
+            calls.start_soon(one, i)
+    assert results == {i: str(i) for i in range(6)}
+    assert fake.most_open == 1
+
+
+async def test_goaway_moves_calls_to_a_new_connection(nursery):
+    fake = FakeRls(goaway_after=2)
+    client = await start(nursery, fake)
+    assert [await echo(client, str(i)) for i in range(5)] == [str(i) for i in range(5)]
+    assert fake.connections >= 2
+    assert fake.closed_by_client >= 1  # the client let the old connection go once it was idle
+
+
+async def test_reset_stream_fails_the_call(nursery):
+    client = await start(nursery, FakeRls(reset=True))
+    with pytest.raises(RlsCallFailed, match="stream reset"):
+        await echo(client, "x")

@@ -1,0 +1,425 @@
+"""gRPC unary calls framed by hand on HTTP/2 over one Trio stream: the gateway's RLS transport.
+
+Why not the ``h2`` library (``h2client.py``, the previous transport): a rate-limit check is one
+tiny request and one tiny answer, and h2's general state machine (header validation and
+normalisation, HPACK encoding with its dynamic table, an event object per frame) cost most of the
+gateway's CPU per check (bench/README.md, "Global rate limiting"). This module does only what a
+unary gRPC client needs, with the request's header block encoded once:
+
+- connection: the preface, SETTINGS (no push, stream windows of 2^31-1) and a connection
+  WINDOW_UPDATE, in one write; the server's SETTINGS are applied and acknowledged, PINGs answered,
+  our connection receive window topped up as answers arrive;
+- a call: one HEADERS frame (HPACK static-table indices and literals never added to a table, so
+  the block is the same bytes every time and cached per timeout) and one DATA frame with
+  END_STREAM, in one write; it waits while the server's flow-control windows or stream limit
+  leave no room;
+- answers: HEADERS/CONTINUATION blocks are decoded with ``hpack.Decoder`` (the server's dynamic
+  table must be followed), DATA collected, the trailers' ``grpc-status`` decides; RST_STREAM
+  fails the call; GOAWAY fails the calls past its last stream and sends new ones to a new
+  connection; a protocol or socket error fails every call on the connection (UNAVAILABLE), and
+  the next call reconnects.
+
+One connection per service target, opened on first use; calls are concurrent streams on it. A
+reader task (a Trio system task, so it outlives any one request) routes frames to the waiting
+calls. Each call sends ``grpc-timeout`` and gives up at its deadline (the stream is reset).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import hpack
+import trio
+
+from .protos import rls_pb2
+
+PATH = b"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+MAX_MESSAGE = 4 * 1024 * 1024
+MAX_FRAME = 16384  # SETTINGS_MAX_FRAME_SIZE we announce (the default)
+BIG_WINDOW = 2**31 - 1
+TOP_UP = 2**30  # consumed connection window that triggers a WINDOW_UPDATE
+KNOWN_BLOCKS = 256  # decoded header blocks kept per connection
+
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
+END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + sid.to_bytes(4, "big") + payload
+
+
+def _hpack_int(value: int, prefix_bits: int, first: int) -> bytes:
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes((first | value,))
+    out = bytearray((first | limit,))
+    value -= limit
+    while value >= 128:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _literal(value: bytes) -> bytes:
+    return _hpack_int(len(value), 7, 0) + value  # no Huffman
+
+
+def header_block(authority: bytes, timeout_ms: int) -> bytes:
+    """The request's HPACK block: indexed ``:method POST`` (3) and ``:scheme http`` (6), names
+    indexed from the static table for ``:path`` (4) and ``:authority`` (1), the rest literal; all
+    "without indexing", so the server's table never changes and the block can be reused."""
+    return (b"\x83\x86" + _hpack_int(4, 4, 0) + _literal(PATH) + _hpack_int(1, 4, 0) + _literal(authority)
+            + b"\x00" + _literal(b"content-type") + _literal(b"application/grpc")
+            + b"\x00" + _literal(b"te") + _literal(b"trailers")
+            + b"\x00" + _literal(b"grpc-timeout") + _literal(b"%dm" % timeout_ms))
+
+
+def encode_request(domain: str, descriptors: Sequence[tuple[Sequence[tuple[str, str]], int | None]]) -> bytes:
+    """``descriptors``: ``(entries, hits)``; hits None: one hit; 0: only look; n: add n (tokens)."""
+    request = rls_pb2.RateLimitRequest(domain=domain)
+    for entries, hits in descriptors:
+        d = request.descriptors.add()
+        for key, value in entries:
+            d.entries.add(key=key, value=value)
+        if hits is not None:
+            d.hits_addend.SetInParent()  # present even with value 0 ("only look")
+            d.hits_addend.value = hits
+    return request.SerializeToString()  # type: ignore[no-any-return]
+
+
+class RlsCallError(Exception):
+    pass
+
+
+REFUSED_STREAM = 7
+
+
+class _Call:
+    __slots__ = ("body", "done", "error", "message", "refused", "status")
+
+    def __init__(self) -> None:
+        self.body = bytearray()
+        self.done = trio.Event()
+        self.refused = False  # REFUSED_STREAM or past GOAWAY's last stream: not processed, send again
+        self.error: str | None = None
+        self.status: bytes | None = None
+        self.message = b""
+
+
+class _Connection:
+    def __init__(self, stream: trio.SocketStream, authority: str) -> None:
+        self.stream = stream
+        self.authority = authority.encode("latin-1")
+        self.decoder = hpack.Decoder()
+        #: header block bytes -> decoded headers, for blocks that mean the same whatever the table
+        self.known_blocks: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        self.calls: dict[int, _Call] = {}
+        self.lock = trio.Lock()  # one writer at a time; stream ids are sent in increasing order
+        self.closed = False
+        self.next_sid = 1
+        self.blocks: dict[int, bytes] = {}  # timeout ms -> header block
+        # The server's limits on what we send (RFC 9113 defaults until its SETTINGS arrive).
+        self.send_window = 65535
+        self.stream_window = 65535  # SETTINGS_INITIAL_WINDOW_SIZE
+        self.max_streams = 2**31
+        self.max_frame = 16384
+        self.room = trio.Event()  # set (and replaced) when windows or stream slots open
+        self.consumed = 0
+        self.goaway_last: int | None = None
+        self._headers: tuple[int, bytearray, bool] | None = None  # an unfinished header block
+
+    def start_bytes(self) -> bytes:
+        settings = (b"\x00\x01" + (0).to_bytes(4, "big")  # HEADER_TABLE_SIZE 0: see _header_block
+                    + b"\x00\x02" + (0).to_bytes(4, "big")  # ENABLE_PUSH 0
+                    + b"\x00\x04" + BIG_WINDOW.to_bytes(4, "big"))  # INITIAL_WINDOW_SIZE
+        return (PREFACE + frame(SETTINGS, 0, 0, settings)
+                + frame(WINDOW_UPDATE, 0, 0, (BIG_WINDOW - 65535).to_bytes(4, "big")))
+
+    def fail_all(self, reason: str) -> None:
+        self.closed = True
+        for call in self.calls.values():
+            if not call.done.is_set():
+                call.error = reason
+                call.done.set()
+        self.calls.clear()
+        self._wake()
+
+    def _wake(self) -> None:
+        self.room.set()
+        self.room = trio.Event()
+
+    async def read_loop(self) -> None:
+        buf = bytearray()
+        try:
+            while True:
+                data = await self.stream.receive_some(65536)
+                if not data:
+                    break
+                buf += data
+                out = bytearray()
+                pos, size = 0, len(buf)
+                while size - pos >= 9:
+                    length = int.from_bytes(buf[pos:pos + 3], "big")
+                    if length > MAX_FRAME:
+                        raise RlsCallError(f"frame of {length} bytes is larger than SETTINGS_MAX_FRAME_SIZE")
+                    end = pos + 9 + length
+                    if end > size:
+                        break
+                    self._frame(buf[pos + 3], buf[pos + 4], int.from_bytes(buf[pos + 5:pos + 9], "big") & 0x7FFFFFFF,
+                                bytes(buf[pos + 9:end]), out)
+                    pos = end
+                del buf[:pos]
+                if out:
+                    async with self.lock:
+                        await self.stream.send_all(out)
+                if self.closed and not self.calls:
+                    break  # after GOAWAY (or close()), once its last call is answered
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, RlsCallError,
+                hpack.HPACKError) as exc:
+            self.fail_all(f"UNAVAILABLE: connection failed: {exc or type(exc).__name__}")
+        finally:
+            self.fail_all("UNAVAILABLE: connection closed")
+            with trio.CancelScope(shield=True):
+                await self.stream.aclose()
+
+    def _frame(self, kind: int, flags: int, sid: int, payload: bytes, out: bytearray) -> None:
+        if self._headers is not None and kind != CONTINUATION:
+            raise RlsCallError("header block interrupted")
+        if kind == DATA:
+            self.consumed += len(payload)
+            if self.consumed >= TOP_UP:
+                out += frame(WINDOW_UPDATE, 0, 0, self.consumed.to_bytes(4, "big"))
+                self.consumed = 0
+            call = self.calls.get(sid)
+            if call is not None:
+                if flags & PADDED:
+                    payload = payload[1:len(payload) - payload[0]]
+                call.body += payload
+                if len(call.body) > MAX_MESSAGE + 5:
+                    call.error = "RESOURCE_EXHAUSTED: response too large"
+                    self._finish(sid, call)
+                    out += frame(RST_STREAM, 0, sid, (8).to_bytes(4, "big"))  # CANCEL
+                    return
+                if flags & END_STREAM:
+                    self._finish(sid, call)
+        elif kind == HEADERS:
+            start, stop = 0, len(payload)
+            if flags & PADDED:
+                start, stop = 1, stop - payload[0]
+            if flags & PRIORITY_FLAG:
+                start += 5
+            block = bytearray(payload[start:stop])
+            if flags & END_HEADERS:
+                self._header_block(sid, block, bool(flags & END_STREAM))
+            else:
+                self._headers = (sid, block, bool(flags & END_STREAM))
+        elif kind == CONTINUATION:
+            if self._headers is None or self._headers[0] != sid:
+                raise RlsCallError("unexpected CONTINUATION")
+            self._headers[1].extend(payload)
+            if flags & END_HEADERS:
+                sid, block, end = self._headers
+                self._headers = None
+                self._header_block(sid, block, end)
+        elif kind == RST_STREAM:
+            call = self.calls.get(sid)
+            if call is not None:
+                code = int.from_bytes(payload[:4], "big")
+                call.refused = code == REFUSED_STREAM
+                call.error = call.error or f"UNAVAILABLE: stream reset ({code})"
+                self._finish(sid, call)
+        elif kind == SETTINGS:
+            if not flags & ACK:
+                self._settings(payload)
+                out += frame(SETTINGS, ACK, 0, b"")
+        elif kind == PING:
+            if not flags & ACK:
+                out += frame(PING, ACK, 0, payload)
+        elif kind == GOAWAY:
+            last = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
+            self.goaway_last = last
+            self.closed = True  # new calls go to a new connection
+            for s in [s for s in self.calls if s > last]:
+                call = self.calls[s]
+                call.error = "UNAVAILABLE: the service is going away"
+                call.refused = True  # past the last stream it processes: safe to send again
+                self._finish(s, call)
+            self._wake()
+        elif kind == WINDOW_UPDATE:
+            increment = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
+            if sid == 0:
+                self.send_window += increment
+                self._wake()
+            # A stream's window only matters for its one DATA frame, sent whole when it opens.
+        elif kind == PUSH_PROMISE:
+            raise RlsCallError("PUSH_PROMISE although push is disabled")
+        # PRIORITY and unknown kinds are ignored (RFC 9113 §5.5).
+
+    def _settings(self, payload: bytes) -> None:
+        for i in range(0, len(payload) - len(payload) % 6, 6):
+            ident, value = int.from_bytes(payload[i:i + 2], "big"), int.from_bytes(payload[i + 2:i + 6], "big")
+            if ident == 0x3:
+                self.max_streams = value
+            elif ident == 0x4:
+                self.stream_window = value
+            elif ident == 0x5:
+                self.max_frame = value
+        self._wake()
+
+    def _header_block(self, sid: int, block: bytearray, end_stream: bool) -> None:
+        """Answers repeat the same header blocks (``:status 200``..., trailers ``grpc-status 0``), and
+        with the table size 0 we announce the server's encoder keeps no dynamic table, so a block
+        decoded with the table empty before and after means the same every time: it is decoded
+        once and then looked up. Any other block goes through the decoder, which follows the
+        server's table should it keep one anyway."""
+        raw = bytes(block)
+        headers = self.known_blocks.get(raw)
+        if headers is None:
+            table = self.decoder.header_table.dynamic_entries
+            empty = not table
+            headers = [(bytes(n), bytes(v)) for n, v in self.decoder.decode(raw, raw=True)]
+            if empty and not table and len(self.known_blocks) < KNOWN_BLOCKS:
+                self.known_blocks[raw] = headers
+        call = self.calls.get(sid)
+        if call is None:
+            return
+        for name, value in headers:
+            if name == b"grpc-status":
+                call.status = value
+            elif name == b"grpc-message":
+                call.message = value
+            elif name == b":status" and value != b"200":
+                call.error = f"UNAVAILABLE: HTTP status {value.decode('latin-1')}"
+        if end_stream:
+            self._finish(sid, call)
+
+    def _finish(self, sid: int, call: _Call) -> None:
+        del self.calls[sid]
+        call.done.set()
+        if len(self.calls) + 1 >= self.max_streams:
+            self._wake()
+
+    async def open_stream(self, message: bytes, timeout_ms: int, call: _Call) -> int | None:
+        """Send HEADERS + DATA for a new stream, once windows and the stream limit allow; None
+        when the connection closed first (nothing was sent: the caller takes a new one)."""
+        body = b"\x00" + len(message).to_bytes(4, "big") + message
+        async with self.lock:
+            while (self.send_window < len(body) or self.stream_window < len(body)
+                   or len(self.calls) >= self.max_streams) and not self.closed:
+                await self.room.wait()
+            if self.closed or self.next_sid > BIG_WINDOW:
+                self.closed = True
+                return None
+            sid = self.next_sid
+            self.next_sid += 2
+            block = self.blocks.get(timeout_ms)
+            if block is None:
+                block = self.blocks[timeout_ms] = header_block(self.authority, timeout_ms)
+            out = frame(HEADERS, END_HEADERS, sid, block)
+            for i in range(0, len(body), self.max_frame):
+                chunk = body[i:i + self.max_frame]
+                out += frame(DATA, END_STREAM if i + self.max_frame >= len(body) else 0, sid, chunk)
+            self.send_window -= len(body)
+            self.calls[sid] = call
+            try:
+                await self.stream.send_all(out)
+            except BaseException:
+                # Cancelled or failed mid-write: the stream may hold half a frame, so it is done.
+                self.fail_all("UNAVAILABLE: a write was interrupted")
+                raise
+            return sid
+
+    async def reset(self, sid: int) -> None:
+        self.calls.pop(sid, None)
+        async with self.lock:
+            try:
+                await self.stream.send_all(frame(RST_STREAM, 0, sid, (8).to_bytes(4, "big")))  # CANCEL
+            except BaseException:
+                self.fail_all("UNAVAILABLE: a write was interrupted")
+                raise
+
+
+class WireRlsClient:
+    """Same surface as ``client.RlsClient``: ``should_rate_limit`` and ``close``."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        host, _, port = target.rpartition(":")
+        self.host, self.port = host.strip("[]"), int(port)
+        self._conn: _Connection | None = None
+        self._connect_lock: trio.Lock | None = None
+        self._root: Any = None  # the Trio run the connection belongs to (tests run many)
+
+    async def _connection(self) -> _Connection:
+        root = trio.lowlevel.current_root_task()
+        if root is not self._root:
+            self._root, self._conn, self._connect_lock = root, None, None
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            return conn
+        if self._connect_lock is None:
+            self._connect_lock = trio.Lock()
+        async with self._connect_lock:
+            conn = self._conn
+            if conn is not None and not conn.closed:
+                return conn
+            stream = await trio.open_tcp_stream(self.host, self.port)
+            conn = _Connection(stream, self.target)
+            try:
+                await stream.send_all(conn.start_bytes())
+            except BaseException:
+                await trio.aclose_forcefully(stream)
+                raise
+            trio.lowlevel.spawn_system_task(conn.read_loop, name=f"rls-wire-reader {self.target}")
+            self._conn = conn
+            return conn
+
+    async def should_rate_limit(self, domain: str, descriptors: Sequence[tuple[Sequence[tuple[str, str]], int | None]],
+                                timeout: float) -> Any:
+        """``descriptors``: ``(entries, hits)``; hits None: one hit; 0: only look; n: add n (tokens)."""
+        from .client import RlsCallFailed
+
+        message = encode_request(domain, descriptors)
+        call = _Call()
+        sid = None
+        conn = None
+        with trio.move_on_after(timeout) as scope:
+            while True:
+                try:
+                    conn = await self._connection()
+                    sid = await conn.open_stream(message, max(1, int(timeout * 1000)), call)
+                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    if conn is not None:
+                        conn.fail_all(f"UNAVAILABLE: {exc}")
+                    raise RlsCallFailed(f"UNAVAILABLE: {exc or type(exc).__name__}") from None
+                if sid is None:
+                    continue
+                await call.done.wait()
+                if not call.refused:  # refused (over the server's stream limit before its SETTINGS
+                    break  # arrived, or past a GOAWAY): not processed, so sent again
+                call = _Call()
+        if scope.cancelled_caught:
+            if conn is not None and sid is not None and not conn.closed and not call.done.is_set():
+                with trio.CancelScope(shield=True):
+                    try:
+                        await conn.reset(sid)
+                    except Exception:  # noqa: BLE001 -- the connection is failing anyway
+                        conn.fail_all("UNAVAILABLE: reset failed")
+            raise RlsCallFailed("DEADLINE_EXCEEDED: no answer within the timeout")
+        if call.error is not None:
+            raise RlsCallFailed(call.error)
+        if call.status != b"0":
+            status = call.status.decode("latin-1") if call.status is not None else "missing"
+            raise RlsCallFailed(f"gRPC status {status}: {call.message.decode('utf-8', 'replace')}")
+        body = call.body
+        if len(body) < 5 or body[0] != 0:
+            raise RlsCallFailed("INTERNAL: bad or compressed response message")
+        return rls_pb2.RateLimitResponse.FromString(bytes(body[5:5 + int.from_bytes(body[1:5], "big")]))
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.closed = True
