@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python bench/cel_engines.py [--number N]
+    python -m bench.cel_engines [--number N]
 
 Engines:
 
@@ -24,11 +24,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 ACTIVATION = {
     "request": {

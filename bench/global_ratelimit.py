@@ -1,7 +1,7 @@
 """Global rate limiting: what a remoteRateLimit costs the gateway, and what the server sustains.
 
-    python bench/global_ratelimit.py            # all sections (~1 min)
-    python bench/global_ratelimit.py --quick    # smoke: few requests per section
+    python -m bench.global_ratelimit            # all sections (~1 min)
+    python -m bench.global_ratelimit --quick    # smoke: few requests per section
 
 Sections (one redis-server and one `trioproxy ratelimit-server --redis` started here, free ports):
 
@@ -31,13 +31,12 @@ from pathlib import Path
 import grpc
 import trio
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 from tests.rls_helpers import _accepts, _wait, free_port, ratelimit_server, redis_server
 from trioproxy.rls.client import RlsClient
 from trioproxy.rls.h2client import H2RlsClient
 from trioproxy.rls.protos import rls_pb2
+
+ROOT = Path(__file__).resolve().parent.parent
 
 RLS = """
 domain: bench

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What does RS256 ``jwtAuth`` cost per request, beside the same route without it?
 
-    python bench/jwt_overhead.py [--duration 10] [--repeats 3] [--quick]
+    python -m bench.jwt_overhead [--duration 10] [--repeats 3] [--quick]
 
 Two parts:
 
@@ -28,14 +28,10 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(ROOT))
+from bench import harness
+from bench import policy_overhead as po
 
-import policy_overhead as po
-import proxy_compare as pc
-
-RESULTS = pc.ROOT / "bench" / "results" / "jwt_overhead.json"
+RESULTS = harness.ROOT / "bench" / "results" / "jwt_overhead.json"
 MAX_JWT_DELTA_MS = 0.15
 ISSUER = "https://idp.bench/realms/bench"
 AUDIENCE = "trioproxy"
@@ -76,38 +72,38 @@ def wrk_auth_script(path: Path, bearer: str) -> Path:
     return path
 
 
-def part_gateway(procs: pc.Processes, tmp: Path, args: argparse.Namespace, proxy_cpu: int | None,
+def part_gateway(procs: harness.Processes, tmp: Path, args: argparse.Namespace, proxy_cpu: int | None,
                  client_cpu: int | None) -> tuple[list[po.Summary], list[str]]:
     print("== gateway: nginx backend, plain vs jwtAuth RS256", file=sys.stderr, flush=True)
     private, jwk = make_key("RS256", "bench-rs256")
     jwks_path = tmp / "jwks.json"
     jwks_path.write_text(json.dumps({"keys": [jwk]}))
     bearer = token(private, "RS256", "bench-rs256")
-    backend_port = pc.free_port()
-    backend = pc.start_nginx(procs, tmp, "backend", pc.nginx_backend_conf(tmp, backend_port), backend_port,
+    backend_port = harness.free_port()
+    backend = harness.start_nginx(procs, tmp, "backend", harness.nginx_backend_conf(tmp, backend_port), backend_port,
                              client_cpu)
-    confs = {"plain": pc.trioproxy_conf(backend_port), "jwt": pc.trioproxy_conf(backend_port, jwt_policies(jwks_path))}
+    confs = {"plain": harness.trioproxy_conf(backend_port), "jwt": harness.trioproxy_conf(backend_port, jwt_policies(jwks_path))}
     variants = []
     for name in ("plain", "jwt"):
-        proc, port = pc.start_trioproxy(procs, tmp, backend_port, proxy_cpu, conf=confs[name],
+        proc, port = harness.start_trioproxy(procs, tmp, backend_port, proxy_cpu, conf=confs[name],
                                         name=f"trioproxy-{name}", probe_path="/" if name == "plain" else None)
         variants.append(po.Variant(name, port, proc, confs[name]))
     jwt_port = variants[1].port
     status, _, body = po.request(jwt_port, "GET", "/")
     if status != 401:
-        raise pc.BenchError(f"jwt: a request without a token answered {status}, expected 401: {body[:200]!r}")
+        raise harness.BenchError(f"jwt: a request without a token answered {status}, expected 401: {body[:200]!r}")
     status, _, body = po.request(jwt_port, "GET", "/", headers={"authorization": f"Bearer {bearer}"})
     if status != 200:
-        raise pc.BenchError(f"jwt: a request with a valid token answered {status}: {body[:200]!r}")
+        raise harness.BenchError(f"jwt: a request with a valid token answered {status}: {body[:200]!r}")
     script = wrk_auth_script(tmp / "auth.lua", bearer)
-    rows: dict[str, list[pc.Row]] = {v.name: [] for v in variants}
+    rows: dict[str, list[harness.Row]] = {v.name: [] for v in variants}
     for rep in range(args.repeats):
         for v in variants:  # both get the same header, so only the policy differs
-            row = pc.measure(v.name, v.port, v.proc.pid, backend.pid, args.connections, args.duration, args.warmup,
+            row = harness.measure(v.name, v.port, v.proc.pid, backend.pid, args.connections, args.duration, args.warmup,
                              client_cpu, script=script)
             v.proc.check_alive()
             if row.errors or row.requests == 0:
-                raise pc.BenchError(f"{v.name}: wrk reported {row.errors} errors")
+                raise harness.BenchError(f"{v.name}: wrk reported {row.errors} errors")
             rows[v.name].append(row)
             print(f"   run {rep + 1}/{args.repeats} {v.name:<6} {row.rps:>9,.0f} req/s  "
                   f"{row.cpu_ms_per_req:.3f} ms CPU/req  p50 {row.p50_ms:.2f} ms", file=sys.stderr, flush=True)
@@ -189,7 +185,7 @@ def part_verify(rounds: int) -> list[dict]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    pc.add_run_options(parser, results=RESULTS, quick_help="smoke run: 1 s per run, no warm-up, 1 repeat")
+    harness.add_run_options(parser, results=RESULTS, quick_help="smoke run: 1 s per run, no warm-up, 1 repeat")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved runs per variant; median reported")
     parser.add_argument("--connections", type=int, default=50, help="wrk connections (default 50)")
     parser.add_argument("--rounds", type=int, default=500, help="tokens per key type in part verify (default 500)")
@@ -202,9 +198,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
-    proxy_cpu, client_cpu = pc.check_tools_and_cores(args)
+    proxy_cpu, client_cpu = harness.check_tools_and_cores(args)
     verify = part_verify(args.rounds)
-    with pc.workspace("jwt_overhead-", keep=args.keep_tmp) as (tmp, procs):
+    with harness.workspace("jwt_overhead-", keep=args.keep_tmp) as (tmp, procs):
         summaries, notes = part_gateway(procs, tmp, args, proxy_cpu, client_cpu)
     runs = f"median of {args.repeats} interleaved run{'s' if args.repeats > 1 else ''}"
     print()
@@ -227,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
     stage_verdict = (f"jwtAuth stage with a cached RS256 token, in-process: {rs['stage_cached_us']:.2f} µs per request "
                      f"(target: <= {MAX_JWT_DELTA_MS * 1000:.0f} µs): {'PASS' if stage_ok else 'FAIL'}; "
                      f"a token's first request pays a full verification, {rs['full_us']:.0f} µs")
-    pc.write_report(args.json, [verdict, stage_verdict], notes + ["machine shared with other work: quote one run's delta and ratio"], {
+    harness.write_report(args.json, [verdict, stage_verdict], notes + ["machine shared with other work: quote one run's delta and ratio"], {
         "settings": {"duration_s": args.duration, "warmup_s": args.warmup, "repeats": args.repeats,
                      "connections": args.connections, "proxy_cpu": proxy_cpu, "client_cpu": client_cpu},
         "results": {"gateway": [asdict(s) for s in summaries], "verify": verify},
@@ -236,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return pc.run_main(parse_args, run, argv)
+    return harness.run_main(parse_args, run, argv)
 
 
 if __name__ == "__main__":

@@ -8,10 +8,10 @@ RSS at the end. ``--gateway litellm`` runs LiteLLM's proxy instead (needs
 ``pip install 'litellm[proxy]'``, given with ``--litellm-bin``); ``--idle N`` / ``--sse N`` hold N
 idle keep-alive connections or N concurrent SSE streams and report RSS per connection.
 
-    python bench/llm_load.py --rate 250 --duration 60
-    python bench/llm_load.py --rate 500 --duration 60 --gateway litellm --litellm-bin /tmp/litellm-venv/bin/litellm
-    python bench/llm_load.py --idle 10000
-    python bench/llm_load.py --sse 2000
+    python -m bench.llm_load --rate 250 --duration 60
+    python -m bench.llm_load --rate 500 --duration 60 --gateway litellm --litellm-bin /tmp/litellm-venv/bin/litellm
+    python -m bench.llm_load --idle 10000
+    python -m bench.llm_load --sse 2000
 
 Every client request opens its own connection (``connection: close``): the client side stays
 cheap enough to offer 500 req/s from the same 2 cores the gateway runs on.
@@ -28,8 +28,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -43,6 +45,12 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` and its children so far (litellm runs workers as children)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def fds(pid: int) -> int:
@@ -60,9 +68,32 @@ def start(cmd: list[str], pattern: str, env: dict[str, str] | None = None, timeo
         if not line:
             break
         if m := re.search(pattern, line):
+            # Keep reading its output: a child whose log fills the pipe blocks on its next write
+            # (the earlier runs' "70% success" was the gateway and the mock stalled on stdout).
+            lines: list[str] = []
+            proc.output_lines = lines  # type: ignore[attr-defined]  # read by soak.py for tracebacks
+            threading.Thread(target=_drain, args=(proc.stdout, lines), daemon=True).start()
             return proc, m
     proc.kill()
     raise SystemExit(f"{cmd[0]}: did not start ({pattern!r} not seen)")
+
+
+def _drain(pipe: Any, lines: list[str]) -> None:
+    for line in pipe:
+        lines.append(line)
+
+
+def _complete(data: bytes) -> bool:
+    """A whole response with a content-length (hypercorn keeps a ``Connection: close`` socket open
+    until the client closes it, so EOF is not the end; the earlier "direct: 0%" was this)."""
+    head, sep, body = data.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return len(body) >= int(value)
+    return False
 
 
 def start_mock() -> tuple[subprocess.Popen, int]:
@@ -71,7 +102,10 @@ def start_mock() -> tuple[subprocess.Popen, int]:
 
 
 def gateway_config(mock_port: int, port: int) -> str:
-    return f"""binds:
+    # maxConnections: the default (10,000 or what RLIMIT_NOFILE allows, 9,872 at a 20,000 limit)
+    # would refuse the last of --idle 10000.
+    return f"""frontendPolicies: {{http: {{maxConnections: 12000}}}}
+binds:
 - port: {port}
   listeners:
   - routes:
@@ -121,7 +155,9 @@ async def one_request(port: int, headers: bytes, results: list[tuple[bool, float
                 data = b""
                 while chunk := await stream.receive_some(65536):
                     data += chunk
-                ok = data.startswith(b"HTTP/1.1 200")
+                    if _complete(data):
+                        break
+                ok = data.startswith(b"HTTP/1.1 200") and _complete(data)
     except (OSError, trio.TooSlowError, trio.BrokenResourceError):
         ok = False
     results.append((ok, time.monotonic() - began))
@@ -148,18 +184,26 @@ def summary(name: str, rate: float, results: list[tuple[bool, float]], pid: int)
 
 
 async def hold_connections(port: int, count: int, sse: bool) -> list[trio.SocketStream]:
-    streams = []
-    for i in range(count):
+    """Open ``count`` connections, 100 at a time (one by one took minutes on a loaded machine)."""
+    streams: list[trio.SocketStream] = []
+    body = json.dumps({"model": "mock-model", "stream": True, "messages": [{"role": "user", "content": "x"}]}).encode()
+
+    async def one() -> None:
         stream = await trio.open_tcp_stream("127.0.0.1", port)
         if sse:
-            body = json.dumps({"model": "mock-model", "stream": True, "messages": [{"role": "user", "content": "x"}]}).encode()
             await stream.send_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: b\r\nx-mock-chunks: 1000\r\n"
                                   b"x-mock-chunk-delay-ms: 1000\r\nContent-Type: application/json\r\nContent-Length: "
                                   + str(len(body)).encode() + b"\r\n\r\n" + body)
+            await stream.receive_some(65536)  # the response head and first event: the stream is open
         else:
             await stream.send_all(b"GET /v1/models HTTP/1.1\r\nHost: b\r\n\r\n")
             await stream.receive_some(65536)  # answered; now the connection is idle keep-alive
         streams.append(stream)
+
+    for first in range(0, count, 100):
+        async with trio.open_nursery() as nursery:
+            for _ in range(min(100, count - first)):
+                nursery.start_soon(one)
     return streams
 
 
@@ -191,8 +235,12 @@ async def main_async(args: argparse.Namespace) -> None:
                     await s.aclose()
                 return
             for rate in args.rate:
+                cpu_before = cpu_seconds(gw.pid)
                 results = await open_loop(port, rate, args.duration)
-                print(json.dumps(summary(args.gateway, rate, results, gw.pid)), flush=True)
+                line = summary(args.gateway, rate, results, gw.pid)
+                cpu = cpu_seconds(gw.pid) - cpu_before  # CPU time, not wall: the machine is shared
+                line.update(gateway_cpu_s=round(cpu, 1), cpu_ms_per_request=round(cpu * 1000 / max(1, len(results)), 2))
+                print(json.dumps(line), flush=True)
         finally:
             gw.terminate()
             mock.terminate()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """In-process CPU cost of the access log and of OpenTelemetry spans, per request.
 
-    python bench/observability_cost.py [--requests 50000]
+    python -m bench.observability_cost [--requests 50000]
 
 Whole-gateway runs (``bench/policy_overhead.py``: log-off, otel-1pct, otel-100pct variants) are the
 end-to-end check; on a loaded machine their deltas drown in noise, so this measures the two

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What do trioproxy's local rate limiter, usage reading and idle tracing cost per request?
 
-    python bench/policy_overhead.py [--duration 10] [--repeats 3] [--parts policy,sse] [--quick]
+    python -m bench.policy_overhead [--duration 10] [--repeats 3] [--parts policy,sse] [--quick]
 
 Reuses proxy_compare.py's processes, nginx backend, wrk runner and /proc CPU accounting. Every
 variant is its own ``python -m trioproxy`` process pinned to the proxy core; all of them are
@@ -22,6 +22,11 @@ a ``usage`` object; wrk at ``--connections``, default 50):
 ``--baseline-ref REF[,REF...]`` adds ``plain@REF``: the same plain config run by the trioproxy of
 a git commit (exported with ``git archive`` into the temp dir), interleaved with the others, e.g.
 the commits just before and at the one that added tracing, to measure tracing with no watcher.
+
+``--against REF`` runs every variant of both parts twice, interleaved in the same run: on this
+checkout's trioproxy and on the one at git ``REF`` (rows ``NAME@REF``); a config REF rejects skips
+that row with a note. For a refactor, e.g. ``--against 34b9ab5^1`` (the pipeline before stages),
+it prints one ``NAME: now vs REF`` line per variant.
 
 Part ``sse`` (backend ``python -m fixtures.mock_openai``, wrk ``-s`` POSTs a streaming chat
 completion with ``stream_options.include_usage`` and ``x-mock-chunks``; ``--sse-connections``,
@@ -56,11 +61,9 @@ from pathlib import Path
 from typing import ContextManager
 from urllib.parse import quote
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import harness
 
-import proxy_compare as pc  # noqa: E402
-
-RESULTS = pc.ROOT / "bench" / "results" / "policy_overhead.json"
+RESULTS = harness.ROOT / "bench" / "results" / "policy_overhead.json"
 HUGE = 1_000_000_000  # maxTokens = tokensPerFill per 1 s: never rejects
 LIMIT_REQUESTS = f"{{localRateLimit: [{{maxTokens: {HUGE}, tokensPerFill: {HUGE}, fillInterval: 1s}}]}}"
 LIMIT_TOKENS = (f"{{localRateLimit: [{{maxTokens: {HUGE}, tokensPerFill: {HUGE}, fillInterval: 1s, "
@@ -119,13 +122,13 @@ class TraceWatcher:
         deadline = time.monotonic() + timeout
         while b": ready" not in self.data:
             if time.monotonic() > deadline:
-                raise pc.BenchError(f"trace watcher: no ': ready' within {timeout:.0f}s: {bytes(self.data)!r}")
+                raise harness.BenchError(f"trace watcher: no ': ready' within {timeout:.0f}s: {bytes(self.data)!r}")
             chunk = self.sock.recv(65536)
             if not chunk:
-                raise pc.BenchError(f"trace watcher: closed before ': ready': {bytes(self.data)!r}")
+                raise harness.BenchError(f"trace watcher: closed before ': ready': {bytes(self.data)!r}")
             self.data += chunk
         if not self.data.startswith(b"HTTP/1.1 200"):
-            raise pc.BenchError(f"trace watcher: unexpected answer {bytes(self.data[:200])!r}")
+            raise harness.BenchError(f"trace watcher: unexpected answer {bytes(self.data[:200])!r}")
         self.sock.settimeout(None)
         self.thread = threading.Thread(target=self._read, name="trace-watcher", daemon=True)
         self.thread.start()
@@ -191,15 +194,15 @@ def check_limited(name: str, port: int, *, method: str = "GET", path: str = USAG
     for attempt in range(10):
         status, got, data = request(port, method, path, body, headers)
         if status != 200:
-            raise pc.BenchError(f"{name}: check request answered {status}: {data[:200]!r}")
+            raise harness.BenchError(f"{name}: check request answered {status}: {data[:200]!r}")
         if min_events and data.count(b"data:") < min_events:
-            raise pc.BenchError(f"{name}: expected >= {min_events} SSE events, got {data.count(b'data:')}")
+            raise harness.BenchError(f"{name}: expected >= {min_events} SSE events, got {data.count(b'data:')}")
         if not limited:
             if "x-ratelimit-limit" in got:
-                raise pc.BenchError(f"{name}: unexpected x-ratelimit headers {got}")
+                raise harness.BenchError(f"{name}: unexpected x-ratelimit headers {got}")
             return
         if got.get("x-ratelimit-limit") != str(HUGE):
-            raise pc.BenchError(f"{name}: x-ratelimit-limit missing or wrong: {got}")
+            raise harness.BenchError(f"{name}: x-ratelimit-limit missing or wrong: {got}")
         remaining = int(got["x-ratelimit-remaining"])
         if not tokens:
             return
@@ -208,7 +211,7 @@ def check_limited(name: str, port: int, *, method: str = "GET", path: str = USAG
         if last_remaining is not None and remaining < last_remaining:
             return
         last_remaining = remaining
-    raise pc.BenchError(f"{name}: token usage never charged (x-ratelimit-remaining stayed {last_remaining})")
+    raise harness.BenchError(f"{name}: token usage never charged (x-ratelimit-remaining stayed {last_remaining})")
 
 
 @dataclass
@@ -230,7 +233,7 @@ class Summary:
     rps_ratio: float | None = None
 
 
-def summarize(part: str, variant: str, rows: list[pc.Row]) -> Summary:
+def summarize(part: str, variant: str, rows: list[harness.Row]) -> Summary:
     med = lambda attr: statistics.median(getattr(r, attr) for r in rows)  # noqa: E731
     return Summary(variant=variant, part=part, connections=rows[0].connections, runs=len(rows), rps=med("rps"),
                    cpu_ms_per_req=med("cpu_ms_per_req"), backend_cpu_ms_per_req=med("backend_cpu_ms_per_req"),
@@ -269,19 +272,19 @@ def render(summaries: list[Summary], backend: str) -> str:
 class Variant:
     name: str
     port: int
-    proc: pc.Proc
+    proc: harness.Proc
     conf: str
 
 
-def run_interleaved(variants: list[Variant], backend: pc.Proc, connections: int, args: argparse.Namespace,
+def run_interleaved(variants: list[Variant], backend: harness.Proc, connections: int, args: argparse.Namespace,
                     client_cpu: int | None, *, path: str, script: Path | None = None,
-                    around: dict[str, Callable[[], ContextManager[object]]] | None = None) -> dict[str, list[pc.Row]]:
+                    around: dict[str, Callable[[], ContextManager[object]]] | None = None) -> dict[str, list[harness.Row]]:
     """``around[name]()`` is entered around each warm-up + run of that variant."""
-    rows: dict[str, list[pc.Row]] = {v.name: [] for v in variants}
+    rows: dict[str, list[harness.Row]] = {v.name: [] for v in variants}
     for rep in range(args.repeats):
         for v in variants:
             with (around or {}).get(v.name, contextlib.nullcontext)():
-                row = pc.measure(v.name, v.port, v.proc.pid, backend.pid, connections, args.duration, args.warmup,
+                row = harness.measure(v.name, v.port, v.proc.pid, backend.pid, connections, args.duration, args.warmup,
                                  client_cpu, path=path, script=script)
             v.proc.check_alive()
             rows[v.name].append(row)
@@ -291,30 +294,31 @@ def run_interleaved(variants: list[Variant], backend: pc.Proc, connections: int,
     return rows
 
 
-def part_policy(procs: pc.Processes, tmp: Path, args: argparse.Namespace, proxy_cpu: int | None,
+def part_policy(procs: harness.Processes, tmp: Path, args: argparse.Namespace, proxy_cpu: int | None,
                 client_cpu: int | None) -> tuple[list[Summary], list[str]]:
     print("== policy: nginx backend, trioproxy variants", file=sys.stderr, flush=True)
-    backend_port = pc.free_port()
-    backend = pc.start_nginx(procs, tmp, "backend",
-                             pc.nginx_backend_conf(tmp, backend_port, USAGE_LOCATION + "\n" + OTLP_LOCATION),
+    backend_port = harness.free_port()
+    backend = harness.start_nginx(procs, tmp, "backend",
+                             harness.nginx_backend_conf(tmp, backend_port, USAGE_LOCATION + "\n" + OTLP_LOCATION),
                              backend_port, client_cpu)
-    plain = pc.trioproxy_conf(backend_port)
+    plain = harness.trioproxy_conf(backend_port)
     otlp = f"  tracing: {{otlpEndpoint: 'http://127.0.0.1:{backend_port}', otlpProtocol: http, randomSampling: %s}}\n"
     confs = {"plain": with_config(plain, "  logging: {format: json}\n"),
-             "limited": pc.trioproxy_conf(backend_port, LIMIT_REQUESTS),
-             "token-limited": pc.trioproxy_conf(backend_port, LIMIT_TOKENS),
+             "limited": harness.trioproxy_conf(backend_port, LIMIT_REQUESTS),
+             "token-limited": harness.trioproxy_conf(backend_port, LIMIT_TOKENS),
              "tracing-idle": plain, "log-off": with_config(plain, "  logging: {level: warn}\n"),
              "otel-1pct": with_config(plain, otlp % "0.01"), "otel-100pct": with_config(plain, otlp % "1.0")}
     variants: list[Variant] = []
-    admin_port = pc.free_port()
+    admin_port = harness.free_port()
     for name in POLICY_VARIANTS:
-        proc, port = pc.start_trioproxy(procs, tmp, backend_port, proxy_cpu, conf=confs[name],
+        proc, port = harness.start_trioproxy(procs, tmp, backend_port, proxy_cpu, conf=confs[name],
                                         name=f"trioproxy-{name}", probe_path=USAGE_PATH,
                                         admin_port=admin_port if name == "tracing-idle" else 0)
         variants.append(Variant(name, port, proc, confs[name]))
+    variants += start_against(procs, tmp, args, backend_port, proxy_cpu, confs, POLICY_VARIANTS, USAGE_PATH)
     for ref in args.baseline_ref:
         name = f"plain@{ref}"
-        proc, port = pc.start_trioproxy(procs, tmp, backend_port, proxy_cpu, conf=confs["plain"],
+        proc, port = harness.start_trioproxy(procs, tmp, backend_port, proxy_cpu, conf=confs["plain"],
                                         name=f"trioproxy-{len(variants)}", probe_path=USAGE_PATH,
                                         root=export_ref(ref, tmp / f"tree-{len(variants)}"))
         variants.append(Variant(name, port, proc, confs["plain"]))
@@ -325,15 +329,15 @@ def part_policy(procs: pc.Processes, tmp: Path, args: argparse.Namespace, proxy_
     keepalives = []
 
     @contextlib.contextmanager
-    def watching() -> Iterator[TraceWatcher]:
+    def watching(port: int = admin_port) -> Iterator[TraceWatcher]:
         # A fresh watcher per run: the gateway's hypercorn read_timeout (60 s) ends a /debug/trace
         # stream whose reader sends nothing for that long, and a full run takes longer.
-        watcher = TraceWatcher(admin_port, NEVER)
+        watcher = TraceWatcher(port, NEVER)
         try:
             watcher.start()
             yield watcher
             if watcher.closed_by_server or watcher.events:
-                raise pc.BenchError(f"trace watcher: expected an open stream with no events, got "
+                raise harness.BenchError(f"trace watcher: expected an open stream with no events, got "
                                     f"{watcher.events} events, closed={watcher.closed_by_server}")
             keepalives.append(watcher.keepalives)
         finally:
@@ -341,9 +345,12 @@ def part_policy(procs: pc.Processes, tmp: Path, args: argparse.Namespace, proxy_
 
     with watching():
         check_limited("tracing-idle", by["tracing-idle"].port, limited=False, tokens=False)
-    rows = run_interleaved(variants, backend, args.connections, args, client_cpu, path=USAGE_PATH,
-                           around={"tracing-idle": watching})
-    notes = [f"tracing-idle: a watcher was connected through each warm-up and run, stayed connected, "
+    around: dict[str, Callable[[], ContextManager[object]]] = {"tracing-idle": watching}
+    if (old := by.get(f"tracing-idle@{args.against}")) is not None:
+        admin_old = int(old.conf.split("#admin ", 1)[1])
+        around[old.name] = lambda: watching(admin_old)
+    rows = run_interleaved(variants, backend, args.connections, args, client_cpu, path=USAGE_PATH, around=around)
+    notes = skipped_against(args, confs, variants) + [f"tracing-idle: a watcher was connected through each warm-up and run, stayed connected, "
              f"received 0 events and {sum(keepalives[1:])} keepalives in all"]
     for v in variants:
         procs.stop(v.proc)
@@ -353,52 +360,93 @@ def part_policy(procs: pc.Processes, tmp: Path, args: argparse.Namespace, proxy_
     return summaries, notes
 
 
+def start_against(procs: harness.Processes, tmp: Path, args: argparse.Namespace, backend_port: int,
+                  proxy_cpu: int | None, confs: dict[str, str], names: list[str], probe: str) -> list[Variant]:
+    """``--against REF``: each variant again, as ``NAME@REF``, on the trioproxy at REF (exported once).
+    A variant REF cannot run (its config predates a field) is left out; ``skipped_against`` notes it."""
+    if not args.against:
+        return []
+    root = tmp / "against"
+    if not root.exists():
+        export_ref(args.against, root)
+    out = []
+    for name in names:
+        admin_port = harness.free_port() if name == "tracing-idle" else 0
+        try:
+            proc, port = harness.start_trioproxy(procs, tmp, backend_port, proxy_cpu, conf=confs[name],
+                                                 name=f"trioproxy-{name}-against", probe_path=probe,
+                                                 admin_port=admin_port, root=root)
+        except harness.BenchError as error:
+            print(f"   {name}@{args.against} skipped: {str(error).splitlines()[0]}", file=sys.stderr)
+            continue
+        out.append(Variant(f"{name}@{args.against}", port, proc, f"{confs[name]}#admin {admin_port}"))
+    return out
+
+
+def skipped_against(args: argparse.Namespace, confs: dict[str, str], variants: list[Variant]) -> list[str]:
+    ran = {v.name for v in variants}
+    return [f"{name}@{args.against}: not run (that commit rejects the config)" for name in confs
+            if args.against and f"{name}@{args.against}" not in ran]
+
+
+def against_lines(summaries: list[Summary], ref: str) -> list[str]:
+    """``NAME: now vs REF``: CPU per request of this checkout against REF's, variant by variant."""
+    by = {s.variant: s for s in summaries}
+    out = []
+    for s in summaries:
+        if (old := by.get(f"{s.variant}@{ref}")) is not None and old.cpu_ms_per_req:
+            out.append(f"{s.variant}: now {s.cpu_ms_per_req:.3f} vs {ref} {old.cpu_ms_per_req:.3f} ms CPU/request "
+                       f"({s.cpu_ms_per_req / old.cpu_ms_per_req:.3f}x), req/s {s.rps / max(old.rps, 1e-9):.3f}x")
+    return out
+
+
 def export_ref(ref: str, dest: Path) -> Path:
     """This repository's ``trioproxy/`` package at git ``ref``, extracted under ``dest``."""
     dest.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(pc.ROOT), "archive", "--format=tar", ref, "trioproxy"],
+    archive = subprocess.run(["git", "-C", str(harness.ROOT), "archive", "--format=tar", ref, "trioproxy"],
                              capture_output=True)
     if archive.returncode != 0:
-        raise pc.BenchError(f"git archive {ref}: {archive.stderr.decode(errors='replace').strip()}")
+        raise harness.BenchError(f"git archive {ref}: {archive.stderr.decode(errors='replace').strip()}")
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
     return dest
 
 
-def start_mock(procs: pc.Processes, cpu: int | None) -> tuple[pc.Proc, int]:
-    port = pc.free_port()
+def start_mock(procs: harness.Processes, cpu: int | None) -> tuple[harness.Proc, int]:
+    port = harness.free_port()
     env = dict(os.environ)
-    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(pc.ROOT), env.get("PYTHONPATH")])), PYTHONUNBUFFERED="1")
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(harness.ROOT), env.get("PYTHONPATH")])), PYTHONUNBUFFERED="1")
     proc = procs.start("mock-openai", [sys.executable, "-m", "fixtures.mock_openai", "--port", str(port)],
-                       cpu=cpu, env=env, cwd=pc.ROOT)
-    pc.wait_http(port, "/v1/models", proc)
+                       cpu=cpu, env=env, cwd=harness.ROOT)
+    harness.wait_http(port, "/v1/models", proc)
     return proc, port
 
 
-def part_sse(procs: pc.Processes, tmp: Path, args: argparse.Namespace, proxy_cpu: int | None,
+def part_sse(procs: harness.Processes, tmp: Path, args: argparse.Namespace, proxy_cpu: int | None,
              client_cpu: int | None) -> tuple[list[Summary], list[str]]:
     print("== sse: mock OpenAI backend, streaming chat completions", file=sys.stderr, flush=True)
     mock, mock_port = start_mock(procs, client_cpu)
-    confs = {"sse-unlimited": pc.trioproxy_conf(mock_port),
-             "sse-token-limited": pc.trioproxy_conf(mock_port, LIMIT_TOKENS)}
+    confs = {"sse-unlimited": harness.trioproxy_conf(mock_port),
+             "sse-token-limited": harness.trioproxy_conf(mock_port, LIMIT_TOKENS)}
     variants = []
     for name in SSE_VARIANTS:
-        proc, port = pc.start_trioproxy(procs, tmp, mock_port, proxy_cpu, conf=confs[name], name=f"trioproxy-{name}",
+        proc, port = harness.start_trioproxy(procs, tmp, mock_port, proxy_cpu, conf=confs[name], name=f"trioproxy-{name}",
                                         probe_path="/v1/models")
         variants.append(Variant(name, port, proc, confs[name]))
+    variants += start_against(procs, tmp, args, mock_port, proxy_cpu, confs, SSE_VARIANTS, "/v1/models")
     headers = {"content-type": "application/json", "x-mock-chunks": str(args.chunks)}
     # role chunk + content chunks + finish chunk + usage chunk + [DONE]
     events = args.chunks + 4
     for v in variants:
         check_limited(v.name, v.port, method="POST", path=CHAT_PATH, body=chat_body(), headers=headers,
-                      limited=v.name == "sse-token-limited", tokens=True, min_events=events)
+                      limited=v.name.startswith("sse-token-limited"), tokens=True, min_events=events)
     script = wrk_post_script(tmp / "post.lua", args.chunks)
     rows = run_interleaved(variants, mock, args.sse_connections, args, client_cpu, path=CHAT_PATH, script=script)
     for v in variants:
         procs.stop(v.proc)
     procs.stop(mock)
-    summaries = [summarize("sse", name, rows[name]) for name in SSE_VARIANTS]
+    summaries = [summarize("sse", v.name, rows[v.name]) for v in variants]
     compare(summaries, "sse-unlimited")
-    return summaries, [f"sse: {events} SSE events per response ({args.chunks} content chunks), "
+    return summaries, skipped_against(args, confs, variants) + [f"sse: {events} SSE events per response ({args.chunks} content chunks), "
                        f"body {len(chat_body())} bytes POSTed"]
 
 
@@ -438,12 +486,14 @@ def verdicts(summaries: list[Summary]) -> list[str]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    pc.add_run_options(parser, results=RESULTS, quick_help="smoke run: 1 s per run, no warm-up, 1 repeat")
+    harness.add_run_options(parser, results=RESULTS, quick_help="smoke run: 1 s per run, no warm-up, 1 repeat")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved runs per variant; median reported")
     parser.add_argument("--connections", type=int, default=50, help="wrk connections, part policy (default 50)")
     parser.add_argument("--sse-connections", type=int, default=10, help="wrk connections, part sse (default 10)")
     parser.add_argument("--chunks", type=int, default=50, help="SSE content chunks per response (default 50)")
     parser.add_argument("--parts", default="policy,sse", help="comma-separated subset of policy,sse")
+    parser.add_argument("--against", default="", metavar="REF",
+                        help="also run every variant on trioproxy at git REF, interleaved (rows NAME@REF)")
     parser.add_argument("--baseline-ref", default="", metavar="REF[,REF...]",
                         help="also measure plain@REF: the plain config on trioproxy at these git commits")
     args = parser.parse_args(argv)
@@ -459,11 +509,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
-    proxy_cpu, client_cpu = pc.check_tools_and_cores(args)
+    proxy_cpu, client_cpu = harness.check_tools_and_cores(args)
 
     results: dict[str, list[Summary]] = {}
     notes: list[str] = []
-    with pc.workspace("policy_overhead-", keep=args.keep_tmp) as (tmp, procs):
+    with harness.workspace("policy_overhead-", keep=args.keep_tmp) as (tmp, procs):
         if "policy" in args.parts:
             results["policy"], n = part_policy(procs, tmp, args, proxy_cpu, client_cpu)
             notes += n
@@ -485,8 +535,9 @@ def run(args: argparse.Namespace) -> int:
               f"{args.chunks} content chunks")
         print(render(results["sse"], "mock"))
         print()
-    pc.write_report(args.json, verdicts([s for part in results.values() for s in part]), notes, {
-        "settings": {"baseline_refs": args.baseline_ref, "duration_s": args.duration, "warmup_s": args.warmup, "repeats": args.repeats,
+    every = [s for part in results.values() for s in part]
+    harness.write_report(args.json, verdicts(every) + (against_lines(every, args.against) if args.against else []), notes, {
+        "settings": {"against": args.against, "baseline_refs": args.baseline_ref, "duration_s": args.duration, "warmup_s": args.warmup, "repeats": args.repeats,
                      "connections": args.connections, "sse_connections": args.sse_connections,
                      "chunks": args.chunks, "proxy_cpu": proxy_cpu, "client_cpu": client_cpu},
         "results": {part: [asdict(s) for s in summaries] for part, summaries in results.items()},
@@ -495,7 +546,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return pc.run_main(parse_args, run, argv)
+    return harness.run_main(parse_args, run, argv)
 
 
 if __name__ == "__main__":

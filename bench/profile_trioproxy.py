@@ -2,8 +2,8 @@
 """Where does trioproxy spend CPU per request? Sample it with py-spy under wrk load.
 
     pip install py-spy
-    python bench/profile_trioproxy.py [--duration 10] [--connections 50] [--raw bench/results/profile.txt]
-    python bench/profile_trioproxy.py --variant token-limited   # a policy_overhead.py variant
+    python -m bench.profile_trioproxy [--duration 10] [--connections 50] [--raw bench/results/profile.txt]
+    python -m bench.profile_trioproxy --variant token-limited   # a policy_overhead.py variant
 
 Same set-up as proxy_compare.py (nginx backend and wrk on core 0, trioproxy on core 1). py-spy
 samples the gateway from outside (no instrumentation inside the process) and the script prints
@@ -22,9 +22,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import proxy_compare as pc  # noqa: E402
+from bench import harness
 
 PACKAGES = [
     ("trioproxy/", "trioproxy"), ("hypercorn/", "hypercorn"), ("h11/", "h11"), ("trio/", "trio"),
@@ -55,43 +53,43 @@ def main() -> int:
     parser.add_argument("--variant", choices=["default", "plain", "limited", "token-limited", "tracing-idle"],
                         default="default", help="default: proxy_compare.py's gateway (GET /, text body); "
                         "the others: bench/policy_overhead.py's variants (GET /usage, JSON body with usage)")
-    parser.add_argument("--raw", type=Path, default=pc.ROOT / "bench" / "results" / "profile.txt",
+    parser.add_argument("--raw", type=Path, default=harness.ROOT / "bench" / "results" / "profile.txt",
                         help="keep py-spy's collapsed stacks here (flamegraph.pl / speedscope can read them)")
     args = parser.parse_args()
     if shutil.which("py-spy") is None:
         print("error: py-spy not installed (pip install py-spy)", file=sys.stderr)
         return 1
     tmp = Path(tempfile.mkdtemp(prefix="profile_trioproxy-"))
-    procs = pc.Processes(tmp)
+    procs = harness.Processes(tmp)
     watcher = None
     try:
-        backend_port = pc.free_port()
+        backend_port = harness.free_port()
         path = "/"
         if args.variant == "default":
-            backend = pc.start_nginx(procs, tmp, "backend", pc.nginx_backend_conf(tmp, backend_port), backend_port, 0)
-            proxy, port = pc.start_trioproxy(procs, tmp, backend_port, 1)
+            backend = harness.start_nginx(procs, tmp, "backend", harness.nginx_backend_conf(tmp, backend_port), backend_port, 0)
+            proxy, port = harness.start_trioproxy(procs, tmp, backend_port, 1)
         else:
             import policy_overhead as po
             path = po.USAGE_PATH
-            backend = pc.start_nginx(procs, tmp, "backend", pc.nginx_backend_conf(tmp, backend_port, po.USAGE_LOCATION),
+            backend = harness.start_nginx(procs, tmp, "backend", harness.nginx_backend_conf(tmp, backend_port, po.USAGE_LOCATION),
                                      backend_port, 0)
             policies = {"limited": po.LIMIT_REQUESTS, "token-limited": po.LIMIT_TOKENS}.get(args.variant, "")
-            admin_port = pc.free_port()
-            proxy, port = pc.start_trioproxy(procs, tmp, backend_port, 1, conf=pc.trioproxy_conf(backend_port, policies),
+            admin_port = harness.free_port()
+            proxy, port = harness.start_trioproxy(procs, tmp, backend_port, 1, conf=harness.trioproxy_conf(backend_port, policies),
                                              admin_port=admin_port, probe_path=path)
             if args.variant == "tracing-idle":  # hypercorn's read_timeout ends it after 60 s of reader silence
                 watcher = po.TraceWatcher(admin_port, po.NEVER)
                 watcher.start()
-        pc.run_wrk(port, args.connections, 2, 0, path=path)  # warm-up
+        harness.run_wrk(port, args.connections, 2, 0, path=path)  # warm-up
         raw = tmp / "profile.txt"
         spy = subprocess.Popen(["taskset", "-c", "0", "py-spy", "record", "-p", str(proxy.pid), "-r", str(args.rate),
                                 "-d", str(args.duration + 1), "-f", "raw", "-o", str(raw)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         result: dict = {}
         worker = threading.Thread(target=lambda: result.update(
-            cpu=(lambda b: (pc.run_wrk(port, args.connections, args.duration, 0, path=path),
-                            pc.tree_cpu_seconds(proxy.pid) - b))(
-                pc.tree_cpu_seconds(proxy.pid))))
+            cpu=(lambda b: (harness.run_wrk(port, args.connections, args.duration, 0, path=path),
+                            harness.tree_cpu_seconds(proxy.pid) - b))(
+                harness.tree_cpu_seconds(proxy.pid))))
         worker.start()
         worker.join()
         _, stderr = spy.communicate(timeout=60)

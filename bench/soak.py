@@ -6,9 +6,9 @@ disconnect mid-stream, and the echo backend restarted halfway (its requests then
 is back). Reports requests by outcome, unexpected errors, and the gateway's fds and RSS at start
 and end (after an idle settle).
 
-    python bench/soak.py                 # 300 s
-    python bench/soak.py --duration 30
-    python bench/soak.py --short         # ~8 s smoke test (tests/test_bench_smoke.py style)
+    python -m bench.soak                 # 300 s
+    python -m bench.soak --duration 30
+    python -m bench.soak --short         # ~8 s smoke test (tests/test_bench_smoke.py style)
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ from pathlib import Path
 
 import trio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from llm_load import _free_port, fds, rss_mb, start, start_mock  # noqa: E402
+from bench.llm_load import _free_port, fds, rss_mb, start, start_mock
 
 CONFIG = """binds:
 - port: {port}
@@ -126,11 +125,13 @@ async def soak(args: argparse.Namespace) -> dict:
         finally:
             gw.terminate()
             try:
-                out, _ = gw.communicate(timeout=15)
+                gw.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 gw.kill()
-                out, _ = gw.communicate()
-            log_path.write_text(out or "")
+                gw.wait()
+            await trio.sleep(0.2)  # the reader thread takes the last lines
+            out = "".join(gw.output_lines)  # start() keeps reading the output so the pipe never fills
+            log_path.write_text(out)
             echo.terminate()
             mock.terminate()
         unexpected = {k: {o: n for o, n in c.items() if o not in EXPECTED[k]} for k, c in outcomes.items()}

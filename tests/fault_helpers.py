@@ -127,3 +127,32 @@ class RecordingBackend:
         async with trio.open_nursery() as nursery:
             task_status.started(self)
             await trio.serve_listeners(handler, listeners, handler_nursery=nursery)
+
+
+class BacklogFullBackend:
+    """A listener whose accept queue is full: a new connect hangs (SYNs are dropped), as to a
+    backend host that is down behind a firewall. Use as a context manager."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(0)
+        self.port = self.listener.getsockname()[1]
+        self.fillers = []
+        for _ in range(4):
+            filler = socket.socket()
+            filler.setblocking(False)
+            try:
+                filler.connect(("127.0.0.1", self.port))
+            except BlockingIOError:
+                pass
+            self.fillers.append(filler)
+
+    def __enter__(self) -> BacklogFullBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sock in [*self.fillers, self.listener]:
+            sock.close()

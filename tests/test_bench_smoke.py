@@ -1,4 +1,4 @@
-"""Smoke tests for bench/proxy_compare.py, policy_overhead.py and jwt_overhead.py: their --quick runs work.
+"""Smoke tests for bench/proxy_compare.py, policy_overhead.py, jwt_overhead.py and tls_compare.py: their --quick runs work.
 
 No timing assertions: only that the scripts run, clean up and print their tables.
 """
@@ -31,7 +31,7 @@ def run_quick(script: str, out_json: Path) -> list[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     # Its own session: on a timeout the whole tree (gateways, nginx, wrk) is stopped, never left behind.
-    proc = subprocess.Popen([sys.executable, f"bench/{script}", "--quick", "--json", str(out_json)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", f"bench.{script.removesuffix('.py')}", "--quick", "--json", str(out_json)], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
@@ -79,3 +79,12 @@ def test_quick_jwt_overhead_prints_both_parts(tmp_path: Path) -> None:
         assert sum(line.startswith(f"| {variant} ") for line in lines) == 1, (variant, stdout)
     assert any(line.startswith("jwt (RS256, cached) vs plain:") for line in lines), stdout
     assert sum("whole jwtAuth stage, cached token" in line for line in lines) == 3, stdout
+
+
+def test_quick_tls_compare_prints_plain_and_tls(tmp_path: Path) -> None:
+    """bench/tls_compare.py --quick: trioproxy to the backend over HTTP and over verified HTTPS."""
+    lines = run_quick("tls_compare.py", tmp_path / "tls.json")
+    stdout = "\n".join(lines)
+    for variant in ("trioproxy-plain", "trioproxy-tls"):
+        assert sum(line.startswith(f"| {variant} ") for line in lines) == 2, (variant, stdout)
+    assert any(line.startswith("trioproxy @1 conns: TLS to the backend costs") for line in lines), stdout

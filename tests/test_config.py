@@ -83,7 +83,7 @@ BAD_CONFIGS = [
     ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - {name: a}\n    - {name: a}\n',
      ["<config>:6:14: binds[0].listeners[0].routes[1].name: duplicate route name 'a' (also at binds[0].listeners[0].routes[0])"]),
     ('binds:\n- port: 3000\n  listeners:\n  - protocol: TCP\n',
-     ["<config>:4:15: binds[0].listeners[0].protocol: expected HTTP, got 'TCP'"]),
+     ["<config>:4:15: binds[0].listeners[0].protocol: expected HTTP or HTTPS, got 'TCP'"]),
     ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - matches: [{path: {regex: '('}}]\n",
      ['<config>:5:32: binds[0].listeners[0].routes[0].matches[0].path.regex: invalid regular expression: missing ), unterminated subpattern at position 0']),
     ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - matches: [{path: {pathPrefix: v1}}]\n',
@@ -101,7 +101,7 @@ BAD_CONFIGS = [
     ('binds:\n- port: $NOPE\n',
      ['<config>:2:9: binds[0].port: environment variable NOPE is not set', "<config>:2:9: binds[0].port: expected an integer, got ''"]),
     ('config: {adminAddr: nowhere}\nbinds: []\n',
-     ["<config>:1:21: config.adminAddr: expected HOST:PORT, got 'nowhere'"]),
+     ["<config>:1:21: config.adminAddr: expected HOST:PORT or off, got 'nowhere'"]),
     ('binds:\n- port: 3000\n- port: 3000\n',
      ['<config>:3:9: binds[1].port: port 3000 is already bound by binds[0]']),
     ('binds: [\n',
@@ -109,7 +109,7 @@ BAD_CONFIGS = [
     ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {jwtAuth: {issuer: x}}\n',
      ['<config>:5:27: binds[0].listeners[0].routes[0].policies.jwtAuth: jwks is required (or give providers)']),
     ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {retry: {attempts: 2}}\n',
-     ['<config>:5:25: binds[0].listeners[0].routes[0].policies.retry: policy is not supported by this version of trioproxy']),
+     ['<config>:5:25: binds[0].listeners[0].routes[0].policies.retry.codes: required field is missing']),
     ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {authorization: {rules: ["jwt.sub =="]}}\n',
      ["<config>:5:42: binds[0].listeners[0].routes[0].policies.authorization.rules[0]: syntax error: mismatched input '<EOF>' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER} at line 1, column 11"]),
     ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {jwtAuth: {issuer: x, jwks: \'{"keys": []}\'}}\n',
@@ -166,13 +166,13 @@ def test_unknown_fields_suggest_the_closest_known_one(text, expected):
 
 
 def test_agentgateway_fields_trioproxy_lacks_are_named_as_such():
-    found = problems(ROUTES + "    - policies: {urlRewrite: {path: {prefix: /}}}\n      ruleName: r\nllm: {models: []}\n")
+    found = problems(ROUTES + "    - policies: {requestRedirect: {path: {prefix: /}}}\n      ruleName: r\nmcp: {}\n")
     assert found == [
-        ("<config>:5:18: binds[0].listeners[0].routes[0].policies.urlRewrite: "
-        "'urlRewrite' is an agentgateway feature that trioproxy does not implement"),
+        ("<config>:5:18: binds[0].listeners[0].routes[0].policies.requestRedirect: "
+        "'requestRedirect' is an agentgateway feature that trioproxy does not implement"),
         ("<config>:6:7: binds[0].listeners[0].routes[0].ruleName: "
         "'ruleName' is an agentgateway feature that trioproxy does not implement"),
-        "<config>:7:1: llm: 'llm' is an agentgateway feature that trioproxy does not implement",
+        "<config>:7:1: mcp: 'mcp' is an agentgateway feature that trioproxy does not implement",
     ]
 
 
@@ -242,7 +242,7 @@ def test_local_rate_limit_cross_field_rule_is_placed():
 
 
 def test_env_override_problem_names_the_variable():
-    assert problems("binds: []\n", env={"ADMIN_ADDR": "nowhere"}) == ["env ADMIN_ADDR: expected HOST:PORT, got 'nowhere'"]
+    assert problems("binds: []\n", env={"ADMIN_ADDR": "nowhere"}) == ["env ADMIN_ADDR: expected HOST:PORT or off, got 'nowhere'"]
 
 
 def test_build_config_takes_plain_data_without_positions():
@@ -261,7 +261,7 @@ def test_bench_old_and_new_loaders_build_the_same_config():
 
     from .conftest import ROOT
 
-    done = subprocess.run([sys.executable, "bench/config_load.py", "--routes", "40", "--repeat", "1"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "bench.config_load", "--routes", "40", "--repeat", "1"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "same Config from both loaders: yes" in done.stdout or "before: skipped" in done.stdout, done.stdout

@@ -92,5 +92,5 @@ def test_openapi_flavour_is_inline_and_structural():
     assert schema["properties"]["backends"]["items"]["properties"]["weight"] == {
         "type": "integer", "minimum": 0, "maximum": 1000000,
         "description": "Share of the route's requests (0: none).", "default": 1}
-    assert "retry" not in schema["properties"]["policies"]["properties"]  # not built yet: absent
+    assert "retry" in schema["properties"]["policies"]["properties"]
     assert "jwtAuth" in schema["properties"]["policies"]["properties"]

@@ -46,10 +46,12 @@ async def test_row1_closed_client_connections_release_their_fd_at_once(gateway):
     await wait_until(lambda: open_fds() <= baseline + 2, timeout=5, what="fds back to baseline")
 
 
-async def test_row1_connections_past_the_cap_get_503_overloaded_and_close(nursery, backend, monkeypatch):
-    monkeypatch.setattr("trioproxy.server.DEFAULT_MAX_CONNECTIONS", 4)
-    gw = await start_routes(nursery, """
-            - backends: [{{host: "127.0.0.1:{backend}"}}]
+async def test_row1_connections_past_the_cap_get_503_overloaded_and_close(nursery, backend):
+    gw = await start_gateway(nursery, """
+        frontendPolicies: {{http: {{maxConnections: 4}}}}
+        binds:
+        - port: {port}
+          listeners: [{{routes: [{{backends: [{{host: "127.0.0.1:{backend}"}}]}}]}}]
         """, port=free_port(), backend=backend.port)
     port = gw.info.ports[gw.port]
     held = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(4)]
@@ -212,13 +214,15 @@ async def test_row9_status_lines_carry_a_reason_phrase(nursery, backend):
 
 # Overload guard (requests in flight) -------------------------------------------------------------
 
-async def test_overload_guard_answers_503_past_the_requests_in_flight_cap(nursery, monkeypatch):
+async def test_overload_guard_answers_503_past_the_requests_in_flight_cap(nursery):
     from tests.fault_helpers import HangingBackend
 
-    monkeypatch.setattr("trioproxy.server.DEFAULT_MAX_IN_FLIGHT", 2)
     hanging = await nursery.start(HangingBackend().serve)
-    gw = await start_routes(nursery, """
-            - backends: [{{host: "127.0.0.1:{backend}"}}]
+    gw = await start_gateway(nursery, """
+        frontendPolicies: {{http: {{maxRequestsInFlight: 2}}}}
+        binds:
+        - port: {port}
+          listeners: [{{routes: [{{backends: [{{host: "127.0.0.1:{backend}"}}]}}]}}]
         """, port=free_port(), backend=hanging.port)
     port = gw.info.ports[gw.port]
     held = []

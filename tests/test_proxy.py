@@ -378,7 +378,8 @@ async def test_graceful_shutdown_finishes_request_in_flight(nursery, backend):
 
 
 async def test_idle_and_slow_clients_are_closed(gateway, mock_clock):
-    """A client that stops mid-headers, or idles between requests, is disconnected after 60 s."""
+    """A client that stops mid-headers gets 408 after 10 s (requestHeaderTimeout); one that idles
+    between requests is disconnected after 60 s (http1IdleTimeout)."""
     port = gateway.info.ports[gateway.port]
     slow = await trio.open_tcp_stream("127.0.0.1", port)
     await slow.send_all(b"GET / HTTP/1.1\r\nHost: x\r\n")  # and nothing more
@@ -390,12 +391,20 @@ async def test_idle_and_slow_clients_are_closed(gateway, mock_clock):
     assert first.startswith(b"HTTP/1.1 200")
     await trio.testing.wait_all_tasks_blocked()
     assert not _closed(slow) and not _closed(idle)
-    mock_clock.jump(59)
+    mock_clock.jump(9)
     await trio.testing.wait_all_tasks_blocked()
     assert not _closed(slow) and not _closed(idle)
     mock_clock.jump(2)
     await trio.testing.wait_all_tasks_blocked()
-    assert _closed(slow) and _closed(idle)
+    answer = await slow.receive_some(65536)
+    assert answer.startswith(b"HTTP/1.1 408 Request Timeout") and answer.endswith(b"request head timeout\n")
+    assert _closed(slow) and not _closed(idle)
+    mock_clock.jump(48)
+    await trio.testing.wait_all_tasks_blocked()
+    assert not _closed(idle)
+    mock_clock.jump(2)
+    await trio.testing.wait_all_tasks_blocked()
+    assert _closed(idle)
 
 
 def _closed(stream: trio.SocketStream) -> bool:

@@ -425,3 +425,93 @@ spec:
         answers = [await client.get("/", headers={"x-user": user}) for _ in range(4)]
     assert [r.status_code for r in answers] == [200, 200, 200, 429]
     assert answers[3].headers["x-ext-ratelimited"] == "true"
+
+
+class StallingCharges:
+    """An RLS client that answers checks at once and stalls every charge until ``release``."""
+
+    def __init__(self) -> None:
+        self.charging = trio.Event()
+        self.release = trio.Event()
+        self.charged: list[int] = []
+        self.cancelled = False
+
+    async def should_rate_limit(self, domain, descriptors, timeout):
+        hits = [h for _, h in descriptors if h]
+        if hits:
+            self.charging.set()
+            try:
+                await self.release.wait()
+            except trio.Cancelled:
+                self.cancelled = True
+                raise
+            self.charged += hits
+        return rls_pb2.RateLimitResponse(overall_code=rls_pb2.RateLimitResponse.OK)
+
+    def close(self) -> None:
+        pass
+
+
+def _client_port(response: httpx.Response) -> int:
+    return response.extensions["network_stream"].get_extra_info("client_addr")[1]
+
+
+async def test_a_stalled_charge_does_not_delay_the_next_keep_alive_request(nursery, monkeypatch):
+    """The charge after the response runs outside the request: while the service sits on it, the
+    same keep-alive connection's next request is served at once."""
+    from trioproxy.rls import client as rls_client
+
+    stalling = StallingCharges()
+    monkeypatch.setitem(rls_client._clients, "127.0.0.1:1", stalling)
+    mock = await start_mock(nursery)
+    gw = await start_gateway(nursery, TOKENS.replace("domain: gw", "domain: gw\n          timeout: 60s"),
+                             port=free_port(), rls="127.0.0.1:1", mock=mock.port)
+    headers = {"x-tenant": "t", "x-mock-total-tokens": "60"}
+    async with gw.client(limits=httpx.Limits(max_connections=1)) as client:
+        first = await client.post("/chat", json=CHAT, headers=headers)
+        with trio.fail_after(10):  # a bound for the failure case only: the charge's timeout is 60 s
+            await stalling.charging.wait()
+            second = await client.post("/chat", json=CHAT, headers=headers)
+        assert (first.status_code, second.status_code) == (200, 200)
+        assert _client_port(first) == _client_port(second)  # the same keep-alive connection
+        assert stalling.charging.is_set() and not stalling.cancelled and stalling.charged == []
+        stalling.release.set()  # the service answers: both charges land and are counted
+    key = f"default/default/bind/{gw.port}/listener0/default/llm"
+    with trio.fail_after(10):
+        while gw.info.runtime.metrics.registry.get_sample_value("trioproxy_ratelimit_decisions_total", {
+                "policy": "remoteRateLimit", "key": key, "result": "charged"}) != 2:
+            await trio.sleep(0.01)
+    assert stalling.charged == [60, 60]
+
+
+async def test_charges_past_the_pending_bound_are_counted_failed_not_queued(nursery, monkeypatch):
+    from trioproxy import after_response
+
+    stalling = StallingCharges()
+    from trioproxy.rls import client as rls_client
+
+    monkeypatch.setitem(rls_client._clients, "127.0.0.1:1", stalling)
+    monkeypatch.setattr(after_response.AFTER_RESPONSE, "limit", after_response.AFTER_RESPONSE.pending + 1)
+    mock = await start_mock(nursery)
+    gw = await start_gateway(nursery, TOKENS.replace("domain: gw", "domain: gw\n          timeout: 60s"),
+                             port=free_port(), rls="127.0.0.1:1", mock=mock.port)
+    headers = {"x-tenant": "t", "x-mock-total-tokens": "60"}
+    async with gw.client() as client:
+        codes = [(await client.post("/chat", json=CHAT, headers=headers)).status_code for _ in range(2)]
+    assert codes == [200, 200]
+    key = f"default/default/bind/{gw.port}/listener0/default/llm"
+
+    def failed():
+        return gw.info.runtime.metrics.registry.get_sample_value(
+            "trioproxy_ratelimit_decisions_total", {"policy": "remoteRateLimit", "key": key, "result": "chargeFailed"})
+
+    with trio.fail_after(10):  # the finish hook runs just after the client has the response's end
+        while failed() is None:
+            await trio.sleep(0.01)
+    assert failed() == 1  # the second charge found one pending: refused at once, not queued
+    assert stalling.charged == [] and not stalling.cancelled
+    stalling.release.set()
+    with trio.fail_after(10):
+        while not stalling.charged:
+            await trio.sleep(0.01)
+    assert stalling.charged == [60]

@@ -8,10 +8,11 @@ import urllib.request
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2
 
 from tests.rls_helpers import Redis, _wait, ratelimit_server, redis_server
 from trioproxy.rls.limits import LimitsError, parse_limits
-from trioproxy.rls.protos import health_pb2, rls_pb2
+from trioproxy.rls.protos import rls_pb2
 from trioproxy.rls.service import should_rate_limit
 from trioproxy.rls.store import MemoryStore
 
@@ -199,3 +200,41 @@ def test_redis_cluster_of_three_nodes(tmp_path, config_file):
     finally:
         for n in nodes:
             n.stop()
+
+
+def test_health_watch_streams_status_with_grpcio_health_stub(config_file):
+    """grpc.health.v1 Watch through grpcio's own health stub: the status at once, NOT_SERVING when
+    the server starts shutting down; unknown services get SERVICE_UNKNOWN; watchers are bounded."""
+    import signal
+
+    from grpc_health.v1 import health_pb2 as gh
+    from grpc_health.v1 import health_pb2_grpc
+
+    service = "envoy.service.ratelimit.v3.RateLimitService"
+    with ratelimit_server(config_file, "--store", "memory", "--health-watchers", "2") as rls:
+        stub = health_pb2_grpc.HealthStub(rls.channel)
+        assert stub.Check(gh.HealthCheckRequest(service=service), timeout=5).status == gh.HealthCheckResponse.SERVING
+        whole = stub.Watch(gh.HealthCheckRequest(), timeout=30)
+        unknown = stub.Watch(gh.HealthCheckRequest(service="nope"), timeout=30)
+        assert next(whole).status == gh.HealthCheckResponse.SERVING
+        assert next(unknown).status == gh.HealthCheckResponse.SERVICE_UNKNOWN
+        with pytest.raises(grpc.RpcError) as err:
+            next(stub.Watch(gh.HealthCheckRequest(service=service), timeout=30))
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # two watchers already
+        assert rls.call("gw", [[("user", "w")]]).overall_code == OK  # checks still have their threads
+        unknown.cancel()  # a watcher that goes away frees its slot
+        _wait(lambda: _watch_first(stub, service) == gh.HealthCheckResponse.SERVING, "freed watcher slot")
+        rls.proc.send_signal(signal.SIGTERM)
+        assert next(whole).status == gh.HealthCheckResponse.NOT_SERVING  # heard before the stream ends
+
+
+def _watch_first(stub, service: str):
+    from grpc_health.v1 import health_pb2 as gh
+
+    stream = stub.Watch(gh.HealthCheckRequest(service=service), timeout=30)
+    try:
+        return next(stream).status
+    except grpc.RpcError:
+        return None
+    finally:
+        stream.cancel()

@@ -12,7 +12,7 @@ from .conftest import ROOT
 
 README = (ROOT / "README.md").read_text()
 BLOCKS = [block for block in re.findall(r"```yaml\n(.*?)```", README, re.S)
-          if re.match(r"(#[^\n]*\n)*(config|binds):", block)]
+          if re.match(r"(#[^\n]*\n)*(config|binds|llm):", block)]
 
 
 def test_the_readme_has_a_full_configuration_example():

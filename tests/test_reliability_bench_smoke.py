@@ -10,7 +10,7 @@ from tests.conftest import ROOT
 
 
 def test_soak_short_has_no_unexpected_outcomes_and_no_traceback():
-    done = subprocess.run([sys.executable, "bench/soak.py", "--short"], cwd=ROOT, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "bench.soak", "--short"], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert done.returncode == 0, report

@@ -13,6 +13,12 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+def expects_continue(scope: Scope) -> bool:
+    """An HTTP/1.1 request whose client waits for ``100 Continue`` before sending its body."""
+    return scope.get("http_version") == "1.1" and any(
+        name == b"expect" and value.lower() == b"100-continue" for name, value in scope["headers"])
+
+
 async def serve_lifespan(receive: Receive, send: Send) -> None:
     """Acknowledge startup and shutdown: these apps hold no state that needs either."""
     while True:

@@ -39,6 +39,7 @@ sources longer than :data:`MAX_EXPRESSION_LENGTH` are refused at compile time.
 from __future__ import annotations
 
 import ipaddress
+import random
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -57,7 +58,7 @@ __all__ = [
 
 #: Root variables an expression may reference (agentgateway's names).
 ALLOWED_ROOTS: frozenset[str] = frozenset(
-    {"request", "source", "jwt", "llm", "response", "backend"}
+    {"request", "source", "jwt", "llm", "response", "backend", "llmRequest"}
 )
 
 #: Longest accepted expression source, in characters.  Gateway expressions are short;
@@ -94,6 +95,11 @@ def _cidr(text: str) -> str:
     return text
 
 
+def _strip_prefix(text: str, prefix: str) -> str:
+    """``llmRequest.model.stripPrefix("anthropic/")``: ``text`` without ``prefix`` when it starts with it."""
+    return text[len(prefix):] if isinstance(text, str) and text.startswith(prefix) else text
+
+
 def _contains_ip(network: str, address: str) -> bool:
     """``cidr(...).containsIP(source.address)``: false for an invalid network or address (the
     engine would print a Python error for every raising call); IPv4-mapped IPv6 counts as IPv4."""
@@ -108,7 +114,8 @@ def _contains_ip(network: str, address: str) -> bool:
 
 #: agentgateway's CEL extensions that this module provides. Only expressions that call one
 #: pay for the engine's ``Context`` (~30 µs per evaluation); the others get a plain dict.
-EXTENSION_FUNCTIONS: dict[str, Callable[..., Any]] = {"cidr": _cidr, "containsIP": _contains_ip}
+EXTENSION_FUNCTIONS: dict[str, Callable[..., Any]] = {"cidr": _cidr, "containsIP": _contains_ip,
+                                                      "random": random.random, "stripPrefix": _strip_prefix}
 
 
 class CelError(ValueError):

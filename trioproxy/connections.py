@@ -1,7 +1,7 @@
 """Client connections: a cap per bind, EMFILE survived, and a closed connection's fd freed at once.
 
-This is hypercorn's trio ``worker_serve`` (HTTP/1.1 over plain sockets, which is all the gateway
-serves) with three changes, each for a fault found by hostile-client runs (docs/reliability.md):
+This is hypercorn's trio ``worker_serve`` (HTTP/1.1 and HTTP/2, over plain sockets or a bind's TLS,
+docs/protocols.md) with these changes, each for a fault found by hostile-client runs (docs/reliability.md):
 
 - **cap**: at most ``max_connections`` client connections per server. One past the cap is
   accepted, answered ``503 overloaded`` with ``connection: close`` and closed, so a flood of
@@ -9,16 +9,27 @@ serves) with three changes, each for a fault found by hostile-client runs (docs/
 - **EMFILE/ENFILE/ENOMEM/ENOBUFS from accept**: one log line per second at most and a metric,
   then a short pause; trio's own loop logs a traceback for every failed accept.
 - **head size however it arrives** and **reason phrases** on status lines (h11 leaves them empty).
+- **request head timeout** (slowloris): from the first byte of a request head to its end, at
+  most ``header_timeout`` seconds (``frontendPolicies.http.requestHeaderTimeout``); past it
+  ``408`` and the connection is closed. hypercorn's idle timer (``http1IdleTimeout``) still
+  bounds the time from the last response to a complete head.
 - **EOF while idle**: hypercorn's connection task waits for its keep-alive timer (60 s) after the
   client has gone, holding the socket in CLOSE_WAIT; here the timer is stopped as soon as the
   read side ends, so the descriptor is released at once.
+- **``Expect: 100-continue``**: hypercorn sends ``100 Continue`` as soon as it has the request
+  head, so the client uploads its body even when a policy then refuses it. Here the ``100`` is
+  sent when the app first asks for the body (``receive``): a request refused before that (401,
+  429, a 503 from the backend's connect) gets its answer instead of a ``100``, and the body is
+  never sent (docs/protocols.md).
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
+import ssl
 from collections.abc import Awaitable, Callable
 from functools import partial
 from http import HTTPStatus
@@ -34,6 +45,9 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import ShutdownError, raise_shutdown
 
+from . import hypercorn_fixes  # noqa: F401 - hypercorn protocol faults fixed before any server starts
+from .asgi import expects_continue
+
 log = logging.getLogger("trioproxy")
 
 CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
@@ -41,6 +55,8 @@ OVERLOADED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\n
               b"connection: close\r\n\r\noverloaded\n")
 DEFAULT_MAX_CONNECTIONS = 10_000  # per bind; docs/reliability.md
 ACCEPT_RETRY_SECONDS = 0.05
+HEAD_TIMEOUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\ncontent-length: 21\r\n"
+                b"connection: close\r\n\r\nrequest head timeout\n")
 HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain\r\n"
                   b"content-length: 32\r\nconnection: close\r\n\r\nrequest header fields too large\n")
 
@@ -96,8 +112,51 @@ def _with_reason(data: bytes) -> bytes:
     return data
 
 
+class _LazyContinue(h11.Connection):
+    """An h11 server connection that hides a waiting ``Expect: 100-continue`` from hypercorn's
+    eager check; ``_Connection`` sends the ``100`` once the app reads the body."""
+
+    @property
+    def they_are_waiting_for_100_continue(self) -> bool:
+        return False
+
+
 class _Connection(TCPServer):
     """hypercorn's connection task with the fixes of this module's docstring."""
+
+    def __init__(self, app: Any, config: Config, context: WorkerContext, state: ConnectionState,
+                 stream: Any, *, header_timeout: float = math.inf) -> None:
+        super().__init__(app, config, context, state, stream)
+        self.header_timeout = header_timeout
+        self._head_deadline = math.inf  # set while a request head has started and not ended
+
+        async def continue_on_first_read(scope: Any, receive: Any, send: Any, *rest: Any) -> None:
+            if scope["type"] == "http" and expects_continue(scope):
+                receive = self._continue_then(receive)
+            await app(scope, receive, send, *rest)
+
+        self.app = continue_on_first_read  # type: ignore[assignment]  # an AppWrapper by shape
+
+    def _continue_then(self, receive: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
+        asked = False
+
+        async def receive_after_continue() -> Any:
+            nonlocal asked
+            if not asked:
+                asked = True
+                await self._send_continue()
+            return await receive()
+
+        return receive_after_continue
+
+    async def _send_continue(self) -> None:
+        protocol = getattr(self.protocol, "protocol", None)
+        connection = getattr(protocol, "connection", None)
+        if (isinstance(connection, h11.Connection) and connection.client_is_waiting_for_100_continue
+                and connection.our_state is h11.SEND_RESPONSE):
+            data = connection.send(h11.InformationalResponse(status_code=100, headers=[]))
+            if data:
+                await self.protocol_send(RawData(data))
 
     async def protocol_send(self, event: Event) -> None:
         if isinstance(event, RawData):
@@ -105,10 +164,17 @@ class _Connection(TCPServer):
         await super().protocol_send(event)
 
     async def _read_data(self) -> None:
+        connection = getattr(getattr(self.protocol, "protocol", None), "connection", None)
+        if type(connection) is h11.Connection:
+            connection.__class__ = _LazyContinue
         while True:
             try:
-                data = await self.stream.receive_some(MAX_RECV)
+                with trio.move_on_at(self._head_deadline) as head_wait:
+                    data = await self.stream.receive_some(MAX_RECV)
             except (trio.ClosedResourceError, trio.BrokenResourceError):
+                break
+            if head_wait.cancelled_caught:
+                await self._refuse_head(HEAD_TIMEOUT)
                 break
             # h11 enforces its head-size limit only on an incomplete head: a 60 KB head in one
             # read would pass. Count the head's bytes here so the limit holds however they arrive.
@@ -117,11 +183,16 @@ class _Connection(TCPServer):
                 end = probe.find(b"\r\n\r\n")
                 seen = self._head_seen + (len(data) if end < 0 else end + 4 - len(self._tail))
                 if seen > self.config.h11_max_incomplete_size:
-                    await self._refuse_head()
+                    await self._refuse_head(HEAD_TOO_LARGE)
                     break
-                self._head_seen, self._tail = (seen, probe[-3:]) if end < 0 else (0, b"")
+                if end < 0:
+                    if not self._head_seen and seen:  # the first bytes of a head: its clock starts
+                        self._head_deadline = trio.current_time() + self.header_timeout
+                    self._head_seen, self._tail = seen, probe[-3:]
+                else:
+                    self._head_seen, self._tail, self._head_deadline = 0, b"", math.inf
             else:
-                self._head_seen, self._tail = 0, b""
+                self._head_seen, self._tail, self._head_deadline = 0, b"", math.inf
             await self.protocol.handle(RawData(bytes(data)))
             if data == b"":
                 break
@@ -133,24 +204,26 @@ class _Connection(TCPServer):
     _head_seen = 0
     _tail = b""
 
-    async def _refuse_head(self) -> None:
+    async def _refuse_head(self, answer: bytes) -> None:
         try:
             with trio.move_on_after(1.0):
-                await self.stream.send_all(HEAD_TOO_LARGE)
+                await self.stream.send_all(answer)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
     def _awaiting_head(self) -> bool:
         h11_protocol = getattr(self.protocol, "protocol", None)
-        connection = getattr(h11_protocol, "connection", None)
-        return connection is not None and connection.their_state is h11.IDLE
+        connection = getattr(h11_protocol, "connection", None)  # an h2 connection after ALPN h2 or h2c
+        return isinstance(connection, h11.Connection) and connection.their_state is h11.IDLE
 
 
-async def _serve_listener(sock: trio.socket.SocketType, handler: Callable[[trio.SocketStream], Awaitable[Any]],
-                          counter: ConnectionCounter, nursery: trio.Nursery) -> None:
+async def _serve_listener(sock: trio.socket.SocketType, handler: Callable[[Any], Awaitable[Any]],
+                          counter: ConnectionCounter, nursery: trio.Nursery,
+                          ssl_context: ssl.SSLContext | None = None) -> None:
     async def run(stream: trio.SocketStream) -> None:
         try:
-            await handler(stream)
+            # hypercorn's connection task runs the TLS handshake (ssl_handshake_timeout) itself.
+            await handler(trio.SSLStream(stream, ssl_context, server_side=True) if ssl_context else stream)
         except trio.Cancelled:
             counter.cut += 1
             raise
@@ -160,6 +233,8 @@ async def _serve_listener(sock: trio.socket.SocketType, handler: Callable[[trio.
 
     async def refuse(stream: trio.SocketStream) -> None:
         try:
+            if ssl_context is not None:
+                return  # no plaintext answer on a TLS port: just close
             with trio.move_on_after(1.0):
                 await stream.send_all(OVERLOADED)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -188,7 +263,8 @@ async def _serve_listener(sock: trio.socket.SocketType, handler: Callable[[trio.
 
 
 async def serve(app: Any, config: Config, sock: Any, counter: ConnectionCounter, *,
-                shutdown_trigger: Callable[[], Awaitable[None]],
+                shutdown_trigger: Callable[[], Awaitable[None]], header_timeout: float = math.inf,
+                ssl_context: ssl.SSLContext | None = None,
                 task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve ``app`` (hypercorn-wrapped) on a bound, listening stdlib socket until ``shutdown_trigger``."""
     lifespan_state: dict[str, Any] = {}
@@ -199,13 +275,14 @@ async def serve(app: Any, config: Config, sock: Any, counter: ConnectionCounter,
         await lifespan.wait_for_startup()
         async with trio.open_nursery() as server_nursery:
             listener = trio.socket.from_stdlib_socket(sock)
-            handler = partial(_Connection, app, config, context, ConnectionState(lifespan_state.copy()))
+            handler = partial(_Connection, app, config, context, ConnectionState(lifespan_state.copy()),
+                              header_timeout=header_timeout)
             task_status.started()
             try:
                 async with trio.open_nursery(strict_exception_groups=True) as nursery:
                     nursery.start_soon(raise_shutdown, shutdown_trigger)
                     nursery.start_soon(raise_shutdown, context.terminate.wait)
-                    nursery.start_soon(_serve_listener, listener, handler, counter, server_nursery)
+                    nursery.start_soon(_serve_listener, listener, handler, counter, server_nursery, ssl_context)
                     await trio.sleep_forever()
             except BaseExceptionGroup as error:
                 _, other = error.split((ShutdownError, KeyboardInterrupt))

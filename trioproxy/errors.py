@@ -2,6 +2,8 @@
 
     ProxyError                      (any answer the gateway makes instead of the backend's)
     ├── BadRequest                  400
+    ├── RequestBodyTimeout          408 request body timeout (a gap longer than requestBodyIdleTimeout)
+    ├── PayloadTooLarge             413 a body larger than maxBufferSize that must be buffered
     ├── HeaderTooLarge              431 too many or too large request headers
     ├── RouteNotFound               404 route not found
     ├── AuthenticationFailed        401 authentication failure: <reason>
@@ -14,6 +16,7 @@
     │   └── UpstreamTimeout         504 upstream call timeout
     └── UpstreamError
         ├── BackendUnreachable      503 (connect refused, DNS, reset before the request was sent)
+        │   └── BackendTlsFailed    503 upstream connect error: certificate verify failed (or TLS handshake failed)
         └── BadUpstreamResponse     502 (the backend answered something that is not HTTP/1.1)
 
 Stages raise these; ``gateway.py`` catches ``ProxyError`` once and calls ``error_response``.
@@ -22,6 +25,7 @@ Config errors are a different tree (``trioproxy.config.ConfigError``): they neve
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from .asgi import Header
@@ -32,6 +36,7 @@ class ProxyError(Exception):
 
     status: int = 500
     default_message: str = "internal error"
+    content_type: bytes = b"text/plain"
 
     def __init__(self, message: str | None = None, *, headers: Sequence[Header] = ()) -> None:
         self.message = message if message is not None else self.default_message
@@ -111,13 +116,60 @@ class BadUpstreamResponse(UpstreamError):
     status = 502
     default_message = "invalid upstream response"
 
+    def __init__(self, message: str | None = None, *, headers: Sequence[Header] = ()) -> None:
+        # h11's messages quote the bytes as Python reprs (``bytearray(b'...')``): a client reads text.
+        super().__init__(plain_text(message) if message is not None else None, headers=headers)
+
+
+_BYTES_REPR = re.compile(r"""bytearray\(b(['"])(.*?)\1\)|\bb(['"])(.*?)\3""")
+
+
+def plain_text(message: str) -> str:
+    """``illegal status line: bytearray(b'x y')`` → ``illegal status line: 'x y'``."""
+    return _BYTES_REPR.sub(lambda m: f"'{m.group(2) if m.group(2) is not None else m.group(4)}'", message)
+
 
 def error_response(error: ProxyError) -> tuple[int, list[Header], bytes]:
     """The (status, headers, body) a client receives for ``error``."""
     body = error.message.encode()
     headers: list[Header] = [
-        (b"content-type", b"text/plain"),
+        (b"content-type", error.content_type),
         (b"content-length", str(len(body)).encode()),
         *error.headers,
     ]
     return error.status, headers, body
+
+
+class PayloadTooLarge(ProxyError):
+    """A body larger than the gateway buffers (``frontendPolicies.http.maxBufferSize``)."""
+
+    status = 413
+    default_message = "request body too large"
+
+
+class RequestBodyTimeout(ProxyError):
+    """The request body stopped arriving (``frontendPolicies.http.requestBodyIdleTimeout``)."""
+
+    status = 408
+    default_message = "request body timeout"
+
+
+class BackendTlsFailed(BackendUnreachable):
+    """503: the TLS handshake with a backend failed (``upstream connect error: certificate verify
+    failed`` when its certificate is not trusted or does not name it)."""
+
+    default_message = "upstream connect error: TLS handshake failed"
+
+
+class LlmRequestError(ProxyError):
+    """An LLM request the ``llm:`` models cannot take: agentgateway's JSON error body
+    (404 ``model_not_found``, 400 ``missing_model`` / ``invalid_request_body``)."""
+
+    content_type = b"application/json"
+
+    def __init__(self, status: int, message: str, code: str) -> None:
+        import json
+
+        self.status = status
+        self.code = code
+        super().__init__(json.dumps({"error": {"message": message, "type": "invalid_request_error", "code": code}}))

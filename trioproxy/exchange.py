@@ -5,14 +5,17 @@ and the per-request results the stages leave for each other (what traces show of
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from math import inf
 from typing import Any
 
 import trio
 
-from .asgi import Header, Receive, Scope, Send
-from .config.model import Backend, Listener, Route
-from .errors import BadRequest, ProxyError, error_response
+from .asgi import Header, Receive, Scope, Send, expects_continue
+from .config.model import Address, Backend, Listener, Route, RouteMatch
+from .errors import PayloadTooLarge, ProxyError, RequestBodyTimeout, error_response
+from .http_date import with_date
 from .policies.ratelimit_local import Decision, LocalRateLimiter
+from .policies.retry import RetrySpec
 from .policies.stage import Phase
 from .routing import host_without_port
 from .trace import NULL_TRACER, BodyCapture, NullTracer, Tracer
@@ -30,9 +33,11 @@ class Exchange:
     __slots__ = (
         "_body_claimed",
         "_body_done",
+        "_first_body",
         "arrival",
         "backend",
         "backend_phase",
+        "body_idle_timeout",
         "disconnected",
         "error",
         "error_kind",
@@ -44,11 +49,15 @@ class Exchange:
         "limits",
         "listener",
         "llm",
+        "llm_request",
+        "mirrors",
         "nursery",
         "receive",
         "remote_charges",
         "request_capture",
+        "retry",
         "route",
+        "route_match",
         "scope",
         "send",
         "span",
@@ -80,6 +89,10 @@ class Exchange:
         self.remote_charges: list[Any] = []  # (remoteRateLimit stage, tokens descriptors) to charge after
         self.extra_response_headers: list[Header] = []  # added by stages (cors), also to error answers
         self.upstream_path: str | None = None
+        self.route_match: RouteMatch | None = None  # the route's alternative that matched
+        self.retry: RetrySpec | None = None  # set by the retry stage: the upstream call may be retried
+        self.mirrors: tuple[Address, ...] = ()  # set by requestMirror stages: where copies go
+        self.llm_request: tuple[bytes, str | None] | None = None  # llm: format: (body read, model to send)
         self.backend_phase: Phase | None = None  # the chosen backend's compiled stages
         self.upstream_started: float | None = None  # when the upstream call started
         self.request_capture: BodyCapture | None = None
@@ -92,6 +105,8 @@ class Exchange:
         self.span: Any = None  # the OpenTelemetry server span, when this request is sampled
         self._body_done = False
         self._body_claimed = False  # someone (the upload) reads the body; nobody else may
+        self._first_body: Any = None  # an HTTP/2 body's first message, read by ``peek_body``
+        self.body_idle_timeout = inf  # the longest gap between two body pieces (frontendPolicies.http)
 
     # --- what traces and CEL see (request_state / activation in trace.py) --------------------
 
@@ -119,7 +134,22 @@ class Exchange:
                 return
 
     def has_body(self) -> bool:
-        return any(name in (b"content-length", b"transfer-encoding") for name, _ in self.scope["headers"])
+        return self._first_body is not None or any(
+            name in (b"content-length", b"transfer-encoding") for name, _ in self.scope["headers"])
+
+    async def peek_body(self) -> None:
+        """HTTP/2 (and 3) may send a body without ``content-length``, and a request without one
+        ends with its headers: read the first body message to learn which (``has_body`` then
+        knows; the message is the body's first chunk). HTTP/1 declares its framing: no read."""
+        if self.has_body() or self._body_claimed or self._body_done \
+                or self.scope.get("http_version", "1.1").startswith("1"):
+            return
+        message = await self.receive()
+        if message["type"] == "http.disconnect":
+            self.disconnected = True
+            raise ClientDisconnected()
+        if message.get("body") or message.get("more_body"):
+            self._first_body = message
 
     def request_body(self) -> bytes | AsyncIterator[bytes]:
         """The body for the upstream call, streamed; ``b""`` when the request has none."""
@@ -132,13 +162,14 @@ class Exchange:
         """Buffer the whole body (for stages that must rewrite it); 400 above ``limit``."""
         chunks = []
         size = 0
+        await self.peek_body()
         if not self.has_body():
             self._watch_disconnect()
             return b""
         async for chunk in self._stream_body():
             size += len(chunk)
             if size > limit:
-                raise BadRequest(f"request body larger than {limit} bytes")
+                raise PayloadTooLarge(f"request body larger than {limit} bytes")
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -146,7 +177,12 @@ class Exchange:
         self._body_claimed = True
         capture = self.request_capture
         while True:
-            message = await self.receive()
+            message, self._first_body = self._first_body, None
+            if message is None:
+                with trio.move_on_after(self.body_idle_timeout):
+                    message = await self.receive()
+            if message is None:  # a slow (or stalled) client must not hold a backend connection
+                raise RequestBodyTimeout()
             if message["type"] == "http.disconnect":
                 self.disconnected = True
                 raise ClientDisconnected()
@@ -166,7 +202,7 @@ class Exchange:
     async def start_response(self, status: int, headers: list[Header]) -> None:
         self.status = status
         self.started = True
-        await self.send({"type": "http.response.start", "status": status, "headers": headers})
+        await self.send({"type": "http.response.start", "status": status, "headers": with_date(headers)})
 
     async def send_body(self, chunk: bytes) -> None:
         await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -183,7 +219,12 @@ class Exchange:
             # Headers are gone already: ending here makes the server close the connection,
             # which the client sees as a truncated response rather than a wrong one.
             return
-        if not self._body_claimed and self.scope.get("method") not in ("GET", "HEAD"):
+        close = not self._body_claimed and expects_continue(self.scope)
+        if close:
+            # The client waits for 100 Continue and has not sent its body: answer without
+            # asking for it, and close, since the body's framing is left open (RFC 9110 §10.1.1).
+            pass
+        elif not self._body_claimed and self.scope.get("method") not in ("GET", "HEAD"):
             # Drain a small unread body so the connection stays usable; past the cap the server
             # closes the connection after the answer instead.
             drained = 0
@@ -194,9 +235,13 @@ class Exchange:
                         break
             except ClientDisconnected:
                 return
+            except RequestBodyTimeout:
+                pass  # answer anyway; the server closes the connection (its body never ended)
         status, headers, body = error_response(error)
         if self.extra_response_headers:
             headers += self.extra_response_headers
+        if close:
+            headers.append((b"connection", b"close"))
         self.tracer.response_snapshot("final response", self, status, headers,
                                       severity="warn" if status < 500 else "error")
         await self.start_response(status, headers)

@@ -25,7 +25,7 @@ build no snapshot.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from math import inf
 from typing import Any
@@ -45,6 +45,8 @@ from .errors import (
 )
 from .exchange import ClientDisconnected, Exchange
 from .llm import UsageReader, prepare_request_body
+from .llm_models import select_model, transformed_model
+from .llm_providers import fill_model, provider_headers
 from .otel import OtelTracing
 from .policies.headers import (
     forwarded_request_headers,
@@ -53,14 +55,13 @@ from .policies.headers import (
     without_hop_by_hop,
 )
 from .policies.ratelimit_local import LocalRateLimiter, most_constrained
+from .policies.retry import MAX_RETRY_BODY, retryable_error, retryable_status
 from .policies.stage import Phase
 from .routing import Request
 from .runtime import CompiledRoute, GatewayState, Runtime
 from .trace import NULL_TRACER, BodyCapture, activation, duration_string
 from .upstream import UpstreamResponse
-
-MAX_REQUEST_HEADERS = 100
-MAX_LLM_REQUEST_BODY = 16 * 1024 * 1024
+from .websocket import WebSocketProxy
 
 __all__ = ["Gateway", "GatewayState", "Runtime"]
 
@@ -73,6 +74,7 @@ class Gateway:
         self.port = port
         self.bind = next(b for b in runtime.state.config.binds if b.port == port)  # its ``key`` labels metrics
         self.access_log = runtime.access_log
+        self.websocket = WebSocketProxy(self)  # upgrades: docs/protocols.md
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -81,11 +83,12 @@ class Gateway:
         elif kind == "lifespan":
             await serve_lifespan(receive, send)
         elif kind == "websocket":
-            await send({"type": "websocket.close", "code": 1003})
+            await self.websocket(scope, receive, send)
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         runtime = self.runtime
         x = Exchange(scope, receive, send, trio.current_time())
+        x.body_idle_timeout = runtime.state.config.frontend.body_idle_timeout
         if runtime.trace.watchers:
             x.tracer = runtime.trace.claim(x.arrival, lambda: activation(x)) or NULL_TRACER
         if runtime.otel is not None:
@@ -171,8 +174,9 @@ class Gateway:
         # 1. admission
         tr.event("requestStarted")
         tr.snapshot("initial request", x)
-        if len(x.headers) > MAX_REQUEST_HEADERS:
-            raise HeaderTooLarge(f"too many request headers (limit {MAX_REQUEST_HEADERS})")
+        max_headers = state.config.frontend.max_headers
+        if len(x.headers) > max_headers:
+            raise HeaderTooLarge(f"too many request headers (limit {max_headers})")
         bind = state.binds.get(self.port)
         found = bind.listener_for(x.host) if bind is not None else None
         if found is None:
@@ -198,6 +202,7 @@ class Gateway:
         if selection.route is None:
             raise RouteNotFound()
         route = x.route = selection.route
+        x.route_match = selection.match
         compiled = state.routes[route.key]
 
         # requestTimeout: from arrival, over everything from here to the upstream's response
@@ -235,8 +240,8 @@ class Gateway:
             await stage.request(x)
         tr.snapshot("route policies", x)
 
-        # 5. backend phase
-        chosen = compiled.choose_backend()
+        # 5. backend phase (the llm: format chooses by the body's model)
+        chosen = await self._choose_model(x, compiled) if route.models else compiled.choose_backend()
         if chosen is None:
             raise BackendUnreachable(f"no backend available for route {route.name}")
         backend, phase = chosen
@@ -252,44 +257,112 @@ class Gateway:
             body: bytes | AsyncIterator[bytes] = llm_body
             framing: Header | None = (b"content-length", str(len(llm_body)).encode()) if llm_body or x.has_body() else None
         else:
-            body = x.request_body()
+            await x.peek_body()  # HTTP/2: is there a body without content-length?
             framing = request_framing(scope["headers"])
+            if framing is None and x.has_body():
+                framing = (b"transfer-encoding", b"chunked")  # an HTTP/2 body of unknown length
+            body = await self._retryable_body(x) if x.retry is not None else x.request_body()
         client = scope.get("client")
         upstream_headers = forwarded_request_headers(
             x.headers, client=client[0] if client else None, scheme=scope.get("scheme", "http"), framing=framing)
         if backend.ai is not None or header_value(upstream_headers, b"host") is None:
             # A provider wants its own host; an HTTP/1.0 client may have sent none (1.1 requires one).
-            upstream_headers = [h for h in upstream_headers if h[0] != b"host"] + [(b"host", str(backend.target).encode())]
+            address = backend.target
+            host = address.host if address.port == (443 if backend.tls is not None else 80) else str(address)
+            upstream_headers = [h for h in upstream_headers if h[0] != b"host"] + [(b"host", host.encode())]
         tr.snapshot("final request", x, headers=upstream_headers)
 
         # 6. upstream
         query = scope.get("query_string", b"")
         path = x.upstream_path.encode() if x.upstream_path else (scope.get("raw_path") or scope["path"].encode())
-        return await self._call_backend(x, route, backend, path + b"?" + query if query else path,
-                                        upstream_headers, body)
+        target = path + (b"&" if b"?" in path else b"?") + query if query else path  # Azure's api-version
+        for mirror in x.mirrors:  # copies run in the root nursery: never in this request's way
+            self.runtime.mirrors.send(mirror, scope["method"].encode(), target, upstream_headers,
+                                      body if isinstance(body, bytes) else b"")
+        if x.retry is not None and isinstance(body, bytes):
+            return await self._call_with_retries(x, route, backend, target, upstream_headers, body)
+        return await self._call_backend(x, route, backend, target, upstream_headers, body)
+
+    async def _retryable_body(self, x: Exchange) -> bytes | AsyncIterator[bytes]:
+        """The body buffered for replay when it is small and declared by content-length; else
+        streamed, and the request is not retried (policies/retry.py)."""
+        length = header_value(x.scope["headers"], b"content-length")
+        if not x.has_body() or (length is not None and length.isdigit() and int(length) <= MAX_RETRY_BODY):
+            return await x.read_body(MAX_RETRY_BODY)
+        x.tracer.event("retry", severity="warn", attempt=0, result="disabled: the request body is streamed")
+        x.retry = None
+        return x.request_body()
+
+    async def _call_with_retries(self, x: Exchange, route: Route, backend: Backend, target: bytes,
+                                 headers: list[Header], body: bytes) -> UpstreamResponse:
+        """``retry``: the call again on a listed status or a failed call, all under requestTimeout."""
+        spec = x.retry
+        assert spec is not None
+        attempt = 0
+        while True:
+            sent = headers if attempt == 0 else headers + [(b"x-retry-attempt", str(attempt).encode())]
+            last = attempt >= spec.attempts
+            try:
+                response = await self._call_backend(x, route, backend, target, sent, body)
+            except ProxyError as error:
+                if last or not retryable_error(error):
+                    raise
+                reason = error.message
+            else:
+                if last or not retryable_status(spec, response.status):
+                    return response
+                await response.aclose()  # the client never sees a retried response
+                reason = f"status {response.status}"
+            attempt += 1
+            x.tracer.event("retry", severity="warn", attempt=attempt, reason=reason)
+            if spec.backoff:
+                await trio.sleep(spec.backoff)
 
     async def _prepare_llm_request(self, x: Exchange, backend: Backend) -> bytes:
-        """Buffer and rewrite an OpenAI-style JSON body; the path may be overridden."""
-        assert backend.ai is not None
-        original = await x.read_body(MAX_LLM_REQUEST_BODY)
-        body, info = prepare_request_body(original, model_override=backend.ai.model)
-        x.llm = {"provider": backend.ai.provider, "model": info.model if info else None,
+        """Buffer and rewrite the JSON body; the provider's path and credential header apply."""
+        ai = backend.ai
+        assert ai is not None
+        if x.llm_request is not None:  # read already to choose the model (llm: format)
+            original, override = x.llm_request
+        else:
+            original, override = await x.read_body(self.runtime.state.config.frontend.max_buffer_size), None
+        body, info = prepare_request_body(original, model_override=override or ai.model,
+                                          stream_usage_option=ai.stream_usage_option)
+        x.llm = {"provider": ai.provider, "model": info.model if info else None,
                  "streaming": info.streaming if info else False}
-        if backend.ai.path_override:
-            x.upstream_path = backend.ai.path_override
+        if ai.path_override:
+            x.upstream_path = fill_model(ai.path_override, info.model if info else None)
+        if ai.key_header != b"authorization" or ai.provider == "anthropic":
+            x.headers = provider_headers(x.headers, ai.provider, ai.key_header)
         if x.request_capture is not None and body is not original:
             x.request_capture = BodyCapture(x.request_capture.limit)
             x.request_capture.feed(body)
         return body
 
+    async def _choose_model(self, x: Exchange, compiled: CompiledRoute) -> tuple[Backend, Phase]:
+        """The ``llm.models`` entry for the request body's model (llm_models.py); 404/400 JSON otherwise."""
+        body = await x.read_body(self.runtime.state.config.frontend.max_buffer_size)
+        entry, request = select_model(compiled.route.models, body)
+        x.llm_request = (body, transformed_model(entry, request))
+        return compiled.route.backends[entry.backend], compiled.phases_by_index[entry.backend]
+
     async def _call_backend(self, x: Exchange, route: Route, backend: Backend, target: bytes,
                             headers: list[Header], body: bytes | AsyncIterator[bytes]) -> UpstreamResponse:
-        """The upstream call up to its response headers, under ``backendRequestTimeout``."""
+        """The upstream call up to its response headers, under ``backendRequestTimeout``; a route
+        with no time limit at all gets ``config.backend.responseHeaderTimeout``, counted once the
+        request body is sent (a long upload is not a hung backend)."""
         tr = x.tracer
         timeout = route.policies.timeout
         now = x.upstream_started = trio.current_time()
-        backend_deadline = now + timeout.backend_request_timeout \
-            if timeout and timeout.backend_request_timeout else inf
+        backend_scope = trio.CancelScope()
+        if timeout and timeout.backend_request_timeout:
+            backend_scope.deadline = now + timeout.backend_request_timeout
+        elif not (timeout and timeout.request_timeout):
+            default = self.runtime.state.config.backend.response_header_timeout
+            if isinstance(body, bytes):
+                backend_scope.deadline = now + default
+            else:
+                body = _then(body, lambda: setattr(backend_scope, "deadline", trio.current_time() + default))
         tr.event("backendCallStart", target=str(backend.target))
         response = None
         client_span = None
@@ -300,7 +373,7 @@ class Gateway:
                 "server.port": backend.target.port})
             headers = [h for h in headers if h[0] != b"traceparent"] + [otel.traceparent(client_span)]
         try:
-            with trio.CancelScope(deadline=backend_deadline) as backend_scope:
+            with backend_scope:
                 response = await self.runtime.pool.request(
                     backend.target, x.scope["method"].encode(), target, headers, body, nursery=x.nursery)
             if x.disconnected:
@@ -383,3 +456,10 @@ class Gateway:
                 for stage in finishers:
                     await stage.finish(x)
         tr.body("response", capture)
+
+
+async def _then(body: AsyncIterator[bytes], done: Callable[[], None]) -> AsyncIterator[bytes]:
+    """``body``, then ``done()`` once its last piece was taken."""
+    async for chunk in body:
+        yield chunk
+    done()

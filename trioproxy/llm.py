@@ -47,12 +47,13 @@ class Usage:
 
 
 def prepare_request_body(
-    body: bytes, *, model_override: str | None = None
+    body: bytes, *, model_override: str | None = None, stream_usage_option: bool = True
 ) -> tuple[bytes, LlmRequestInfo | None]:
     """Apply the provider's model override and ask streams to report usage.
 
     For ``"stream": true`` the request gets ``stream_options.include_usage = true``, keeping
-    any other ``stream_options`` keys the client sent. The body is re-serialised only when
+    any other ``stream_options`` keys the client sent, unless ``stream_usage_option`` is false
+    (Anthropic's API always reports usage and rejects unknown fields). The body is re-serialised only when
     something changed, so ``result is body`` tells the caller that content-length still
     holds. A body that is not a JSON object is passed through with info ``None``.
     """
@@ -67,7 +68,7 @@ def prepare_request_body(
         obj["model"] = model_override
         changed = True
     streaming = obj.get("stream") is True
-    if streaming:
+    if streaming and stream_usage_option:
         options = obj.get("stream_options")
         if not isinstance(options, dict):
             options = {}
@@ -85,35 +86,48 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def usage_from_response(obj: Any) -> Usage | None:
-    """``Usage`` from a parsed chat completion (or chunk), or None if it carries none.
+#: (prompt, completion, total, model) as one body or event gave them; None where it did not
+_Parts = tuple[int | None, int | None, int | None, str | None]
 
-    Accepts ``prompt_tokens``/``completion_tokens`` and the Responses API's
-    ``input_tokens``/``output_tokens`` (also under ``response.usage``); a missing
-    ``total_tokens`` is their sum.
-    """
+
+def _usage_parts(obj: Any) -> _Parts | None:
     if not isinstance(obj, dict):
         return None
     usage = obj.get("usage")
-    if not isinstance(usage, dict) and isinstance(obj.get("response"), dict):
-        obj = obj["response"]
-        usage = obj.get("usage")
     if not isinstance(usage, dict):
-        return None
+        # Responses API events carry it under ``response``; Anthropic's message_start under ``message``.
+        for key in ("response", "message"):
+            inner = obj.get(key)
+            if isinstance(inner, dict) and isinstance(inner.get("usage"), dict):
+                obj, usage = inner, inner["usage"]
+                break
+        else:
+            return None
     prompt = _count(usage.get("prompt_tokens", usage.get("input_tokens")))
     completion = _count(usage.get("completion_tokens", usage.get("output_tokens")))
     total = _count(usage.get("total_tokens"))
-    if total is None:
-        if prompt is None and completion is None:
-            return None
-        total = (prompt or 0) + (completion or 0)
+    if prompt is None and completion is None and total is None:
+        return None
     model = obj.get("model")
-    return Usage(
-        prompt_tokens=prompt or 0,
-        completion_tokens=completion or 0,
-        total_tokens=total,
-        model=model if isinstance(model, str) else None,
-    )
+    return prompt, completion, total, model if isinstance(model, str) else None
+
+
+def _usage(parts: _Parts) -> Usage:
+    prompt, completion, total, model = parts
+    if total is None:
+        total = (prompt or 0) + (completion or 0)
+    return Usage(prompt_tokens=prompt or 0, completion_tokens=completion or 0, total_tokens=total, model=model)
+
+
+def usage_from_response(obj: Any) -> Usage | None:
+    """``Usage`` from a parsed chat completion (or chunk), or None if it carries none.
+
+    Accepts ``prompt_tokens``/``completion_tokens`` and the ``input_tokens``/``output_tokens`` of
+    the Responses API (also under ``response.usage``) and of Anthropic's Messages API (also under
+    ``message.usage``, its ``message_start`` event); a missing ``total_tokens`` is their sum.
+    """
+    parts = _usage_parts(obj)
+    return _usage(parts) if parts is not None else None
 
 
 # A JSON text can only contain the bytes `"usage"` as a key or a string value (quotes inside
@@ -124,16 +138,20 @@ _NEWLINE = re.compile(rb"\r\n?|\n")
 
 
 class _SseUsage:
-    """Incremental text/event-stream parser that keeps the last ``usage`` seen.
+    """Incremental text/event-stream parser that keeps the ``usage`` seen, merged field by field.
+
+    OpenAI sends usage once, in its last chunk. Anthropic splits it: ``message_start`` has
+    ``input_tokens`` (and a first ``output_tokens``), each ``message_delta`` the running
+    ``output_tokens``; a field an event leaves out keeps its earlier value.
 
     Holds at most the current partial line and the data lines of the current event, each
     event bounded by ``max_event``; an over-long event is skipped, not buffered.
     """
 
-    __slots__ = ("usage", "_max", "_partial", "_data", "_size", "_skip_lf", "_drop_line", "_drop_event")
+    __slots__ = ("parts", "_max", "_partial", "_data", "_size", "_skip_lf", "_drop_line", "_drop_event")
 
     def __init__(self, max_event: int) -> None:
-        self.usage: Usage | None = None
+        self.parts: _Parts | None = None
         self._max = max_event
         self._partial = b""  # incomplete last line
         self._data: list[bytes] = []  # data lines of the current event
@@ -195,11 +213,20 @@ class _SseUsage:
         if _USAGE_OBJECT.search(text) is None:  # also skips [DONE]
             return
         try:
-            usage = usage_from_response(json.loads(text))
+            parts = _usage_parts(json.loads(text))
         except ValueError:
             return
-        if usage is not None:
-            self.usage = usage
+        if parts is None:
+            return
+        old = self.parts
+        if old is not None:
+            prompt, completion, total, model = parts
+            if total is None and prompt is None:
+                prompt = old[0]
+            if total is None and completion is None:
+                completion = old[1]
+            parts = (prompt, completion, total, model or old[3])
+        self.parts = parts
 
     def finish(self) -> Usage | None:
         # Be lenient with a stream that ends without the final blank line.
@@ -208,7 +235,7 @@ class _SseUsage:
         self._partial = b""
         if not self._drop_event:
             self._dispatch()
-        return self.usage
+        return _usage(self.parts) if self.parts is not None else None
 
 
 class _JsonUsage:

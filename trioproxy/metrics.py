@@ -88,7 +88,8 @@ class Metrics:
             registry=self.registry,
         )
         self.trace_events_dropped = Counter(
-            "trioproxy_trace_events_dropped", "Trace events dropped because a trace reader was too slow.",
+            "trioproxy_trace_events_dropped", "Trace events dropped because a trace reader was too slow "
+            "(its queue full or past its memory budget); the request is never slowed.",
             registry=self.registry,
         )
         self.connections_open = Gauge(

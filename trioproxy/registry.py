@@ -132,7 +132,7 @@ def lookup(gateway_name: str) -> str:
     found: list[tuple[float, str]] = []
     for mtime, entry in _live_entries():
         gateways = entry.get("gateways")
-        if isinstance(gateways, list) and _serves(gateways, gateway_name) and "admin" in entry:
+        if isinstance(gateways, list) and _serves(gateways, gateway_name) and entry.get("admin"):
             found.append((mtime, str(entry["admin"])))
     if not found:
         raise LookupError(

@@ -68,6 +68,7 @@ class Request:
 class Selection:
     route: Route | None
     evaluated: tuple[str, ...]
+    match: RouteMatch | None = None  # the alternative that matched (a prefix urlRewrite needs it)
 
 
 def _header(headers: Iterable[tuple[bytes, bytes]], name: str) -> str | None:
@@ -115,7 +116,7 @@ class RouteTable:
                 if not evaluated or evaluated[-1] != route.key:
                     evaluated.append(route.key)
                 if _matches(match, request, query):
-                    return Selection(route, tuple(dict.fromkeys(evaluated)))
+                    return Selection(route, tuple(dict.fromkeys(evaluated)), match)
         return Selection(None, tuple(dict.fromkeys(evaluated)))
 
 

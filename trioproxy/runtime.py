@@ -16,6 +16,7 @@ from .metrics import Metrics
 from .otel import OtelTracing
 from .policies.authorization import AuthorizationPolicy, AuthorizationStage
 from .policies.cors import CorsPolicy, CorsStage
+from .policies.delay import DelayStage
 from .policies.header_stages import (
     BackendAuthStage,
     DirectResponseStage,
@@ -24,10 +25,13 @@ from .policies.header_stages import (
 )
 from .policies.jwks import JwksRegistry
 from .policies.jwt import JwtAuthStage, JwtVerifier, KeyHolder, parse_jwks
+from .policies.mirror import MirrorSender, MirrorStage
 from .policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
 from .policies.ratelimit_local_stage import local_rate_limit_stage
 from .policies.ratelimit_remote import remote_rate_limit_stage
+from .policies.retry import RetryStage
 from .policies.stage import Phase, Stage
+from .policies.url_rewrite import UrlRewriteStage
 from .routing import BindTable
 from .trace import TraceHub
 from .upstream import UpstreamPool
@@ -126,18 +130,38 @@ def _direct_response(policies: Policies, key: str, c: StageCompiler) -> Stage | 
     return DirectResponseStage(policy) if policy is not None else None
 
 
+def _retry(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
+    return RetryStage(policies.retry) if policies.retry is not None else None
+
+
+def _url_rewrite(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
+    return UrlRewriteStage(policies.url_rewrite) if policies.url_rewrite is not None else None
+
+
+def _delay(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
+    return DelayStage(policies.delay) if policies.delay is not None else None
+
+
+def _request_mirror(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
+    return MirrorStage(policies.request_mirror) if policies.request_mirror is not None else None
+
+
 #: The one order every phase runs its stages in (agentgateway's). A phase holds only the kinds
 #: configured on it. Adding a policy kind = its stage file in ``policies/`` + one line here.
 STAGE_ORDER: tuple[tuple[str, Callable[[Policies, str, StageCompiler], Stage | None]], ...] = (
     ("cors", _cors),                                      # a preflight never needs a token
     ("jwtAuth", _jwt_auth),                               # sets x.jwt, removes the token
     ("authorization", _authorization),                    # CEL rules, see the claims
+    ("retry", _retry),                                    # marks the request retryable (gateway.py retries)
     ("localRateLimit", _local_rate_limit),                # only authenticated requests spend budget
     ("remoteRateLimit", _remote_rate_limit),              # global budgets: after the local, cheaper check
     ("requestHeaderModifier", _request_header_modifier),
     ("responseHeaderModifier", _response_header_modifier),  # response hook only
     ("backendAuth", _backend_auth),                       # the backend's credential, last word on auth
+    ("urlRewrite", _url_rewrite),                         # path and Host as the backend will see them
+    ("delay", _delay),                                    # fault injection: after auth, before answering
     ("directResponse", _direct_response),                 # answers once every check has passed
+    ("requestMirror", _request_mirror),                   # copies only of requests that go upstream
 )
 
 
@@ -154,12 +178,13 @@ def compile_phase(name: str, policies: Policies, key: str, compiler: StageCompil
 class CompiledRoute:
     """A route plus its phases and what choosing among its backends needs, computed once."""
 
-    __slots__ = ("backend_phases", "backends", "cumulative", "limiter", "phase", "route")
+    __slots__ = ("backend_phases", "backends", "cumulative", "limiter", "phase", "phases_by_index", "route")
 
     def __init__(self, route: Route, phase: Phase, backend_phases: tuple[Phase, ...],
                  limiter: LocalRateLimiter | None = None) -> None:
         self.route = route
         self.phase = phase
+        self.phases_by_index = backend_phases  # route.backends[i]'s phase (the llm: format picks by model)
         chosen = [(b, p) for b, p in zip(route.backends, backend_phases) if b.weight > 0]
         self.backends = tuple(b for b, _ in chosen)
         self.backend_phases = tuple(p for _, p in chosen)
@@ -216,9 +241,13 @@ class Runtime:
         self.metrics = metrics or Metrics(open_upstream_connections=lambda: self.pool.open_connections)
         #: remote JWKS by URL, kept across reloads; its ``run`` task lives in the root nursery
         self.jwks = JwksRegistry(self.metrics.registry)
+        #: requestMirror copies; its ``run`` task lives in the root nursery
+        self.mirrors = MirrorSender(self.pool)
         self.state = GatewayState(config, jwks=self.jwks, count_decision=self.metrics.ratelimit_decision,
                                   limiter_factory=limiter_factory)
         self.trace = trace or TraceHub()
+        self.trace.on_drop = self.metrics.trace_events_dropped.inc
+        self._tune_pool(config)
         self.access_log = AccessLog()
         self.otel: OtelTracing | None = None
         self._observability(config)
@@ -230,6 +259,14 @@ class Runtime:
                                   self.state.limiter_factory)
         self.reload_errors = []
         self._observability(config)
+        self._tune_pool(config)
+
+    def _tune_pool(self, config: Config) -> None:
+        """``config.backend``: the pool's connect timeout and idle limits (read at each connect)."""
+        spec = config.backend
+        self.pool.connect_timeout = spec.connect_timeout
+        self.pool.idle_timeout = spec.pool_idle_timeout
+        self.pool.max_idle_per_target = spec.pool_max_idle
 
     def _observability(self, config: Config) -> None:
         """The access-log filter and fields, and the span exporter, of ``config`` (kept when unchanged)."""

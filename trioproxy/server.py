@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -26,11 +28,11 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.utils import wrap_app
 
-from . import registry
+from . import registry, websocket
 from .config import ConfigError, load_config
-from .config.model import Address, Config
+from .config.model import Address, Config, FrontendSpec
 from .connections import DEFAULT_MAX_CONNECTIONS, ConnectionCounter, raise_nofile_limit, serve
-from .front_door import DEFAULT_MAX_IN_FLIGHT, FrontDoor
+from .front_door import FrontDoor
 from .gateway import Gateway
 from .runtime import Runtime
 
@@ -47,9 +49,9 @@ class ServerInfo:
 
     runtime: Runtime
     ports: dict[int, int]  # configured bind port -> listening port
-    admin: Address
-    stats: Address
-    readiness: Address
+    admin: Address | None  # None: set to off
+    stats: Address | None
+    readiness: Address | None
     shutdown: trio.Event
 
 
@@ -73,7 +75,7 @@ def _listen(address: Address, where: str) -> socket.socket:
     return sock
 
 
-def hypercorn_config(*, graceful_timeout: float) -> HypercornConfig:
+def hypercorn_config(*, graceful_timeout: float, idle_timeout: float = 60.0) -> HypercornConfig:
     config = HypercornConfig()
     config.accesslog = None
     config.loglevel = "WARNING"
@@ -82,22 +84,46 @@ def hypercorn_config(*, graceful_timeout: float) -> HypercornConfig:
     config.graceful_timeout = graceful_timeout
     # An idle connection, including one still sending its request headers (slowloris), is
     # closed after this: hypercorn's idle timer runs until a complete request head arrives.
-    config.keep_alive_timeout = 60.0
+    config.keep_alive_timeout = idle_timeout  # frontendPolicies.http.http1IdleTimeout on binds
     # No read_timeout: hypercorn applies it while a response streams too, which would cut an
     # LLM stream or a trace stream whose client has nothing to send for a minute.
     config.read_timeout = None
     config.h11_max_incomplete_size = 32 * 1024  # request line + headers; larger → 400/431 by h11
     config.keep_alive_max_requests = 100_000
+    config.websocket_max_message_size = websocket.WEBSOCKET_MAX_MESSAGE_SIZE  # client → gateway (docs/protocols.md)
+    config.ssl_handshake_timeout = 10.0  # a TLS bind's client that stalls its handshake is dropped
     return config
 
 
 async def _serve(app: Any, sock: socket.socket, graceful: float, shutdown: trio.Event,
-                 counter: ConnectionCounter | None = None,
+                 counter: ConnectionCounter | None = None, frontend: FrontendSpec | None = None,
+                 ssl_context: ssl.SSLContext | None = None,
                  task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """One server on ``sock``; a bind's ``frontend`` limits (``frontendPolicies.http``) are read here,
+    at start: a reload changes them for the data plane's requests, not for this accept loop."""
     counter = counter or ConnectionCounter(f"{_address_of(sock)}", DEFAULT_MAX_CONNECTIONS)
-    config = hypercorn_config(graceful_timeout=graceful)
+    config = hypercorn_config(graceful_timeout=graceful, idle_timeout=frontend.idle_timeout if frontend else 60.0)
+    config.include_date_header = not getattr(app, "sets_date_header", False)  # http_date.py
     await serve(wrap_app(app, config.wsgi_max_body_size, "asgi"), config, sock, counter,
-                shutdown_trigger=shutdown.wait, task_status=task_status)
+                shutdown_trigger=shutdown.wait, task_status=task_status,
+                header_timeout=frontend.header_timeout if frontend else math.inf, ssl_context=ssl_context)
+
+
+def _tls_contexts(config: Config) -> dict[int, ssl.SSLContext]:
+    """bind port → its server SSL context (files checked at load; a file gone since is named here)."""
+    from .listener_tls import TlsFileError, server_context
+
+    contexts = {}
+    for i, bind in enumerate(config.binds):
+        tls = bind.tls
+        if tls is None:
+            continue
+        try:
+            contexts[bind.port] = server_context(tls)
+        except TlsFileError as error:
+            j = next(j for j, listener in enumerate(bind.listeners) if listener.tls is not None)
+            raise StartupError(f"binds[{i}].listeners[{j}].tls.{error.field}: {error}") from None
+    return contexts
 
 
 def _count_reject(metrics: Any, bind: str, reason: str) -> None:
@@ -204,12 +230,14 @@ async def serve_gateway(
     shutdown = shutdown if shutdown is not None else trio.Event()
     servers = config.servers
     token = admin_token(config)
-    if not token and not is_loopback(servers.admin.host):
+    if not token and "admin" not in servers.off and not is_loopback(servers.admin.host):
         raise StartupError(f"config.adminAddr: the admin server on {servers.admin} is not loopback-only and"
                            " needs a bearer token: set ADMIN_TOKEN (or config.adminToken)")
     nofile = raise_nofile_limit()
     # Keep a margin of descriptors for backend connections, the admin side and files.
-    max_connections = min(DEFAULT_MAX_CONNECTIONS, max(16, (nofile - 256) // 2 // max(1, len(config.binds))))
+    max_connections = config.frontend.max_connections or min(
+        DEFAULT_MAX_CONNECTIONS, max(16, (nofile - 256) // 2 // max(1, len(config.binds))))
+    tls_contexts = _tls_contexts(config)
     runtime = Runtime(config)
     # Bind every socket up front: errors name the place, and nothing runs half-started.
     sockets: list[socket.socket] = []
@@ -218,12 +246,11 @@ async def serve_gateway(
         for i, bind in enumerate(config.binds):
             bind_socks[bind.port] = _listen(Address(bind_host, bind.port), f"binds[{i}].port")
             sockets.append(bind_socks[bind.port])
-        admin_sock = _listen(servers.admin, "config.adminAddr")
-        sockets.append(admin_sock)
-        stats_sock = _listen(servers.stats, "config.statsAddr")
-        sockets.append(stats_sock)
-        ready_sock = _listen(servers.readiness, "config.readinessAddr")
-        sockets.append(ready_sock)
+        own: dict[str, socket.socket] = {}  # the admin, stats and readiness servers not set to off
+        for name, address in (("admin", servers.admin), ("stats", servers.stats), ("readiness", servers.readiness)):
+            if name not in servers.off:
+                own[name] = _listen(address, f"config.{name}Addr")
+                sockets.append(own[name])
     except StartupError:
         for sock in sockets:
             sock.close()
@@ -231,39 +258,47 @@ async def serve_gateway(
     info = ServerInfo(
         runtime=runtime,
         ports={port: _address_of(sock).port for port, sock in bind_socks.items()},
-        admin=_address_of(admin_sock),
-        stats=_address_of(stats_sock),
-        readiness=_address_of(ready_sock),
+        admin=_address_of(own["admin"]) if "admin" in own else None,
+        stats=_address_of(own["stats"]) if "stats" in own else None,
+        readiness=_address_of(own["readiness"]) if "readiness" in own else None,
         shutdown=shutdown,
     )
     ready = {"value": False}
     drained = trio.Event()  # the binds finished draining: now the admin side may stop too
     async with trio.open_nursery() as aux:
         metrics = runtime.metrics
-        await aux.start(_serve, readiness_app(lambda: ready["value"] and not shutdown.is_set()), ready_sock, 1.0,
-                        drained, _counter("readiness", 256, metrics))
-        await aux.start(_serve, stats_app(metrics), stats_sock, 1.0, drained, _counter("stats", 256, metrics))
-        admin_app = create_admin_app(runtime, token=token)
-        if is_loopback(servers.admin.host):
-            admin_app = require_loopback_host(admin_app)  # DNS rebinding: 421 for other Host names
-        await aux.start(_serve, admin_app, admin_sock, 1.0, drained, _counter("admin", 1024, metrics))
+        if "readiness" in own:
+            await aux.start(_serve, readiness_app(lambda: ready["value"] and not shutdown.is_set()), own["readiness"],
+                            1.0, drained, _counter("readiness", 256, metrics))
+        if "stats" in own:
+            await aux.start(_serve, stats_app(metrics), own["stats"], 1.0, drained, _counter("stats", 256, metrics))
+        if "admin" in own:
+            admin_app = create_admin_app(runtime, token=token)
+            if is_loopback(servers.admin.host):
+                admin_app = require_loopback_host(admin_app)  # DNS rebinding: 421 for other Host names
+            await aux.start(_serve, admin_app, own["admin"], 1.0, drained, _counter("admin", 1024, metrics))
         try:
             async with trio.open_nursery() as binds:
                 for port, sock in bind_socks.items():
-                    front = FrontDoor(Gateway(runtime, port), max_in_flight=DEFAULT_MAX_IN_FLIGHT,
+                    front = FrontDoor(Gateway(runtime, port),
+                                      max_in_flight=lambda: runtime.state.config.frontend.max_in_flight,
                                       on_reject=partial(_count_reject, metrics, str(port)))
                     await binds.start(_serve, front, sock, drain_timeout, shutdown,
-                                      _counter(str(port), max_connections, metrics))
+                                      _counter(str(port), max_connections, metrics), config.frontend,
+                                      tls_contexts.get(port))
                 async with trio.open_nursery() as background:
                     await background.start(runtime.jwks.run)  # first JWKS fetches, then refreshes
+                    await background.start(runtime.mirrors.run)  # requestMirror copies run here
                     if config_path is not None:
                         background.start_soon(_watch_config, Path(config_path), runtime)
                     if extra_tasks is not None:
                         await extra_tasks(background, info)
                     # Let `trioproxy trace gateway/NAME` find this gateway's admin server.
-                    admin_host = "127.0.0.1" if info.admin.host in ("0.0.0.0", "::") else info.admin.host
-                    ports = [*info.ports.values(), info.admin.port, info.stats.port, info.readiness.port]
-                    with registry.register(config.gateway_names, f"{admin_host}:{info.admin.port}", ports):
+                    admin = info.admin
+                    admin_addr = "" if admin is None else \
+                        f"{'127.0.0.1' if admin.host in ('0.0.0.0', '::') else admin.host}:{admin.port}"
+                    ports = [*info.ports.values(), *(a.port for a in (info.admin, info.stats, info.readiness) if a)]
+                    with registry.register(config.gateway_names, admin_addr, ports):
                         ready["value"] = True
                         task_status.started(info)
                         await shutdown.wait()
@@ -300,8 +335,9 @@ async def run_until_signalled(config: Config, *, config_path: str | None, drain_
 
             nursery.start_soon(on_signals)
             info = await nursery.start(gateway)
+            schemes = {bind.port: "https" if bind.tls else "http" for bind in config.binds}
             for port, actual in info.ports.items():
-                print(f"trioproxy: bind {port} listening on http://0.0.0.0:{actual}", file=sys.stderr, flush=True)
-            print(f"trioproxy: admin listening on http://{info.admin}", file=sys.stderr, flush=True)
-            print(f"trioproxy: stats listening on http://{info.stats}", file=sys.stderr, flush=True)
-            print(f"trioproxy: readiness listening on http://{info.readiness}", file=sys.stderr, flush=True)
+                print(f"trioproxy: bind {port} listening on {schemes[port]}://0.0.0.0:{actual}", file=sys.stderr, flush=True)
+            for name, address in (("admin", info.admin), ("stats", info.stats), ("readiness", info.readiness)):
+                if address is not None:
+                    print(f"trioproxy: {name} listening on http://{address}", file=sys.stderr, flush=True)

@@ -6,15 +6,20 @@ so a keep-alive sibling of the traced request is not traced too. While no watche
 request pays one truthiness check of ``TraceHub.watchers``.
 
 Events travel from the request to the reader over a bounded Trio memory channel. The request
-never waits on it: when the reader stalls and the buffer is full, events are dropped and
-counted (``Tracer.dropped``, reported by the endpoint and in metrics), except the closing
-``requestFinished``, for which a slot is kept free so every stream ends properly.
+never waits on it: when the reader stalls and the buffer is full, or the events it has not read
+yet would pass its memory budget (``watcher_budget`` bytes, estimated), events are dropped and
+counted (``Tracer.dropped``, reported by the endpoint, and ``on_drop`` → metrics at once),
+except the closing ``requestFinished``, for which a slot is kept free so every stream ends
+properly. At most ``max_watchers`` readers exist at once (the endpoint answers 429 past it), so
+memory held for readers is bounded by ``max_watchers × watcher_budget`` whatever they do
+(docs/reliability.md, row 3).
 """
 
 from __future__ import annotations
 
 import base64
 import os
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -22,14 +27,16 @@ import trio
 
 from .asgi import Header
 from .cel import build_activation
+from .redaction import CREDENTIAL_HEADERS, redact_activation, redact_target
+from .redaction import REDACTED as REDACTED  # re-exported: trace_stream and tests import it here
 
 if TYPE_CHECKING:
     from .exchange import Exchange
 
-REDACTED = "<redacted>"
-CREDENTIAL_HEADERS = frozenset({b"authorization", b"proxy-authorization", b"cookie", b"set-cookie", b"x-api-key"})
 DEFAULT_BODY_LIMIT = 2 * 1024 * 1024  # env TRIOPROXY_TRACE_BODY_LIMIT (bytes) overrides
 DEFAULT_BUFFER = 256
+DEFAULT_MAX_WATCHERS = 16  # env TRIOPROXY_TRACE_MAX_WATCHERS overrides
+DEFAULT_WATCHER_BUDGET = 8 * 1024 * 1024  # bytes of unread events per watcher; env TRIOPROXY_TRACE_WATCHER_BUDGET
 KEEPALIVE_SECONDS = 1.0
 
 
@@ -37,6 +44,26 @@ def body_limit_from_env() -> int:
     """``TRIOPROXY_TRACE_BODY_LIMIT``: bytes of each body a trace keeps (default 2 MiB)."""
     raw = os.environ.get("TRIOPROXY_TRACE_BODY_LIMIT", "")
     return int(raw) if raw.strip().isdigit() else DEFAULT_BODY_LIMIT
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
+    return int(raw) if raw.strip().isdigit() else default
+
+
+def approximate_size(value: Any) -> int:
+    """About the bytes ``value`` takes as JSON: what a queued event costs its watcher's budget."""
+    if isinstance(value, str):
+        return len(value) + 2
+    if isinstance(value, dict):
+        return 2 + sum(len(k) + 4 + approximate_size(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return 2 + sum(approximate_size(v) + 1 for v in value)
+    return 8
+
+
+class TooManyWatchers(Exception):
+    """``max_watchers`` readers exist already (the endpoint answers 429)."""
 
 
 def headers_map(headers: Iterable[Header]) -> dict[str, str]:
@@ -80,7 +107,7 @@ def request_state(x: Exchange, *, headers: list[Header] | None = None, response:
         "request": {
             "method": scope["method"],
             "path": x.upstream_path or scope["path"],
-            "uri": x.uri(),
+            "uri": redact_target(x.uri()),
             "host": x.host,
             "scheme": scope.get("scheme", "http"),
             "version": f"HTTP/{scope.get('http_version', '1.1')}",
@@ -214,17 +241,28 @@ class Tracer:
         self.watcher.close(self.dropped)
 
     def _put(self, record: dict[str, Any]) -> None:
-        send = self.watcher.send
+        watcher = self.watcher
+        send = watcher.send
         # Keep one slot for requestFinished: drop ordinary events when only one slot is left.
         stats = send.statistics()
         is_last = record["message"]["type"] == "requestFinished"
-        if not is_last and stats.current_buffer_used >= stats.max_buffer_size - 1:
-            self.dropped += 1
+        size = approximate_size(record)
+        if not is_last and (stats.current_buffer_used >= stats.max_buffer_size - 1
+                            or watcher.queued_bytes + size > watcher.budget):
+            self._drop()
             return
         try:
             send.send_nowait(record)
         except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-            self.dropped += 1
+            self._drop()
+            return
+        watcher.sizes.append(size)
+        watcher.queued_bytes += size
+        watcher.high_water = max(watcher.high_water, watcher.queued_bytes)
+
+    def _drop(self) -> None:
+        self.dropped += 1
+        self.watcher.on_drop()
 
     def snapshot(self, stage: str, x: Exchange, *, headers: list[Header] | None = None) -> None:
         """A ``requestSnapshot`` of the request as it is now (``headers`` overrides its headers)."""
@@ -251,10 +289,28 @@ class Tracer:
 class Watcher:
     """One reader of ``/debug/trace`` waiting for (then reading) one request's events."""
 
-    def __init__(self, matches: Callable[[Mapping[str, Any]], bool] | None, buffer: int) -> None:
+    def __init__(self, matches: Callable[[Mapping[str, Any]], bool] | None, buffer: int,
+                 budget: int = DEFAULT_WATCHER_BUDGET, on_drop: Callable[[], None] = lambda: None) -> None:
         self.matches = matches
         self.send, self.receive = trio.open_memory_channel[dict[str, Any]](buffer)
         self.dropped = 0
+        self.budget = budget
+        self.on_drop = on_drop
+        self.queued_bytes = 0  # estimated bytes of the events sent and not yet received
+        self.high_water = 0  # the most queued_bytes ever was (tests: never above budget)
+        self.sizes: deque[int] = deque()  # the estimate of each queued event, oldest first
+        self._writing = 0  # the estimate of the event the reader is writing out now
+        self.forgotten = False
+
+    async def next_event(self) -> dict[str, Any]:
+        """The next event (``trio.EndOfChannel`` after the last). Asking for it means the previous
+        one was written out, so only now does the previous one's share of the budget come back."""
+        self.queued_bytes -= self._writing
+        self._writing = 0
+        event = await self.receive.receive()
+        if self.sizes:
+            self._writing = self.sizes.popleft()
+        return event
 
     def close(self, dropped: int) -> None:
         self.dropped = dropped
@@ -265,15 +321,26 @@ class TraceHub:
     """The watchers waiting for a request, oldest first."""
 
     def __init__(self, *, body_limit: int | None = None, buffer: int = DEFAULT_BUFFER,
-                 keepalive: float = KEEPALIVE_SECONDS) -> None:
+                 keepalive: float = KEEPALIVE_SECONDS, max_watchers: int | None = None,
+                 watcher_budget: int | None = None) -> None:
         self.watchers: list[Watcher] = []
         self.keepalive = keepalive
         self.body_limit = body_limit if body_limit is not None else body_limit_from_env()
         self.buffer = buffer
         self.traced = 0
+        self.max_watchers = max_watchers if max_watchers is not None else _env_int(
+            "TRIOPROXY_TRACE_MAX_WATCHERS", DEFAULT_MAX_WATCHERS)
+        self.watcher_budget = watcher_budget if watcher_budget is not None else _env_int(
+            "TRIOPROXY_TRACE_WATCHER_BUDGET", DEFAULT_WATCHER_BUDGET)
+        self.open = 0  # readers now: waiting for a request or reading one
+        self.on_drop: Callable[[], None] = lambda: None  # the runtime counts drops in a metric
 
     def watch(self, matches: Callable[[Mapping[str, Any]], bool] | None = None) -> Watcher:
-        watcher = Watcher(matches, self.buffer)
+        """A new reader; ``TooManyWatchers`` when ``max_watchers`` exist already."""
+        if self.open >= self.max_watchers:
+            raise TooManyWatchers(f"too many trace watchers (limit {self.max_watchers})")
+        watcher = Watcher(matches, self.buffer, self.watcher_budget, lambda: self.on_drop())
+        self.open += 1
         self.watchers.append(watcher)
         return watcher
 
@@ -281,6 +348,9 @@ class TraceHub:
         """A reader went away: stop offering it requests (a claimed trace just loses its reader)."""
         if watcher in self.watchers:
             self.watchers.remove(watcher)
+        if not watcher.forgotten:
+            watcher.forgotten = True
+            self.open -= 1
         watcher.receive.close()
 
     def claim(self, arrival: float, activation: Callable[[], Mapping[str, Any]]) -> Tracer | None:
@@ -289,7 +359,7 @@ class TraceHub:
         for watcher in self.watchers:
             if watcher.matches is not None:
                 if context is None:
-                    context = activation()
+                    context = redact_activation(activation())  # a filter must not probe secrets
                 if not watcher.matches(context):
                     continue
             self.watchers.remove(watcher)

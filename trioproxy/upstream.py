@@ -33,8 +33,9 @@ import h11
 import trio
 
 from .asgi import Header
-from .config.model import Address
+from .config.model import Address, TlsAddress
 from .errors import BackendUnreachable, BadUpstreamResponse
+from .upstream_tls import open_tls
 
 READ_SIZE = 65536
 MAX_RESPONSE_HEADER_BYTES = 64 * 1024
@@ -44,6 +45,9 @@ Connect = Callable[[Address], Awaitable[trio.abc.Stream]]
 
 
 async def open_tcp(target: Address) -> trio.abc.Stream:
+    """TCP, or TLS for a ``TlsAddress`` (a backend with backendTLS: ``upstream_tls.py``)."""
+    if isinstance(target, TlsAddress):
+        return await open_tls(target)
     return await trio.open_tcp_stream(target.host, target.port)
 
 
@@ -188,10 +192,12 @@ class UpstreamConnection:
     # --- end of an exchange -----------------------------------------------------------------
 
     def release(self) -> None:
-        """Back to the pool when both sides are DONE; otherwise it cannot be reused: closed."""
+        """Back to the pool when both sides are DONE and nothing follows the response; otherwise
+        it cannot be reused: closed."""
         if self.closed:
             return
-        if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
+        if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE \
+                and not self.h11.trailing_data[0]:  # bytes after the response answer no request
             self.h11.start_next_cycle()
             self.got_bytes = False
             if self.pool is not None:

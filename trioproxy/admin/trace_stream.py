@@ -19,7 +19,7 @@ import trio
 from ..asgi import send_text
 from ..cel import CelError, compile_expression
 from ..metrics import Metrics
-from ..trace import REDACTED, TraceHub
+from ..trace import REDACTED, TooManyWatchers, TraceHub
 
 
 def scrub_body(event: dict[str, Any], secrets: tuple[str, ...]) -> dict[str, Any]:
@@ -65,7 +65,11 @@ async def serve_trace(scope: dict[str, Any], receive: Any, send: Any, hub: Trace
         except CelError as error:
             await send_text(send, 400, f"invalid expression: {error}")
             return
-    watcher = hub.watch(matches)
+    try:
+        watcher = hub.watch(matches)
+    except TooManyWatchers as error:
+        await send_text(send, 429, str(error))
+        return
     try:
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]})
@@ -80,7 +84,7 @@ async def serve_trace(scope: dict[str, Any], receive: Any, send: Any, hub: Trace
             while True:
                 with trio.move_on_after(hub.keepalive) as waiting:
                     try:
-                        event = await watcher.receive.receive()
+                        event = await watcher.next_event()
                     except trio.EndOfChannel:
                         break
                 if waiting.cancelled_caught:
@@ -93,8 +97,7 @@ async def serve_trace(scope: dict[str, Any], receive: Any, send: Any, hub: Trace
                     data = scrub(data, secrets)
                 await send({"type": "http.response.body", "body": b"data: " + data + b"\n\n", "more_body": True})
             tail = b""
-            if watcher.dropped:
-                metrics.trace_events_dropped.inc(watcher.dropped)
+            if watcher.dropped:  # counted in trioproxy_trace_events_dropped as they were dropped
                 tail = f": dropped {watcher.dropped} events (reader too slow)\n\n".encode()
             await send({"type": "http.response.body", "body": tail, "more_body": False})
             nursery.cancel_scope.cancel()

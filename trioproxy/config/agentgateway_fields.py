@@ -17,36 +17,54 @@ def _names(text: str) -> frozenset[str]:
 
 UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "Document": _names(
-        "backends frontendPolicies gateways llm mcp policies routeGroups routes services tcpRoutes ui "
+        "backends gateways mcp policies routeGroups routes services tcpRoutes ui "
         "workloads"
     ),
     "Servers": _names(
-        "additionalTrustDomains backend caAddress caAuthToken clusterId connectionMinTerminationDeadline "
+        "additionalTrustDomains caAddress caAuthToken clusterId connectionMinTerminationDeadline "
         "connectionTerminationDeadline customFunctions database dns enableIpv6 gateway hbone histograms "
         "localXdsPath mcp metrics modelCatalog namespace network sensitiveHeaders serviceAccount "
         "session skipValidateTrustDomain spiffe standardAttributes storage trustDomain "
         "workerThreads xdsAddress xdsAuthToken"
     ),
     "Bind": _names("mode tunnelProtocol"),
-    "Listener": _names("namespace tcpRoutes tls"),
+    "Listener": _names("namespace tcpRoutes"),
     "Route": _names("ruleName"),
     "Backend": _names("aws backend dynamic internal invalid mcp routeGroup service"),
     "GatewayPolicies": _names("apiKey basicAuth extAuthz extProc oidc transformations"),
     "RoutePolicies": _names(
-        "a2a ai apiKey backendTLS backendTunnel basicAuth buffer csrf delay extAuthz extProc "
-        "mcpAuthentication mcpAuthorization mcpGuardrails oidc requestMirror requestRedirect "
-        "transformations urlRewrite"
+        "a2a ai apiKey backendTunnel basicAuth buffer csrf extAuthz extProc "
+        "mcpAuthentication mcpAuthorization mcpGuardrails oidc requestRedirect transformations"
     ),
     "BackendPolicies": _names(
-        "a2a ai authorization backendTLS backendTunnel extAuthz health http inferenceRouting "
+        "a2a ai authorization backendTunnel extAuthz health http inferenceRouting "
         "mcpAuthorization mcpGuardrails requestRedirect sessionAffinity tcp transformations"
     ),
     "AIBackend": _names("pathPrefix policies tokenize"),
-    "Provider": _names("anthropic azure bedrock copilot custom gemini vertex"),
+    "Provider": _names("bedrock copilot custom vertex"),
+    "BackendTLS": _names("keyExchangeGroups spiffe"),
     "OpenAIOptions": _names("moderation"),
     "DirectResponse": _names("bodyExpression headers"),
+    "ConditionalDirectResponse": _names("bodyExpression headers"),
+    "Retry": _names("precondition condition"),
+    "MirrorBackend": _names("service backend"),
     "BackendAuth": _names("aws azure crossAppAccess gcp jwtSign oauthTokenExchange passthrough"),
     # only the Authorization: Bearer header is read; exp is always required
     "JwtAuth": _names("location jwtValidationOptions"),
     "JwtProvider": _names("jwtValidationOptions"),
+    "FrontendPolicies": _names(
+        "accessLog connect logging networkAuthorization networkExtAuthz proxy proxyProtocol tcp tls tracing"),
+    "FrontendHttp": _names(
+        "http1HeaderCase http2ConnectionWindowSize http2FrameSize http2KeepaliveInterval http2KeepaliveTimeout "
+        "http2MaxHeaderSize http2WindowSize maxConnectionDuration"),
+    "BackendConnections": _names("keepalives"),
+    "Llm": _names("gateways tls providers virtualModels policies"),
+    "LlmModel": _names(
+        "id visibility passthrough authorization defaults overrides finalTransformation requestHeaders "
+        "responseHeaders backendTLS tls auth health backendTunnel guardrails promptCaching matches"
+    ),
+    "LlmParams": _names(
+        "awsRegion vertexRegion vertexProject azureResourceName azureResourceType azureApiVersion "
+        "azureProjectName baseUrl pathPrefix tokenize"
+    ),
 }

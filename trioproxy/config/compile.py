@@ -15,15 +15,20 @@ from __future__ import annotations
 
 import logging
 import re
+import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from ..backend_tls import SYSTEM_TRUST, BackendTls, TlsConfigError, build_context, file_fingerprint
+from ..llm_providers import PROVIDERS, ProviderDefaults, azure_defaults
 from ..policies.authorization import AuthorizationSpec, Rule
 from ..policies.cors import CorsSpec
+from ..policies.delay import DelaySpec
 from ..policies.jwt import JwksError, JwksSource, JwtAuthSpec, ProviderSpec, parse_jwks
+from ..policies.mirror import MirrorSpec
 from ..policies.ratelimit_local import LocalRateLimitSpec
 from ..policies.ratelimit_remote import (
     RemoteDescriptor,
@@ -32,10 +37,12 @@ from ..policies.ratelimit_remote import (
     compile_entry,
     never_evaluating,
 )
+from ..policies.retry import RetrySpec
+from ..policies.url_rewrite import UrlRewriteSpec
 from . import document as d
 from . import model as m
 from .describe import Reader
-from .scalars import parse_address
+from .scalars import parse_duration, parse_server_address
 
 # --- policies ----------------------------------------------------------------------------------
 
@@ -54,12 +61,101 @@ def _timeout(value: d.Timeout, r: Reader) -> m.TimeoutPolicy:
     return m.TimeoutPolicy(value.request_timeout, value.backend_request_timeout)
 
 
-def _direct_response(value: d.DirectResponse, r: Reader) -> m.DirectResponsePolicy:
-    return m.DirectResponsePolicy(value.status, value.body)
+def _direct_response(value: d.DirectResponse, r: Reader) -> m.DirectResponsePolicy | m.ConditionalDirectResponse | None:
+    if not value.conditional:
+        if value.status is None:
+            r.at(value, None, "status is required (or give conditional)")
+            return None
+        return m.DirectResponsePolicy(value.status, value.body)
+    if value.status is not None:
+        r.at(value, "status", "use either conditional or status/body, not both")
+        return None
+    entries = value.conditional
+    for entry in entries[:-1]:
+        if entry.condition is None:
+            r.at(entry, None, "an entry without a condition is the fallback and must be the last one")
+            return None
+    return m.ConditionalDirectResponse(tuple(m.DirectResponsePolicy(e.status, e.body, e.condition) for e in entries))
+
+
+def _retry(value: d.Retry, r: Reader) -> RetrySpec:
+    return RetrySpec(value.attempts, tuple(sorted(set(value.codes))), value.backoff)
+
+
+def _url_rewrite(value: d.UrlRewrite, r: Reader) -> UrlRewriteSpec:
+    path_kind: Any = None
+    path: str | None = ""
+    if value.path is not None:
+        path_kind, path = ("full", value.path.full) if value.path.full is not None else ("prefix", value.path.prefix)
+    authority_kind: Any = None
+    authority = ""
+    given = value.authority
+    if isinstance(given, d.AuthorityRewrite):
+        if given.full is not None:
+            authority_kind, authority = "full", given.full
+        elif given.host is not None:
+            authority_kind, authority = "host", given.host
+        else:
+            authority_kind, authority = "port", str(given.port)
+    return UrlRewriteSpec(path_kind, path or "", authority_kind, authority)
+
+
+def _request_mirror(value: d.RequestMirror, r: Reader) -> MirrorSpec:
+    return MirrorSpec(value.backend.host, value.percentage)
+
+
+def _delay(value: d.Delay, r: Reader) -> DelaySpec | None:
+    """A duration such as ``2s``, else a CEL expression (agentgateway's ``de_duration_or_expression``)."""
+    try:
+        return DelaySpec(value.duration, parse_duration(value.duration))
+    except ValueError:
+        pass
+    from ..cel import CelError, compile_expression
+
+    try:
+        compile_expression(value.duration)
+    except CelError as error:
+        r.at(value, "duration", f"expected a duration such as 2s or a CEL expression: {error}")
+        return None
+    return DelaySpec(value.duration)
 
 
 def _backend_auth(value: d.BackendAuth, r: Reader) -> m.BackendAuth:
     return m.BackendAuth(value.key)
+
+
+def _backend_tls(value: d.BackendTLS, r: Reader) -> BackendTls | None:
+    """Files are read now (errors name the field), and a context is built once to prove they work."""
+    for wire, path in (("root", value.root), ("cert", value.cert), ("key", value.key)):
+        if path is not None and not Path(path).is_file():
+            r.at(value, wire, f"cannot read {path}: no such file")
+            return None
+    if value.insecure and (value.insecure_host or value.subject_alt_names):
+        r.at(value, "insecure", "insecure skips every check: insecureHost/subjectAltNames would not apply")
+        return None
+    if value.key is not None and value.cert is None:
+        r.at(value, "key", "requires cert (the client certificate)")
+        return None
+    try:
+        spec = BackendTls(root=value.root, hostname=value.hostname, insecure=value.insecure,
+                          insecure_host=value.insecure_host, cert=value.cert, key=value.key, alpn=value.alpn,
+                          subject_alt_names=value.subject_alt_names,
+                          fingerprint=file_fingerprint((value.root, value.cert, value.key)))
+        build_context(spec)
+    except OSError as exc:
+        r.at(value, None, f"cannot read a file: {exc.strerror or exc}")
+        return None
+    except TlsConfigError as exc:
+        wire, message = str(exc).split(": ", 1)
+        r.at(value, wire, message)
+        return None
+    if value.alpn is not None and "http/1.1" not in value.alpn:
+        logging.getLogger("trioproxy.config").warning(
+            "backendTLS.alpn %s lacks http/1.1: trioproxy speaks HTTP/1.1 to backends", list(value.alpn))
+    if value.insecure:
+        logging.getLogger("trioproxy.config").warning(
+            "backendTLS.insecure: the backend's certificate is not verified (hostname %s)", value.hostname or "-")
+    return spec
 
 
 def _local_rate_limit(value: tuple[d.LocalRateLimit, ...], r: Reader) -> tuple[LocalRateLimitSpec, ...] | None:
@@ -187,6 +283,11 @@ POLICY_COMPILERS: dict[str, Callable[[Any, Reader], Any]] = {
     "timeout": _timeout,
     "direct_response": _direct_response,
     "backend_auth": _backend_auth,
+    "backend_tls": _backend_tls,
+    "retry": _retry,
+    "url_rewrite": _url_rewrite,
+    "request_mirror": _request_mirror,
+    "delay": _delay,
 }
 
 
@@ -231,25 +332,59 @@ def _match(match: d.Match) -> m.RouteMatch:
                         query=_value_matches(match.query, lower=False))
 
 
+def _provider(provider: d.Provider) -> tuple[str, str | None, ProviderDefaults]:
+    """(name, model override, defaults) of the one provider given (exactly one, checked when read)."""
+    if provider.azure is not None:
+        azure = provider.azure
+        return "azure", azure.model, azure_defaults(azure.resource_name, azure.resource_type, azure.api_version,
+                                                    azure.model, azure.project_name)
+    for name, options in (("anthropic", provider.anthropic), ("gemini", provider.gemini)):
+        if options is not None:
+            return name, options.model, PROVIDERS[name]
+    return "openAI", provider.open_ai.model if provider.open_ai is not None else None, PROVIDERS["openAI"]
+
+
 def _backend(backend: d.Backend, r: Reader) -> m.Backend:
     policies = compile_policies(backend.policies, r)
     if backend.ai is None:
         assert backend.host is not None
-        return m.Backend(str(backend.host), backend.host, backend.weight, policies)
+        return _with_tls(m.Backend(str(backend.host), backend.host, backend.weight, policies), policies.backend_tls)
     ai = backend.ai
-    model = ai.provider.open_ai.model if ai.provider.open_ai is not None else None
-    return m.Backend(ai.name, ai.host_override, backend.weight, policies,
-                     m.AIBackend(ai.name, "openAI", model, ai.path_override))
+    name, model, defaults = _provider(ai.provider)
+    if ai.host_override is not None:  # as agentgateway: the client's path, plain HTTP unless backendTLS
+        target, path, tls = ai.host_override, ai.path_override, policies.backend_tls
+    else:
+        target = m.Address(defaults.host, defaults.port)
+        path = ai.path_override or defaults.path
+        tls = policies.backend_tls or SYSTEM_TRUST
+    return _with_tls(m.Backend(ai.name, target, backend.weight, policies, m.AIBackend(
+        ai.name, name, model, path, defaults.stream_usage_option, defaults.key_header)), tls)
+
+
+def _with_tls(backend: m.Backend, tls: BackendTls | None) -> m.Backend:
+    """``backend`` reached over ``tls`` (None: plain): its target becomes a ``TlsAddress``."""
+    plain = m.Address(backend.target.host, backend.target.port)
+    target = plain if tls is None else m.TlsAddress(plain.host, plain.port, tls)
+    return attrs.evolve(backend, target=target, tls=tls)
 
 
 def _route(route: d.Route, listener_key: str, r: Reader) -> m.Route:
     index = r.origin(route).index or 0
     name = route.name or f"route{index}"
     policies = compile_policies(route.policies, r)
+    rewrite = policies.url_rewrite
+    if rewrite is not None and rewrite.path_kind == "prefix" and any(
+            x.path is not None and x.path.path_prefix is None for x in route.matches):
+        assert route.policies is not None and route.policies.url_rewrite is not None
+        r.at(route.policies.url_rewrite, "path", "a prefix rewrite needs every match of the route to be a pathPrefix")
     backends = tuple(_backend(b, r) for b in route.backends)
     if policies.backend_auth is not None:  # a route's backendAuth is each backend's, unless it has its own
         backends = tuple(b if b.policies.backend_auth is not None else attrs.evolve(
             b, policies=attrs.evolve(b.policies, backend_auth=policies.backend_auth)) for b in backends)
+    if policies.backend_tls is not None:  # likewise backendTLS (over an ai provider's default TLS)
+        backends = tuple(b if b.policies.backend_tls is not None else _with_tls(attrs.evolve(
+            b, policies=attrs.evolve(b.policies, backend_tls=policies.backend_tls)), policies.backend_tls)
+            for b in backends)
     return m.Route(
         key=f"{listener_key}/{route.namespace}/{name}",
         name=name,
@@ -275,7 +410,99 @@ def _listener(listener: d.Listener, port: int, r: Reader) -> m.Listener:
         routes.append(compiled)
     return m.Listener(key=key, name=listener.name or f"listener{index}", protocol=listener.protocol,
                       hostname=listener.hostname, policies=compile_policies(listener.policies, r),
-                      routes=tuple(routes))
+                      routes=tuple(routes), tls=_listener_tls(listener, r))
+
+
+def _listener_tls(listener: d.Listener, r: Reader) -> m.ListenerTls | None:
+    """The listener's TLS files, checked now (readable, a matching chain and key, a CA bundle)."""
+    from ..listener_tls import TlsFileError, server_context
+
+    value = listener.tls
+    if value is None:
+        if listener.protocol == "HTTPS":
+            r.at(listener, "protocol", "HTTPS needs tls: {cert, key}")
+        return None
+    if listener.protocol != "HTTPS":
+        r.at(listener, "tls", "tls needs protocol: HTTPS")
+    tls = m.ListenerTls(value.cert, value.key, value.root)
+    try:
+        server_context(tls)
+    except TlsFileError as error:
+        r.at(value, error.field, str(error))
+    return tls
+
+
+def _bind_tls(bind: d.Bind, r: Reader) -> None:
+    """A bind is one socket: all its listeners speak TLS or none does, with one certificate."""
+    with_tls = [listener for listener in bind.listeners if listener.tls is not None]
+    if with_tls and len(with_tls) != len(bind.listeners):
+        plain = next(listener for listener in bind.listeners if listener.tls is None)
+        r.at(plain, "tls", "every listener of a bind with a TLS listener needs the same tls (one socket)")
+    elif len({(x.tls.cert, x.tls.key, x.tls.root) for x in with_tls if x.tls is not None}) > 1:
+        r.at(with_tls[1], "tls", "one certificate per bind in this version: the listeners of a bind need the same tls")
+
+
+# --- the llm: format -----------------------------------------------------------------------------
+
+DEFAULT_LLM_PORT = 4000  # agentgateway's
+
+
+def _llm_provider(model: d.LlmModel, r: Reader) -> Any:
+    """``provider: openAI`` as the ``ai`` backend's ``provider: {openAI: {model}}``: any provider
+    ``document.Provider`` describes is accepted, others are named as agentgateway-only."""
+    from .agentgateway_fields import UNIMPLEMENTED
+    from .describe import wire_name
+
+    by_wire = {wire_name(a): a for a in attrs.fields(typing.cast(Any, d.Provider))}
+    attribute = by_wire.get(model.provider)
+    if attribute is None:
+        if model.provider in UNIMPLEMENTED["Provider"]:
+            r.at(model, "provider", f"'{model.provider}' is an agentgateway feature that trioproxy does not implement")
+        else:
+            r.at(model, "provider", f"unknown provider {model.provider!r} (expected one of: {', '.join(by_wire)})")
+        return None
+    options_type = next(t for t in typing.get_args(typing.get_type_hints(d.Provider)[attribute.name])
+                        if t is not type(None))
+    params = model.params
+    options = _made(options_type, model=params.model if params is not None else None)
+    return _made(d.Provider, **{attribute.name: options})
+
+
+def _made(cls: type, **fields: Any) -> Any:
+    """A document object built here rather than read (the ``llm:`` format becomes ``binds``)."""
+    return cls(**fields)
+
+
+def _llm(llm: d.Llm, r: Reader) -> m.Bind:
+    """``llm:`` → one bind, one listener, one route whose ``ai`` backends are chosen by model."""
+    from ..llm_models import specificity, validate_pattern
+
+    port = llm.port if llm.port is not None else DEFAULT_LLM_PORT
+    listener_key = f"default/default/bind/{port}/listener0"
+    backends: list[m.Backend] = []
+    entries = []
+    for model in llm.models:
+        problem = validate_pattern(model.name)
+        if problem is not None:
+            r.at(model, "name", problem)
+        provider = _llm_provider(model, r)
+        params = model.params or _made(d.LlmParams)
+        if provider is None:
+            continue
+        auth = _made(d.BackendPolicies, backend_auth=_made(d.BackendAuth, key=params.api_key)) if params.api_key else None
+        backend = _made(d.Backend, policies=auth, ai=_made(
+            d.AIBackend, name=model.name, provider=provider, host_override=params.host_override,
+            path_override=params.path_override))
+        expression = model.transformation.model if model.transformation is not None else None
+        entries.append(m.LlmModelRoute(model.name, len(backends), expression))
+        backends.append(_backend(backend, r))
+    entries.sort(key=lambda e: -specificity(e.pattern))  # stable: config order among equals
+    route = m.Route(key=f"{listener_key}/default/llm", name="llm", namespace="default", hostnames=(),
+                    matches=(m.RouteMatch(),), policies=m.EMPTY_POLICIES, backends=tuple(backends), index=0,
+                    models=tuple(entries))
+    listener = m.Listener(key=listener_key, name="llm", protocol="HTTP", hostname=None,
+                          policies=m.EMPTY_POLICIES, routes=(route,))
+    return m.Bind(port, (listener,))
 
 
 # --- servers and the whole config --------------------------------------------------------------
@@ -286,17 +513,21 @@ SERVER_ENV = (("admin", "admin_addr", "ADMIN_ADDR"), ("stats", "stats_addr", "ST
 
 def _servers(servers: d.Servers | None, env: Mapping[str, str], r: Reader) -> m.ServerAddrs:
     defaults = m.ServerAddrs()
-    out = {}
+    out: dict[str, Any] = {}
+    off = set()
     for attribute, field_name, env_name in SERVER_ENV:
         value = getattr(servers, field_name) if servers is not None else None
         if env.get(env_name):
             try:
-                value = parse_address(env[env_name], allow_port_zero=True)
+                value = parse_server_address(env[env_name])
             except ValueError:
-                r.problem(f"env {env_name}", f"expected HOST:PORT, got {env[env_name]!r}")
+                r.problem(f"env {env_name}", f"expected HOST:PORT or off, got {env[env_name]!r}")
+        if value == "off":
+            off.add(attribute)
+            value = None
         out[attribute] = value or getattr(defaults, attribute)
     token = env.get("ADMIN_TOKEN") or (servers.admin_token if servers is not None else None)
-    return m.ServerAddrs(**out, admin_token=token or None)
+    return m.ServerAddrs(**out, admin_token=token or None, off=frozenset(off))
 
 
 def compile_document(document: d.Document, env: Mapping[str, str], r: Reader) -> m.Config:
@@ -309,11 +540,43 @@ def compile_document(document: d.Document, env: Mapping[str, str], r: Reader) ->
             r.at(bind, "port", f"port {bind.port} is already bound by binds[{ports[bind.port]}]")
         ports.setdefault(bind.port, index)
         binds.append(m.Bind(bind.port, tuple(_listener(x, bind.port, r) for x in bind.listeners)))
+        _bind_tls(bind, r)
+    if document.llm is not None:
+        llm_bind = _llm(document.llm, r)
+        if llm_bind.port in ports and llm_bind.port != 0:
+            r.at(document.llm, "port", f"port {llm_bind.port} is already bound by binds[{ports[llm_bind.port]}]")
+        binds.append(llm_bind)
     servers = document.config
     return m.Config(servers=_servers(servers, env, r), binds=tuple(binds),
                     logging=_logging(servers.logging, r) if servers and servers.logging else None,
                     tracing=_tracing(servers.tracing, r) if servers and servers.tracing else None,
+                    frontend=_frontend(document.frontend_policies),
+                    backend=_backend_connections(servers.backend if servers else None),
                     workers=servers.workers if servers and servers.workers is not None else 1)
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    """The fields set in the document (``None`` = absent: the model's default applies)."""
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def _frontend(policies: d.FrontendPolicies | None) -> m.FrontendSpec:
+    http = policies.http if policies is not None else None
+    if http is None:
+        return m.FrontendSpec()
+    return m.FrontendSpec(**_given(
+        max_buffer_size=http.max_buffer_size, max_headers=http.http1_max_headers,
+        idle_timeout=http.http1_idle_timeout, header_timeout=http.request_header_timeout,
+        body_idle_timeout=http.request_body_idle_timeout, max_connections=http.max_connections,
+        max_in_flight=http.max_requests_in_flight))
+
+
+def _backend_connections(value: d.BackendConnections | None) -> m.BackendConnectionSpec:
+    if value is None:
+        return m.BackendConnectionSpec()
+    return m.BackendConnectionSpec(**_given(
+        connect_timeout=value.connect_timeout, pool_idle_timeout=value.pool_idle_timeout,
+        pool_max_idle=value.pool_max_size, response_header_timeout=value.response_header_timeout))
 
 
 def _log_fields(value: d.LogFields | None, r: Reader) -> m.LogFieldsSpec:

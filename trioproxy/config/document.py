@@ -6,13 +6,13 @@ The wire name is the attribute in camelCase unless ``name=`` says otherwise. Not
 decides what a value *means* at run time: ``compile.py`` turns a read ``Document`` into the
 frozen ``model.Config``.
 
-To add a policy (say ``retry``, today ``NOT_SUPPORTED``):
+To add a policy (say ``requestRedirect``, today in ``agentgateway_fields.py``):
 
 1. Describe its value here as a ``@described`` class (docstring = schema description; one
    ``field(...)`` per wire field, constraints in the annotation).
 2. In each phase class below that takes it (``GatewayPolicies``, ``RoutePolicies``,
-   ``BackendPolicies``), replace ``retry: NotBuilt = not_built(RETRY)`` with
-   ``retry: Retry | None = field(RETRY, default=None)``. The attribute name is the model's.
+   ``BackendPolicies``), add ``request_redirect: RequestRedirect | None = field("...", default=None)``
+   and drop its name from ``agentgateway_fields.py``. The attribute name is the model's.
 3. Add the same attribute to ``model.Policies`` (and to ``model.TRACE_KINDS``), and one compile
    function to ``compile.POLICY_COMPILERS`` (document value → runtime spec; report cross-field
    problems there with ``reader.at(obj, "wireField", message)``).
@@ -40,6 +40,7 @@ from .scalars import (
     METHOD,
     ORIGIN,
     PATH,
+    RATIO,
     REGEX,
     SAMPLING,
     SERVER_ADDRESS,
@@ -96,11 +97,92 @@ class Timeout:
 
 
 @described
-class DirectResponse:
-    """Answer without a backend."""
+class ConditionalDirectResponse:
+    """One candidate answer: given when its condition is true (an entry without one is the fallback)."""
 
+    condition: CelText | None = field(
+        "CEL expression (such as `random() < 0.1`); absent: this entry is the fallback and must be last.",
+        default=None)
     status: Annotated[int, Integer(200, 599)] = field("HTTP status of the answer.")
     body: Annotated[str, Text(min_length=0)] = field("Body of the answer (text/plain).", default="")
+
+
+@described
+class DirectResponse:
+    """Answer without a backend: either status/body, or `conditional` entries (the first whose
+    condition is true answers; when none is, the request goes on to the backend)."""
+
+    status: Annotated[int, Integer(200, 599)] | None = field(
+        "HTTP status of the answer (required unless conditional is given).", default=None)
+    body: Annotated[str, Text(min_length=0)] = field("Body of the answer (text/plain).", default="")
+    conditional: tuple[ConditionalDirectResponse, ...] = field(
+        "Candidate answers tried in order (instead of status/body).", default=())
+
+
+@described(one_of=("full", "prefix"))
+class PathRewrite:
+    """How the path is rewritten: exactly one of full, prefix."""
+
+    full: Annotated[str, Text(min_length=0)] | None = field(
+        "Replace the whole path (the query string is kept).", default=None)
+    prefix: Annotated[str, Text(min_length=0)] | None = field(
+        "Replace the part of the path that the route's pathPrefix matched (the rest and the query are kept).",
+        default=None)
+
+
+@described(one_of=("full", "host", "port"))
+class AuthorityRewrite:
+    """How the Host header sent upstream is rewritten: exactly one of full, host, port."""
+
+    full: str | None = field("Replace the whole authority: host and optional port.", default=None)
+    host: str | None = field("Replace the host and keep the request's port.", default=None)
+    port: Annotated[int, Integer(1, 65535)] | None = field("Replace only the port.", default=None)
+
+
+@described
+class UrlRewrite:
+    """Rewrite the request's path or authority (Host) before it goes upstream."""
+
+    authority: AuthorityRewrite | Literal["auto", "none"] | None = field(
+        "Host rewrite: {full}, {host} or {port}; auto and none keep the request's Host.", default=None)
+    path: PathRewrite | None = field("Path rewrite: {full} or {prefix}.", default=None)
+
+
+@described
+class Delay:
+    """Fault injection: latency added before the request goes upstream (counted in requestTimeout)."""
+
+    duration: str = field(
+        "A duration such as 2s, or a CEL expression returning a duration (`duration(\"500ms\")`) or a number of "
+        "milliseconds (`random() < 0.1 ? 2000 : 0`); a non-positive result adds no delay.")
+
+
+@described
+class MirrorBackend:
+    """Where mirrored copies go."""
+
+    host: Annotated[Address, HOST_PORT_ADDRESS] = field("HOST:PORT of a plain HTTP backend.")
+
+
+@described
+class RequestMirror:
+    """Send a copy of matching requests to another backend; its answer is ignored and it never delays or
+    fails the original request."""
+
+    backend: MirrorBackend = field("Backend receiving the copies.")
+    percentage: Annotated[float, RATIO] = field("Share of requests mirrored, 0.0 to 1.0.")
+
+
+@described
+class Retry:
+    """Retry failed backend calls: a response whose status is in `codes`, or a connection failure or
+    backendRequestTimeout. Only requests whose body is empty or buffered (up to 64 KiB, or an LLM body) are
+    retried, never once the response started; requestTimeout caps all attempts together."""
+
+    attempts: Annotated[int, Integer(1, 255)] = field(
+        "Retries after the first call (agentgateway's behaviour: attempts 2 = up to 3 calls).", default=1)
+    backoff: Duration | None = field("Wait between attempts, such as 100ms.", default=None)
+    codes: tuple[Annotated[int, Integer(100, 599)], ...] = field("Response statuses that are retried.")
 
 
 @described
@@ -246,6 +328,29 @@ class RemoteRateLimit:
         "failOpen forwards the request.", default="failClosed")
     timeout: Duration | None = field("Time limit of one call to the service (default 1s). trioproxy only.",
                                      default=None)
+
+
+@described
+class BackendTLS:
+    """TLS to the backend, verified against the system trust store unless root says otherwise (docs/backend-tls.md)."""
+
+    root: str | None = field("CA bundle file (PEM) the backend's certificate must chain to, instead of the "
+                             "system trust store.", default=None)
+    hostname: str | None = field("Server name sent as SNI and verified in the certificate (default: the "
+                                 "backend's host).", default=None)
+    insecure: bool = field("Skip certificate verification entirely (a warning is logged at start).", default=False)
+    insecure_host: bool = field("Verify the certificate chain but not the name in it.", default=False)
+    cert: str | None = field("Client certificate file (PEM) presented to the backend (mTLS).", default=None)
+    key: str | None = field("Private key file of the client certificate (default: in the cert file).",
+                            default=None)
+    alpn: tuple[str, ...] | None = field(
+        "ALPN protocols offered (default [http/1.1]; trioproxy speaks HTTP/1.1 to backends).", default=None)
+    subject_alt_names: tuple[str, ...] = field(
+        "Names (DNS, URI or IP) of which the certificate must carry one, checked instead of the hostname.",
+        default=())
+
+
+BACKEND_TLS = "TLS to the backend (SNI, verification, client certificate)."
 REQUEST_HEADERS = "Modify the request's headers before it goes upstream."
 RESPONSE_HEADERS = "Modify the response's headers before they go to the client."
 RETRY = "Retry failed backend calls."
@@ -276,11 +381,16 @@ class RoutePolicies:
     request_header_modifier: HeaderModifier | None = field(REQUEST_HEADERS, default=None)
     response_header_modifier: HeaderModifier | None = field(RESPONSE_HEADERS, default=None)
     timeout: Timeout | None = field("Request and backend time limits.", default=None)
-    retry: NotBuilt = not_built(RETRY)
+    retry: Retry | None = field(RETRY, default=None)
     direct_response: DirectResponse | None = field("Answer without calling a backend.", default=None)
     backend_auth: BackendAuth | None = field(
         "Credentials sent to every backend of the route that has no backendAuth of its own (where "
         "agentgateway's examples put it).", default=None)
+    backend_tls: BackendTLS | None = field(
+        "TLS to every backend of the route that has no backendTLS of its own.", name="backendTLS", default=None)
+    url_rewrite: UrlRewrite | None = field("Rewrite the path or Host before forwarding.", default=None)
+    request_mirror: RequestMirror | None = field("Send a copy of requests to another backend.", default=None)
+    delay: Delay | None = field("Inject latency before forwarding (fault injection).", default=None)
 
 
 @described
@@ -290,6 +400,7 @@ class BackendPolicies:
     backend_auth: BackendAuth | None = field("Credentials sent to this backend.", default=None)
     request_header_modifier: HeaderModifier | None = field(REQUEST_HEADERS, default=None)
     response_header_modifier: HeaderModifier | None = field(RESPONSE_HEADERS, default=None)
+    backend_tls: BackendTLS | None = field(BACKEND_TLS, name="backendTLS", default=None)
 
 
 # --- routes and backends -------------------------------------------------------------------------
@@ -339,22 +450,65 @@ class OpenAIOptions:
 
 
 @described
-class Provider:
-    """Which LLM provider API the backend speaks."""
+class AnthropicOptions:
+    """Options of Anthropic's Messages API (clients speak its format: trioproxy does not translate)."""
 
-    open_ai: OpenAIOptions | None = field("An OpenAI-compatible chat completions API.", name="openAI")
+    model: str | None = field("Model to use, overriding the one the client asks for.", default=None)
+
+
+@described
+class GeminiOptions:
+    """Options of Google Gemini through its OpenAI-compatible endpoint."""
+
+    model: str | None = field("Model to use, overriding the one the client asks for.", default=None)
+
+
+@described
+class AzureOptions:
+    """Options of Azure OpenAI (an OpenAI-compatible API on the resource's own host)."""
+
+    model: str | None = field(
+        "Model (deployment) to use, overriding the one the client asks for; with a dated apiVersion it "
+        "names the deployment in the path.", default=None)
+    resource_name: str = field("The Azure resource name: the host is <resourceName>.openai.azure.com "
+                               "(foundry: <resourceName>.services.ai.azure.com).")
+    resource_type: Literal["openAI", "foundry", "aiServices"] = field(
+        "Endpoint type: openAI (Azure OpenAI Service) or foundry/aiServices (Azure AI Foundry project). "
+        "trioproxy defaults to openAI; agentgateway requires it.", default="openAI")
+    api_version: str | None = field(
+        "api-version: v1 (default: /openai/v1/chat/completions), preview, or a dated version "
+        "(/openai/deployments/<model>/chat/completions?api-version=<version>).", default=None)
+    project_name: str | None = field("Foundry project name (default: resourceName).", default=None)
+
+
+@described(one_of=("openAI", "anthropic", "gemini", "azure"))
+class Provider:
+    """Which LLM provider API the backend speaks: exactly one of openAI, anthropic, gemini, azure."""
+
+    open_ai: OpenAIOptions | None = field(
+        "OpenAI's chat completions API (api.openai.com:443, /v1/chat/completions), or any compatible one "
+        "with hostOverride.", name="openAI", default=None)
+    anthropic: AnthropicOptions | None = field(
+        "Anthropic's Messages API (api.anthropic.com:443, /v1/messages); the key goes in x-api-key, "
+        "anthropic-version defaults to 2023-06-01.", default=None)
+    gemini: GeminiOptions | None = field(
+        "Google Gemini's OpenAI-compatible API (generativelanguage.googleapis.com:443, "
+        "/v1beta/openai/chat/completions).", default=None)
+    azure: AzureOptions | None = field(
+        "Azure OpenAI (<resourceName>.openai.azure.com:443); the key goes in the api-key header.", default=None)
 
 
 @described
 class AIBackend:
-    """An OpenAI-compatible LLM provider."""
+    """An LLM provider: its default host, path and TLS, unless hostOverride/pathOverride say otherwise."""
 
     name: str = field("Backend name (traces, metrics).")
     provider: Provider = field("Provider API.")
-    host_override: Annotated[Address, HOST_PORT_ADDRESS] = field(
-        "HOST:PORT of the provider, reached over plain HTTP.",
-        missing="required: this version reaches providers over plain HTTP at HOST:PORT")
-    path_override: PathText | None = field("Request path to use instead of the client's.", default=None)
+    host_override: Annotated[Address, HOST_PORT_ADDRESS] | None = field(
+        "HOST:PORT to use instead of the provider's host; reached over plain HTTP unless a backendTLS "
+        "policy applies, and the client's path is kept (unless pathOverride).", default=None)
+    path_override: PathText | None = field("Request path to use instead of the provider's (or the client's).",
+                                           default=None)
 
 
 @described(one_of=("host", "ai"))
@@ -383,14 +537,25 @@ class Route:
 
 
 @described
+class ListenerTls:
+    """TLS for a listener (protocol HTTPS): serves HTTP/2 (ALPN h2) and HTTP/1.1 (docs/protocols.md)."""
+
+    cert: str = field("Path of the PEM certificate chain (leaf first).")
+    key: str = field("Path of the PEM private key of the certificate.")
+    root: str | None = field(
+        "Path of a PEM CA bundle: clients must present a certificate it verifies (mTLS).", default=None)
+
+
+@described
 class Listener:
     """A set of routes on one bind."""
 
     name: str | None = field("Listener name (default listener<index>).", default=None)
-    protocol: Literal["HTTP"] = field("Protocol; only HTTP.", default="HTTP")
+    protocol: Literal["HTTP", "HTTPS"] = field("Protocol: HTTP, or HTTPS (needs tls).", default="HTTP")
     hostname: Hostname | None = field("Host names this listener takes (absent: any).", default=None)
     policies: GatewayPolicies | None = field("Gateway-phase policies.", default=None)
     routes: tuple[Route, ...] = field("Routes, tried in order of specificity.", default=())
+    tls: ListenerTls | None = field("TLS certificate and key (protocol HTTPS).", default=None)
 
 
 @described
@@ -401,7 +566,7 @@ class Bind:
     listeners: tuple[Listener, ...] = field("Listeners on this port.", default=())
 
 
-ServerAddress = Annotated[Address, SERVER_ADDRESS]
+ServerAddress = Annotated[Address | str, SERVER_ADDRESS]  # str: "off"
 
 
 @described
@@ -445,23 +610,120 @@ class Tracing:
 
 
 @described
+class BackendConnections:
+    """How the gateway connects to backends (agentgateway's `config.backend`); defaults in docs/reliability.md."""
+
+    connect_timeout: Duration | None = field(
+        "Longest wait to establish a TCP connection to a backend (default 10s); past it 503 "
+        "`upstream connect timeout`.", default=None)
+    pool_idle_timeout: Duration | None = field(
+        "How long an idle pooled backend connection is kept (default 1m30s).", default=None)
+    pool_max_size: Annotated[int, Integer(0, 1_000_000)] | None = field(
+        "Idle connections kept per backend (default 256); more may be open, they are closed when done.",
+        default=None)
+    response_header_timeout: Duration | None = field(
+        "Longest wait from sending a request to a backend to its response headers, for routes whose "
+        "`timeout` policy sets neither requestTimeout nor backendRequestTimeout (default 5m); past it "
+        "504 `upstream call timeout`, so a backend that accepts and never answers cannot hold a client "
+        "forever. trioproxy only.", default=None)
+
+
+@described
+class FrontendHttp:
+    """Limits and timeouts for incoming HTTP requests (agentgateway's `frontendPolicies.http`)."""
+
+    max_buffer_size: Annotated[int, Integer(1, 2**40)] | None = field(
+        "Largest request body the gateway buffers, in bytes (an LLM request whose JSON it rewrites; "
+        "default 2097152, 2 MiB, as agentgateway); larger → 413.", default=None)
+    http1_max_headers: Annotated[int, Integer(1, 10_000)] | None = field(
+        "Most headers an HTTP/1 request may have (default 100); more → 431.", default=None)
+    http1_idle_timeout: Duration | None = field(
+        "How long a client connection may stay idle between requests, the time to send a request head "
+        "included (default 1m; agentgateway's is 10m). Read at start: a reload does not change it.",
+        default=None)
+    request_header_timeout: Duration | None = field(
+        "Longest time from the first byte of a request head to its end (slowloris; default 10s); past it "
+        "408 and the connection is closed. trioproxy only; read at start: a reload does not change it.",
+        default=None)
+    request_body_idle_timeout: Duration | None = field(
+        "Longest gap between two pieces of a request body (default 1m); past it 408 (or the connection "
+        "is cut when the response has started). trioproxy only.", default=None)
+    max_connections: Annotated[int, Integer(1, 10_000_000)] | None = field(
+        "Client connections per bind (default 10000, or fewer when the open-file limit needs it); past it "
+        "a new connection gets 503 `overloaded` and is closed. trioproxy only; read at start.", default=None)
+    max_requests_in_flight: Annotated[int, Integer(1, 10_000_000)] | None = field(
+        "Requests handled at once per bind (default 10000); past it 503 `overloaded` at once, with "
+        "`connection: close`. trioproxy only.", default=None)
+
+
+@described
+class FrontendPolicies:
+    """Policies for all traffic the gateway receives (agentgateway's top-level `frontendPolicies`)."""
+
+    http: FrontendHttp | None = field("Settings for handling incoming HTTP requests.", default=None)
+
+
+@described
 class Servers:
     """The gateway's own servers; env ADMIN_ADDR, STATS_ADDR, READINESS_ADDR, ADMIN_TOKEN override them."""
 
     admin_addr: ServerAddress | None = field(
-        "Admin server (/ui, /debug/trace, /config_dump); loopback by default.", default=None)
-    stats_addr: ServerAddress | None = field("Metrics server (/metrics); default localhost:15020 (set 0.0.0.0:15020 for off-host scrapes).", default=None)
+        "Admin server (/ui, /debug/trace, /config_dump); loopback by default; off: not started.", default=None)
+    stats_addr: ServerAddress | None = field("Metrics server (/metrics); default localhost:15020 (set 0.0.0.0:15020 for off-host scrapes); off: not started.", default=None)
     readiness_addr: ServerAddress | None = field(
-        "Readiness server (/healthz/ready); default localhost:15021 (set 0.0.0.0:15021 for a kubelet probe).", default=None)
+        "Readiness server (/healthz/ready); default localhost:15021 (set 0.0.0.0:15021 for a kubelet probe); off: not started.", default=None)
     logging: Logging | None = field("Access log level, format and filter.", default=None)
     tracing: Tracing | None = field("OpenTelemetry trace export.", default=None)
     admin_token: str | None = field(
         "Bearer token every admin endpoint requires when adminAddr is not loopback (required then);"
         " env ADMIN_TOKEN overrides it. Use `$VAR` to read it from the environment.", default=None)
+    backend: BackendConnections | None = field(
+        "Connections to backends: connect timeout, pooling, the default response-header timeout.", default=None)
     workers: Annotated[int, WORKERS] | None = field(
         "Worker processes serving the binds: a number, or auto for one per CPU (default 1: one process);"
         " --workers overrides it. Admin, stats and readiness stay in the supervisor (docs/workers.md).",
         default=None)
+
+
+@described
+class LlmParams:
+    """What the gateway sends the provider for one model."""
+
+    model: str | None = field("Model sent to the provider (absent: the client's model).", default=None)
+    api_key: str | None = field(
+        "API key sent as `Authorization: Bearer <key>` (use `$VAR` to read it from the environment).", default=None)
+    host_override: Annotated[Address, HOST_PORT_ADDRESS] | None = field(
+        "HOST:PORT of the provider, reached over plain HTTP unless backendTLS applies (absent: the provider's own"
+        " host over TLS).", default=None)
+    path_override: PathText | None = field("Request path to use instead of the client's.", default=None)
+
+
+@described
+class LlmTransformation:
+    """Request fields computed by CEL over `llmRequest` (the client's JSON body)."""
+
+    model: CelText | None = field(
+        "The model sent upstream, e.g. `llmRequest.model.stripPrefix(\"anthropic/\")`.", default=None)
+
+
+@described
+class LlmModel:
+    """One model the gateway serves, matched against the `model` of the client's request body."""
+
+    name: str = field("Model name the client asks for: exact, or a wildcard at one end (`anthropic/*`, `*`).")
+    provider: str = field("Provider API of the model (such as openAI).")
+    params: LlmParams | None = field("Model, API key and address sent to the provider.", default=None)
+    transformation: LlmTransformation | None = field("Request fields computed by CEL.", default=None)
+
+
+@described
+class Llm:
+    """The short LLM format: models served on one port, chosen by the request body's `model`; an unknown
+    model is 404 `model_not_found` (JSON, as agentgateway). Compiles to a bind with one route of `ai`
+    backends."""
+
+    port: Port | None = field("Port of the LLM API (default 4000).", default=None)
+    models: tuple[LlmModel, ...] = field("The models, most specific name first when several match.")
 
 
 @described
@@ -470,3 +732,6 @@ class Document:
 
     config: Servers | None = field("The gateway's own servers.", default=None)
     binds: tuple[Bind, ...] = field("Ports the gateway listens on.", default=())
+    frontend_policies: FrontendPolicies | None = field(
+        "Policies for all traffic the gateway receives: limits and timeouts of client connections.", default=None)
+    llm: Llm | None = field("LLM models served on their own port (the short format).", default=None)

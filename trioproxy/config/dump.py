@@ -48,9 +48,9 @@ def policies_by_kind(policies: Policies, phase: str) -> dict[str, Any]:
 def config_dump(config: Config) -> dict[str, Any]:
     return {
         "config": {
-            "adminAddr": str(config.servers.admin),
-            "statsAddr": str(config.servers.stats),
-            "readinessAddr": str(config.servers.readiness),
+            "adminAddr": "off" if "admin" in config.servers.off else str(config.servers.admin),
+            "statsAddr": "off" if "stats" in config.servers.off else str(config.servers.stats),
+            "readinessAddr": "off" if "readiness" in config.servers.off else str(config.servers.readiness),
             **({"adminToken": REDACTED} if config.servers.admin_token else {}),
         },
         "binds": [
@@ -79,6 +79,7 @@ def config_dump(config: Config) -> dict[str, Any]:
                                         "target": str(backend.target),
                                         "weight": backend.weight,
                                         "ai": _plain(backend.ai),
+                                        "tls": _plain(backend.tls),
                                         "policies": policies_by_kind(backend.policies, "backend"),
                                     }
                                     for backend in route.backends

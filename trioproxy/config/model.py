@@ -8,16 +8,23 @@ swaps it in whole; nothing is mutated.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 from attrs import frozen
 
+from ..backend_tls import SYSTEM_TRUST, BackendTls
 from ..policies.authorization import AuthorizationSpec
 from ..policies.cors import CorsSpec
+from ..policies.delay import DelaySpec
 from ..policies.jwt import JwtAuthSpec
 from ..policies.ratelimit_local import LocalRateLimitSpec
 from ..policies.ratelimit_remote import RemoteRateLimitSpec
+from ..policies.retry import RetrySpec
+from ..policies.url_rewrite import UrlRewriteSpec
+
+if TYPE_CHECKING:
+    from ..policies.mirror import MirrorSpec
 
 PathKind = Literal["exact", "pathPrefix", "regex"]
 MatchKind = Literal["exact", "regex"]
@@ -30,6 +37,15 @@ class Address:
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
+
+
+@frozen
+class TlsAddress(Address):
+    """An address reached over TLS. Never equal to the plain ``Address`` of the same host and port,
+    so the connection pool, which keys by address, never hands a plain connection to a TLS
+    backend or the other way round."""
+
+    tls: BackendTls = SYSTEM_TRUST
 
 
 @frozen
@@ -70,6 +86,31 @@ class ServerAddrs:
     readiness: Address = Address("localhost", 15021)
     #: bearer token for the admin server off loopback (``config.adminToken`` / env ``ADMIN_TOKEN``)
     admin_token: str | None = attrs.field(default=None, repr=False)
+    #: servers set to ``off`` ("admin", "stats", "readiness"): not started
+    off: frozenset[str] = frozenset()
+
+
+@frozen
+class FrontendSpec:
+    """``frontendPolicies.http``: limits and timeouts of client connections (docs/reliability.md)."""
+
+    max_buffer_size: int = 2 * 1024 * 1024  # agentgateway's default
+    max_headers: int = 100
+    idle_timeout: float = 60.0
+    header_timeout: float = 10.0
+    body_idle_timeout: float = 60.0
+    max_connections: int | None = None  # None: 10000, or fewer when RLIMIT_NOFILE needs it
+    max_in_flight: int = 10_000
+
+
+@frozen
+class BackendConnectionSpec:
+    """``config.backend``: connecting to backends, pooling, and the default response-header timeout."""
+
+    connect_timeout: float = 10.0
+    pool_idle_timeout: float = 90.0
+    pool_max_idle: int = 256
+    response_header_timeout: float = 300.0
 
 
 @frozen
@@ -134,6 +175,14 @@ class TimeoutPolicy:
 class DirectResponsePolicy:
     status: int
     body: str = ""
+    condition: str | None = None  # CEL source, in a ``conditional`` entry; None: always
+
+
+@frozen
+class ConditionalDirectResponse:
+    """``directResponse: {conditional: [...]}``: the first entry whose condition holds answers."""
+
+    entries: tuple[DirectResponsePolicy, ...]
 
 
 @frozen
@@ -157,8 +206,13 @@ class Policies:
     request_header_modifier: HeaderModifier | None = None
     response_header_modifier: HeaderModifier | None = None
     timeout: TimeoutPolicy | None = None
-    direct_response: DirectResponsePolicy | None = None
+    direct_response: DirectResponsePolicy | ConditionalDirectResponse | None = None
     backend_auth: BackendAuth | None = None
+    backend_tls: BackendTls | None = None
+    retry: RetrySpec | None = None
+    url_rewrite: UrlRewriteSpec | None = None
+    request_mirror: MirrorSpec | None = None
+    delay: DelaySpec | None = None
 
 
 EMPTY_POLICIES = Policies()
@@ -181,26 +235,37 @@ TRACE_KINDS: dict[str, tuple[tuple[str, str], ...]] = {
         ("requestHeaderModifier", "request_header_modifier"),
         ("responseHeaderModifier", "response_header_modifier"),
         ("timeout", "timeout"),
-        ("retry", ""),
+        ("retry", "retry"),
         ("directResponse", "direct_response"),
         ("backendAuth", "backend_auth"),
+        ("backendTLS", "backend_tls"),
+        ("urlRewrite", "url_rewrite"),
+        ("requestMirror", "request_mirror"),
+        ("delay", "delay"),
     ),
     "backend": (
         ("backendAuth", "backend_auth"),
         ("requestHeaderModifier", "request_header_modifier"),
         ("responseHeaderModifier", "response_header_modifier"),
+        ("backendTLS", "backend_tls"),
     ),
 }
 
 
 @frozen
 class AIBackend:
-    """An OpenAI-compatible LLM provider reached at ``target``."""
+    """An LLM provider reached at its backend's ``target`` (``llm_providers.py`` has the defaults)."""
 
     name: str
-    provider: str
+    provider: str  # openAI, anthropic, gemini, azure
     model: str | None
+    #: the upstream path (pathOverride, else the provider's unless hostOverride; may hold
+    #: ``{model}``); None: the client's path
     path_override: str | None
+    #: streams report usage only when the request asks (OpenAI-style ``stream_options``)
+    stream_usage_option: bool = True
+    #: where the Bearer credential goes for this provider
+    key_header: bytes = b"authorization"
 
 
 @frozen
@@ -210,10 +275,21 @@ class Backend:
     weight: int = 1
     policies: Policies = EMPTY_POLICIES
     ai: AIBackend | None = None
+    #: TLS to the backend (its or its route's backendTLS, or an ``ai`` provider's default); None: plain
+    tls: BackendTls | None = None
 
     @property
     def kind(self) -> str:
         return "ai" if self.ai is not None else "host"
+
+
+@frozen
+class LlmModelRoute:
+    """One ``llm.models`` entry: the model name pattern and the route backend serving it."""
+
+    pattern: str                         # exact, ``prefix/*``, ``*suffix`` or ``*``
+    backend: int                         # index into the route's backends
+    model_expression: str | None = None  # ``transformation.model`` (CEL over ``llmRequest``)
 
 
 @frozen
@@ -226,6 +302,17 @@ class Route:
     policies: Policies
     backends: tuple[Backend, ...]
     index: int
+    #: from the ``llm:`` format: the backend is chosen by the body's model, not by weight
+    models: tuple[LlmModelRoute, ...] = ()
+
+
+@frozen
+class ListenerTls:
+    """Files of a listener's TLS (``listener_tls.server_context`` builds the SSL context)."""
+
+    cert: str
+    key: str
+    root: str | None = None  # CA bundle: client certificates are required and verified
 
 
 @frozen
@@ -236,12 +323,18 @@ class Listener:
     hostname: str | None
     policies: Policies
     routes: tuple[Route, ...]
+    tls: ListenerTls | None = None
 
 
 @frozen
 class Bind:
     port: int
     listeners: tuple[Listener, ...]
+
+    @property
+    def tls(self) -> ListenerTls | None:
+        """The bind's TLS: its listeners' (config loading allows one TLS listener per bind)."""
+        return next((listener.tls for listener in self.listeners if listener.tls is not None), None)
 
     @property
     def key(self) -> str:
@@ -254,6 +347,8 @@ class Config:
     binds: tuple[Bind, ...]
     logging: LoggingSpec | None = None
     tracing: TracingSpec | None = None
+    frontend: FrontendSpec = FrontendSpec()
+    backend: BackendConnectionSpec = BackendConnectionSpec()
     gateway_names: tuple[str, ...] = ("default",)
     #: statuses of the Kubernetes-style resources it was translated from (``config/manifest.py``);
     #: ``()`` for a standalone file. Not part of equality: a status is about the config, not in it.

@@ -88,9 +88,14 @@ DURATION = Scalar("duration", parse_duration,
 HOST_PORT_ADDRESS = Scalar("address", parse_address,
                            {"type": "string", "pattern": r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}$"},
                            "HOST:PORT")
-SERVER_ADDRESS = Scalar("server address", lambda text: parse_address(text, allow_port_zero=True),
-                        {"type": "string", "pattern": r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}$"},
-                        "HOST:PORT")
+def parse_server_address(text: str) -> Address | str:
+    """``HOST:PORT`` (port 0: any free port), or ``off``: that server is not started."""
+    return "off" if text == "off" else parse_address(text, allow_port_zero=True)
+
+
+SERVER_ADDRESS = Scalar("server address", parse_server_address,
+                        {"type": "string", "pattern": r"^((\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}|off)$"},
+                        "HOST:PORT or off")
 HOSTNAME_NAME = Scalar("hostname", parse_hostname,
                        {"type": "string", "pattern": r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$"},
                        "a hostname such as api.example.com or *.example.com")
@@ -148,6 +153,18 @@ def parse_sampling(text: str) -> float:
     return ratio
 
 
+def parse_ratio(text: str) -> float:
+    """A share from 0.0 to 1.0 (``requestMirror.percentage``)."""
+    try:
+        ratio = float(text.strip())
+    except ValueError:
+        raise ValueError() from None
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"expected a ratio from 0.0 to 1.0, got {text!r}")
+    return ratio
+
+
+RATIO = Scalar("ratio", parse_ratio, {"type": "number", "minimum": 0, "maximum": 1}, "a ratio from 0.0 to 1.0")
 SAMPLING = Scalar("sampling", parse_sampling,
                   {"anyOf": [{"type": "boolean"}, {"type": "number", "minimum": 0, "maximum": 1}]},
                   "true, false or a ratio from 0.0 to 1.0")

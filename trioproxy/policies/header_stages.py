@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..asgi import Header
-from ..config.model import DirectResponsePolicy, HeaderModifier
+from ..cel import compile_expression
+from ..config.model import ConditionalDirectResponse, DirectResponsePolicy, HeaderModifier
 from ..errors import DirectResponse
+from ..trace import activation
 from .headers import apply_modifier
 from .stage import Stage
 
@@ -55,15 +57,26 @@ class BackendAuthStage(Stage):
 
 
 class DirectResponseStage(Stage):
-    """Answers in the backend's place (last in the route phase: every check ran before)."""
+    """Answers in the backend's place (last in the route phase: every check ran before).
+
+    With ``conditional`` entries the first whose CEL condition is true answers (an entry without
+    one always does); when none does, the request goes on to the backend."""
 
     kind = "directResponse"
-    __slots__ = ("policy",)
+    __slots__ = ("entries", "policy")
 
-    def __init__(self, policy: DirectResponsePolicy) -> None:
+    def __init__(self, policy: DirectResponsePolicy | ConditionalDirectResponse) -> None:
         self.policy = policy
+        given = policy.entries if isinstance(policy, ConditionalDirectResponse) else (policy,)
+        self.entries = tuple((compile_expression(e.condition) if e.condition is not None else None, e) for e in given)
 
     async def request(self, x: Exchange) -> None:
+        bindings = activation(x) if any(condition is not None for condition, _ in self.entries) else {}
+        for condition, entry in self.entries:
+            if condition is None or condition.matches(bindings):
+                if x.tracer.active:
+                    x.tracer.event("policy", kind="directResponse", result="responded", status=entry.status,
+                                   condition=entry.condition)
+                raise DirectResponse(entry.status, entry.body)
         if x.tracer.active:
-            x.tracer.event("policy", kind="directResponse", result="responded", status=self.policy.status)
-        raise DirectResponse(self.policy.status, self.policy.body)
+            x.tracer.event("policy", kind="directResponse", result="no condition matched")

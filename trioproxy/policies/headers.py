@@ -54,6 +54,8 @@ def forwarded_request_headers(headers: Sequence[Header], *, client: str | None, 
     for name, value in headers:
         if name in HOP_BY_HOP or name in tokens or name == b"content-length":
             continue
+        if name == b"expect" and value.lower() == b"100-continue":
+            continue  # the gateway answered it; the body follows the head upstream at once
         if name == b"x-forwarded-for":
             forwarded_for = value
             continue

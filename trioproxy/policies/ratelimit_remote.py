@@ -8,7 +8,8 @@ counters live in Redis). Per request:
   skipped for this request, with a trace ``policy`` event saying why;
 - ONE ``ShouldRateLimit`` call carries all descriptors: ``requests`` ones add one hit, ``tokens``
   ones only look (``hits_addend: 0``); after the response, a second call charges the tokens
-  descriptors ``usage.total_tokens`` (the client already has its whole response then);
+  descriptors ``usage.total_tokens``, outside the request (the client already has its whole
+  response then, and its connection's next keep-alive request does not wait for the call);
 - OVER_LIMIT: 429, not forwarded, body ``raw_body`` or ``rate limit exceeded``, with every
   ``response_headers_to_add``; OK: ``request_headers_to_add`` go upstream and
   ``response_headers_to_add`` to the client. ``x-ratelimit-*``: the service's when it sent them,
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import trio
 from attrs import frozen
 
+from ..after_response import AFTER_RESPONSE, AfterResponse
 from ..cel import CelError, Expression, compile_expression
 from ..errors import RateLimited, RateLimitFailed
 from .stage import Stage
@@ -214,26 +216,44 @@ class RemoteRateLimitStage(Stage):
 
 
 class RemoteTokenRateLimitStage(RemoteRateLimitStage):
-    """With ``tokens`` descriptors: the ``finish`` hook charges the response's tokens."""
+    """With ``tokens`` descriptors: the ``finish`` hook charges the response's tokens.
+
+    The charge call runs after the response, outside the request (``after_response``): the
+    client has its response, and a stalled service must not hold the connection's next
+    keep-alive request either. The trace shows ``charging`` (the call was started); its outcome
+    is counted in the metrics (``charged`` / ``chargeFailed``).
+    """
+
+    def __init__(self, spec: RemoteRateLimitSpec, key: str, count: Callable[[str, str, str], None],
+                 client: Any = None, after_response: AfterResponse = AFTER_RESPONSE) -> None:
+        super().__init__(spec, key, count, client)
+        self.after_response = after_response
 
     async def finish(self, x: Exchange) -> None:
-        """Charge ``usage.total_tokens`` to this stage's tokens descriptors (after the response)."""
-        from ..rls.client import RlsCallFailed
-
+        """Start the charge of ``usage.total_tokens`` to this stage's tokens descriptors; never waits."""
         usage = x.usage
         charges = [entries for stage, entries in x.remote_charges if stage is self]
         if usage is None or not charges or not usage.total_tokens:
             return
-        calls: Sequence[tuple[list[tuple[str, str]], int | None]] = [(e, usage.total_tokens) for e in charges[0]]
+        tokens = usage.total_tokens
+        calls = [(e, tokens) for e in charges[0]]
+        if self.after_response.spawn(self._charge, calls, name=f"remoteRateLimit charge {self.key}"):
+            self._event(x, "info", "charging", tokens=tokens)
+        else:
+            self.count("remoteRateLimit", self.key, "chargeFailed")
+            self._event(x, "warn", "chargeFailed", tokens=tokens, reason="too many charges pending")
+
+    async def _charge(self, calls: Sequence[tuple[list[tuple[str, str]], int | None]]) -> None:
+        from ..rls.client import RlsCallFailed
+
         try:
             with trio.move_on_after(self.spec.timeout):
                 await self.client.should_rate_limit(self.spec.domain, calls, self.spec.timeout)
-                self._event(x, "info", "charged", tokens=usage.total_tokens)
+                self.count("remoteRateLimit", self.key, "charged")
                 return
             raise RlsCallFailed("timeout")
-        except RlsCallFailed as exc:
+        except RlsCallFailed:
             self.count("remoteRateLimit", self.key, "chargeFailed")
-            self._event(x, "warn", "chargeFailed", tokens=usage.total_tokens, reason=str(exc))
 
 
 def remote_rate_limit_stage(spec: RemoteRateLimitSpec, key: str, count: Callable[[str, str, str], None],

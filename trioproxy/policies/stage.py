@@ -23,7 +23,8 @@ class Stage:
     that answer. The optional hooks are detected at compile time (see ``Phase``):
     ``response_headers`` shapes the upstream response's headers (return a new list), and
     ``finish`` runs after the response body has been sent (token charges); it must never make
-    the client wait.
+    the client wait, nor the connection's next keep-alive request: anything slow goes to
+    ``after_response.AFTER_RESPONSE.spawn``.
     """
 
     kind: str = ""

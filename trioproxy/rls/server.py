@@ -22,10 +22,12 @@ from concurrent import futures
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
+from grpc_health.v1 import health_pb2  # type: ignore[import-untyped]
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from .health import NOT_SERVING, Health
 from .limits import LimitsConfig, LimitsError, load_limits
-from .protos import health_pb2, rls_pb2
+from .protos import rls_pb2
 from .service import UnknownDomain, should_rate_limit
 from .store import MemoryStore, RedisStore, StoreUnavailable
 
@@ -50,8 +52,10 @@ class RlsMetrics:
 
 
 class RateLimitServer:
-    def __init__(self, config_path: str, store: Any, metrics: RlsMetrics | None = None) -> None:
+    def __init__(self, config_path: str, store: Any, metrics: RlsMetrics | None = None,
+                 health_watchers: int = 8) -> None:
         self.config_path = config_path
+        self.health = Health((SERVICE,), health_watchers)
         self.store = store
         self.metrics = metrics or RlsMetrics()
         self.config: LimitsConfig = load_limits(config_path)
@@ -99,11 +103,6 @@ class RateLimitServer:
             self.metrics.descriptors.labels(limit.name or limit.unit, "true" if over else "false").inc()
         return response
 
-    def health_check(self, request: Any, context: grpc.ServicerContext) -> Any:
-        if request.service not in ("", SERVICE):
-            context.abort(grpc.StatusCode.NOT_FOUND, "unknown service")
-        return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
-
     def handlers(self) -> list[grpc.GenericRpcHandler]:
         rls = grpc.method_handlers_generic_handler(SERVICE, {
             "ShouldRateLimit": grpc.unary_unary_rpc_method_handler(
@@ -112,12 +111,16 @@ class RateLimitServer:
         })
         health = grpc.method_handlers_generic_handler("grpc.health.v1.Health", {
             "Check": grpc.unary_unary_rpc_method_handler(
-                self.health_check, request_deserializer=health_pb2.HealthCheckRequest.FromString,
+                self.health.check, request_deserializer=health_pb2.HealthCheckRequest.FromString,
+                response_serializer=health_pb2.HealthCheckResponse.SerializeToString),
+            "Watch": grpc.unary_stream_rpc_method_handler(
+                self.health.watch, request_deserializer=health_pb2.HealthCheckRequest.FromString,
                 response_serializer=health_pb2.HealthCheckResponse.SerializeToString),
         })
         return [rls, health]
 
     def stop(self) -> None:
+        self.health.set(NOT_SERVING)  # watchers hear it before their streams end
         self._stop.set()
 
 
@@ -130,6 +133,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     store.add_argument("--store", choices=["memory"], help="in-process counters (one server only; the default)")
     parser.add_argument("--stats-addr", metavar="HOST:PORT", help="serve Prometheus /metrics here")
     parser.add_argument("--threads", type=int, default=16, help="worker threads (default 16)")
+    parser.add_argument("--health-watchers", type=int, default=8, metavar="N",
+                        help="grpc.health.v1 Watch streams served at once, each on its own extra thread (default 8)")
     parser.set_defaults(handler=run)
 
 
@@ -150,14 +155,16 @@ def run(args: argparse.Namespace) -> int:
             store = RedisStore(args.redis_cluster, cluster=True)
         else:
             store = MemoryStore()
-        server_state = RateLimitServer(args.config, store)
+        if args.threads < 1 or args.health_watchers < 0:
+            raise ValueError("--threads must be at least 1 and --health-watchers at least 0")
+        server_state = RateLimitServer(args.config, store, health_watchers=args.health_watchers)
     except (ValueError, LimitsError) as exc:
         print(f"ratelimit-server: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 -- redis-py's many errors (cluster unreachable at start): one line
         print(f"ratelimit-server: cannot start the store: {exc}", file=sys.stderr)
         return 1
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=args.threads),
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=args.threads + args.health_watchers),
                          options=[("grpc.so_reuseport", 0)])
     server.add_generic_rpc_handlers(server_state.handlers())
     bound = server.add_insecure_port(f"{host}:{port}")

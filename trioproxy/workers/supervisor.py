@@ -276,7 +276,7 @@ async def serve_supervisor(config: Config, *, workers: int, bind_host: str = "0.
     shutdown = shutdown if shutdown is not None else trio.Event()
     servers = config.servers
     token = admin_token(config)
-    if not token and not is_loopback(servers.admin.host):
+    if not token and "admin" not in servers.off and not is_loopback(servers.admin.host):
         raise StartupError(f"config.adminAddr: the admin server on {servers.admin} is not loopback-only and"
                            " needs a bearer token: set ADMIN_TOKEN (or config.adminToken)")
     sockets: list[socket.socket] = []
@@ -285,12 +285,11 @@ async def serve_supervisor(config: Config, *, workers: int, bind_host: str = "0.
         for i, bind in enumerate(config.binds):
             bind_socks.append((bind.port, _listen(Address(bind_host, bind.port), f"binds[{i}].port")))
             sockets.append(bind_socks[-1][1])
-        admin_sock = _listen(servers.admin, "config.adminAddr")
-        sockets.append(admin_sock)
-        stats_sock = _listen(servers.stats, "config.statsAddr")
-        sockets.append(stats_sock)
-        ready_sock = _listen(servers.readiness, "config.readinessAddr")
-        sockets.append(ready_sock)
+        own: dict[str, socket.socket] = {}  # the admin, stats and readiness servers not set to off
+        for name, address in (("admin", servers.admin), ("stats", servers.stats), ("readiness", servers.readiness)):
+            if name not in servers.off:
+                own[name] = _listen(address, f"config.{name}Addr")
+                sockets.append(own[name])
     except StartupError:
         for sock in sockets:
             sock.close()
@@ -300,20 +299,26 @@ async def serve_supervisor(config: Config, *, workers: int, bind_host: str = "0.
     runtime = Runtime(config, trace=SupervisorTraceHub(table), limiter_factory=limits.limiter)
     pool = WorkerPool(workers, runtime, bind_socks, limits, table, drain_timeout=drain_timeout, log_level=log_level)
     info = ServerInfo(runtime=runtime, ports={port: _address_of(sock).port for port, sock in bind_socks},
-                      admin=_address_of(admin_sock), stats=_address_of(stats_sock),
-                      readiness=_address_of(ready_sock), shutdown=shutdown)
+                      admin=_address_of(own["admin"]) if "admin" in own else None,
+                      stats=_address_of(own["stats"]) if "stats" in own else None,
+                      readiness=_address_of(own["readiness"]) if "readiness" in own else None,
+                      shutdown=shutdown)
     ready = {"value": False}
     drained = trio.Event()
     try:
         async with trio.open_nursery() as aux:
             metrics = runtime.metrics
-            await aux.start(_serve, readiness_app(lambda: ready["value"] and not shutdown.is_set() and pool.any_ready()),
-                            ready_sock, 1.0, drained, _counter("readiness", 256, metrics))
-            await aux.start(_serve, stats_app(runtime, pool), stats_sock, 1.0, drained, _counter("stats", 256, metrics))
-            admin_app = create_admin_app(runtime, token=token)
-            if is_loopback(servers.admin.host):
-                admin_app = require_loopback_host(admin_app)
-            await aux.start(_serve, admin_app, admin_sock, 1.0, drained, _counter("admin", 1024, metrics))
+            if "readiness" in own:
+                await aux.start(_serve, readiness_app(lambda: ready["value"] and not shutdown.is_set() and pool.any_ready()),
+                                own["readiness"], 1.0, drained, _counter("readiness", 256, metrics))
+            if "stats" in own:
+                await aux.start(_serve, stats_app(runtime, pool), own["stats"], 1.0, drained,
+                                _counter("stats", 256, metrics))
+            if "admin" in own:
+                admin_app = create_admin_app(runtime, token=token)
+                if is_loopback(servers.admin.host):
+                    admin_app = require_loopback_host(admin_app)
+                await aux.start(_serve, admin_app, own["admin"], 1.0, drained, _counter("admin", 1024, metrics))
             try:
                 async with trio.open_nursery() as running:
                     for index in range(workers):
@@ -321,9 +326,11 @@ async def serve_supervisor(config: Config, *, workers: int, bind_host: str = "0.
                     async with trio.open_nursery() as background:
                         if config_path is not None:
                             background.start_soon(_watch_config, Path(config_path), runtime, pool, limits)
-                        admin_host = "127.0.0.1" if info.admin.host in ("0.0.0.0", "::") else info.admin.host
-                        ports = [*info.ports.values(), info.admin.port, info.stats.port, info.readiness.port]
-                        with registry.register(config.gateway_names, f"{admin_host}:{info.admin.port}", ports):
+                        admin = info.admin
+                        admin_addr = "" if admin is None else \
+                            f"{'127.0.0.1' if admin.host in ('0.0.0.0', '::') else admin.host}:{admin.port}"
+                        ports = [*info.ports.values(), *(a.port for a in (info.admin, info.stats, info.readiness) if a)]
+                        with registry.register(config.gateway_names, admin_addr, ports):
                             ready["value"] = True
                             task_status.started((info, pool))
                             await shutdown.wait()
@@ -376,6 +383,6 @@ async def run_supervisor(config: Config, *, workers: int, config_path: str | Non
             pools.append(pool)
             for port, actual in info.ports.items():
                 print(f"trioproxy: bind {port} listening on http://0.0.0.0:{actual}", file=sys.stderr, flush=True)
-            print(f"trioproxy: admin listening on http://{info.admin}", file=sys.stderr, flush=True)
-            print(f"trioproxy: stats listening on http://{info.stats}", file=sys.stderr, flush=True)
-            print(f"trioproxy: readiness listening on http://{info.readiness}", file=sys.stderr, flush=True)
+            for name, address in (("admin", info.admin), ("stats", info.stats), ("readiness", info.readiness)):
+                if address is not None:
+                    print(f"trioproxy: {name} listening on http://{address}", file=sys.stderr, flush=True)

@@ -25,10 +25,10 @@ from prometheus_client import Counter
 from ..access_log import configure_logging
 from ..config.model import Config
 from ..connections import DEFAULT_MAX_CONNECTIONS, raise_nofile_limit
-from ..front_door import DEFAULT_MAX_IN_FLIGHT, FrontDoor
+from ..front_door import FrontDoor
 from ..gateway import Gateway
 from ..runtime import Runtime
-from ..server import _count_reject, _counter, _serve
+from ..server import _count_reject, _counter, _serve, _tls_contexts
 from ..trace import Watcher
 from .control import Control
 from .shared_limits import SharedLimits
@@ -49,7 +49,9 @@ async def run_worker(spec: dict[str, Any]) -> None:
     table = TraceTable(spec["trace"])
     shutdown = trio.Event()
     nofile = raise_nofile_limit()
-    max_connections = min(DEFAULT_MAX_CONNECTIONS, max(16, (nofile - 256) // 2 // max(1, len(config.binds))))
+    max_connections = config.frontend.max_connections or min(
+        DEFAULT_MAX_CONNECTIONS, max(16, (nofile - 256) // 2 // max(1, len(config.binds))))
+    tls_contexts = _tls_contexts(config)
 
     async def send_quietly(message: dict[str, Any]) -> None:
         try:
@@ -88,12 +90,15 @@ async def run_worker(spec: dict[str, Any]) -> None:
         async with trio.open_nursery() as binds:
             for port, fd in spec["binds"]:
                 sock = socket.socket(fileno=fd)
-                front = FrontDoor(Gateway(runtime, port), max_in_flight=DEFAULT_MAX_IN_FLIGHT,
+                front = FrontDoor(Gateway(runtime, port),
+                                  max_in_flight=lambda: runtime.state.config.frontend.max_in_flight,
                                   on_reject=partial(_count_reject, metrics, str(port)))
                 await binds.start(_serve, front, sock, spec["drain_timeout"], shutdown,
-                                  _counter(str(port), max_connections, metrics))
+                                  _counter(str(port), max_connections, metrics), config.frontend,
+                                  tls_contexts.get(port))
             async with trio.open_nursery() as background:
                 await background.start(runtime.jwks.run)
+                await background.start(runtime.mirrors.run)  # requestMirror copies
                 background.start_soon(commands)
                 background.start_soon(signals)
                 await send_quietly({"t": "ready", "pid": os.getpid()})

@@ -1,0 +1,331 @@
+"""urlRewrite, delay, conditional directResponse, retry, requestMirror and servers set to off:
+agentgateway's route policies against real servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import timedelta
+from functools import partial
+
+import httpx
+import pytest
+import trio
+import trio.testing
+
+from fixtures.echo_backend import EchoBackend
+from trioproxy.config import ConfigError, parse_config
+from trioproxy.policies.delay import delay_seconds
+from trioproxy.policies.url_rewrite import UrlRewriteSpec, rewrite_authority, rewrite_prefix
+from trioproxy.server import serve_gateway
+
+from .conftest import LOOPBACK_SERVERS, free_port, start_routes
+from .test_trace import shape, watch
+
+
+def headers_of(response: httpx.Response) -> dict[str, str]:
+    return {k: v for k, v in response.json()["headers"]}
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, env=LOOPBACK_SERVERS)
+    return [str(p) for p in info.value.problems] if hasattr(info.value, "problems") else [str(info.value)]
+
+
+# --- urlRewrite ------------------------------------------------------------------------------------
+
+
+def test_prefix_rewrite_is_element_wise_like_agentgateway():
+    assert rewrite_prefix("/api/users", "/api", "/v2") == "/v2/users"
+    assert rewrite_prefix("/api", "/api", "/v2") == "/v2"
+    assert rewrite_prefix("/api/users", "/api/", "/") == "/users"
+    assert rewrite_prefix("/api", "/api", "") == "/"
+    assert rewrite_prefix("/api/users", "/api", "/v2/") == "/v2/users"
+
+
+def test_authority_rewrite_host_drops_the_port_and_port_80_is_left_out():
+    assert rewrite_authority(UrlRewriteSpec(authority_kind="full", authority="a.example:81"), "x:1") == "a.example:81"
+    assert rewrite_authority(UrlRewriteSpec(authority_kind="host", authority="b.example"), "x:1") == "b.example"
+    assert rewrite_authority(UrlRewriteSpec(authority_kind="port", authority="8443"), "x.example:1") == "x.example:8443"
+    assert rewrite_authority(UrlRewriteSpec(authority_kind="port", authority="80"), "x.example:1") == "x.example"
+
+
+async def test_url_rewrite_full_path_keeps_the_query_and_sets_the_host(nursery, backend):
+    gw = await start_routes(nursery, """
+        - policies:
+            urlRewrite:
+              path: {{full: /new-path}}
+              authority: {{full: custom-host-header}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+    """, port=free_port(), backend=backend.port)
+    async with gw.client() as client:
+        echoed = (await client.get("/old/path?a=1")).json()
+    assert echoed["path"] == "/new-path" and echoed["query"] == "a=1"
+    assert dict(echoed["headers"])["host"] == "custom-host-header"
+
+
+async def test_url_rewrite_prefix_replaces_what_the_route_matched(nursery, backend):
+    gw = await start_routes(nursery, """
+        - matches: [{{path: {{pathPrefix: /api}}}}]
+          policies: {{urlRewrite: {{path: {{prefix: /v2}}}}}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+        - matches: [{{path: {{pathPrefix: /}}}}]
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+    """, port=free_port(), backend=backend.port)
+    async with gw.client() as client:
+        assert (await client.get("/api/users?x=y")).json()["path"] == "/v2/users"
+        assert (await client.get("/api")).json()["path"] == "/v2"
+        assert (await client.get("/apix")).json()["path"] == "/apix"  # not the /api route: untouched
+
+
+def test_a_prefix_rewrite_needs_pathprefix_matches():
+    text = ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - matches: [{path: {exact: /a}}]\n"
+            "      policies: {urlRewrite: {path: {prefix: /b}}}\n      backends: [{host: '127.0.0.1:1'}]\n")
+    assert problems(text) == ["<config>:6:37: binds[0].listeners[0].routes[0].policies.urlRewrite.path: "
+                              "a prefix rewrite needs every match of the route to be a pathPrefix"]
+
+
+# --- delay -------------------------------------------------------------------------------------------
+
+
+def test_delay_results_follow_agentgateway():
+    assert delay_seconds(2000) == 2.0
+    assert delay_seconds(12.5) == 0.0125
+    assert delay_seconds(timedelta(milliseconds=500)) == 0.5
+    assert delay_seconds(0) == delay_seconds(-5) == delay_seconds("2s") == delay_seconds(True) == 0.0
+
+
+def test_delay_accepts_a_duration_or_cel_and_rejects_neither():
+    routes = "binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {delay: {duration: '%s'}}\n"
+    config = parse_config(routes % "2s", env=LOOPBACK_SERVERS)
+    assert config.binds[0].listeners[0].routes[0].policies.delay.seconds == 2.0
+    config = parse_config(routes % "random() < 0.1 ? 2000 : 0", env=LOOPBACK_SERVERS)
+    assert config.binds[0].listeners[0].routes[0].policies.delay.seconds is None
+    (message,) = problems(routes % "2 +")
+    assert "policies.delay.duration: expected a duration such as 2s or a CEL expression: syntax error" in message
+
+
+async def test_delay_holds_the_request_and_counts_against_request_timeout(nursery, backend, mock_clock):
+    gw = await start_routes(nursery, """
+        - policies:
+            delay: {{duration: 'request.headers["x-chaos"] == "1" ? 3000 : 0'}}
+            timeout: {{requestTimeout: 60s}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+        - matches: [{{path: {{pathPrefix: /short}}}}]
+          policies:
+            delay: {{duration: 2s}}
+            timeout: {{requestTimeout: 1s}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+    """, port=free_port(), backend=backend.port)
+    async with gw.client() as client:
+        assert (await client.get("/")).status_code == 200  # the expression gives 0: no delay
+        results = {}
+
+        async def get(path, headers):
+            results[path] = await client.get(path, headers=headers)
+
+        async with trio.open_nursery() as requests:
+            requests.start_soon(get, "/chaos", {"x-chaos": "1"})
+            requests.start_soon(get, "/short", {})
+            await trio.testing.wait_all_tasks_blocked(0.05)
+            assert backend.requests == 1  # both are held
+            mock_clock.jump(1.5)  # /short's 1s requestTimeout passes during its 2s delay
+            await trio.testing.wait_all_tasks_blocked(0.05)
+            assert "/short" in results and backend.requests == 1
+            mock_clock.jump(2)
+    assert results["/short"].status_code == 504 and results["/short"].text == "request timeout"
+    assert results["/chaos"].status_code == 200 and backend.requests == 2
+
+
+# --- directResponse: conditional ------------------------------------------------------------------
+
+
+async def test_conditional_direct_response_answers_the_first_true_entry_or_passes(nursery, backend):
+    gw = await start_routes(nursery, """
+        - policies:
+            directResponse:
+              conditional:
+              - condition: 'request.headers["x-fault"] == "abort"'
+                status: 503
+                body: injected fault
+              - condition: 'request.path == "/teapot"'
+                status: 418
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+    """, port=free_port(), backend=backend.port)
+    async with gw.client() as client:
+        aborted = await client.get("/", headers={"x-fault": "abort"})
+        assert (aborted.status_code, aborted.text) == (503, "injected fault")
+        assert (await client.get("/teapot")).status_code == 418
+        assert (await client.get("/x")).status_code == 200  # no condition true: the backend answers
+    assert backend.requests == 1
+
+
+async def test_a_conditional_fallback_entry_always_answers(nursery):
+    gw = await start_routes(nursery, """
+        - policies:
+            directResponse:
+              conditional:
+              - {{condition: 'request.method == "POST"', status: 201}}
+              - {{status: 200, body: fallback}}
+    """, port=free_port())
+    async with gw.client() as client:
+        assert (await client.post("/")).status_code == 201
+        answer = await client.get("/")
+        assert (answer.status_code, answer.text) == (200, "fallback")
+
+
+@pytest.mark.parametrize("policy, message", [
+    ("{conditional: [{status: 200}, {condition: 'true', status: 201}]}",
+     "conditional[0]: an entry without a condition is the fallback and must be the last one"),
+    ("{status: 200, conditional: [{condition: 'true', status: 201}]}",
+     "status: use either conditional or status/body, not both"),
+    ("{body: x}", "status is required (or give conditional)"),
+    ("{conditional: [{condition: 'true', status: 200, headers: {}}]}",
+     "'headers' is an agentgateway feature that trioproxy does not implement"),
+])
+def test_bad_direct_responses_are_named(policy, message):
+    (found,) = problems(f"binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {{directResponse: {policy}}}\n")
+    assert found.endswith(message), found
+
+
+# --- retry -------------------------------------------------------------------------------------------
+
+
+RETRY_ROUTE = """
+    - policies:
+        retry: {{attempts: {attempts}, codes: [503]}}
+      backends: [{{host: "127.0.0.1:{backend}"}}]
+"""
+
+
+async def test_retry_calls_again_on_a_listed_status_with_x_retry_attempt(nursery, backend):
+    gw = await start_routes(nursery, RETRY_ROUTE, port=free_port(), backend=backend.port, attempts=2)
+    reader = await watch(nursery, gw)
+    async with gw.client() as client:
+        answer = await client.get("/flaky?fail=2&key=a")
+        assert (answer.status_code, answer.text) == (200, "attempt 3")  # attempts 2 = 3 calls, as agentgateway
+        assert backend.last_headers.count(("x-retry-attempt", "2")) == 1
+        exhausted = await client.get("/flaky?fail=5&key=b")
+        assert (exhausted.status_code, exhausted.text) == (503, "attempt 3")  # the last answer is the client's
+        assert (await client.get("/flaky?fail=1&key=c&status=500")).status_code == 500  # not listed: no retry
+    assert backend.flaky == {"a": 3, "b": 3, "c": 1}
+    events = await reader.events()
+    retries = [e["message"] for e in events if e["message"]["type"] == "retry"]
+    assert retries == [{"type": "retry", "attempt": 1, "reason": "status 503"},
+                       {"type": "retry", "attempt": 2, "reason": "status 503"}]
+    assert [t for t, _ in shape(events)].count("backendCallStart") == 3
+
+
+async def test_retry_replays_a_small_body_but_never_a_chunked_one(nursery, backend):
+    gw = await start_routes(nursery, RETRY_ROUTE, port=free_port(), backend=backend.port, attempts=1)
+    async with gw.client() as client:
+        answer = await client.post("/flaky?key=small", content=b"x" * 1000)
+        assert answer.status_code == 200
+
+        async def chunks():
+            yield b"y" * 100
+            yield b"y" * 100
+
+        streamed = await client.post("/flaky?key=chunked", content=chunks())
+        assert streamed.status_code == 503  # streamed: not retryable, the first answer stands
+    assert [s for s in backend.seen if "small" in s[1]] == [("POST", "/flaky?key=small", 1000)] * 2
+    assert [s for s in backend.seen if "chunked" in s[1]] == [("POST", "/flaky?key=chunked", 200)]
+
+
+async def test_retry_on_a_failed_connection_and_the_request_timeout_caps_all_attempts(nursery, backend):
+    gw = await start_routes(nursery, """
+        - matches: [{{path: {{pathPrefix: /down}}}}]
+          policies: {{retry: {{attempts: 3, codes: []}}}}
+          backends: [{{host: "127.0.0.1:{dead}"}}]
+        - policies:
+            retry: {{attempts: 50, codes: [503], backoff: 100ms}}
+            timeout: {{requestTimeout: 350ms}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+    """, port=free_port(), backend=backend.port, dead=free_port())
+    reader = await watch(nursery, gw, 'request.path == "/down"')
+    async with gw.client() as client:
+        assert (await client.get("/down")).status_code == 503
+        answer = await client.get("/flaky?fail=100&key=t")
+    assert (answer.status_code, answer.text) == (504, "request timeout")
+    assert 2 <= backend.flaky["t"] <= 5  # 50 attempts allowed, ~4 fit in 350 ms
+    retries = [e["message"] for e in await reader.events() if e["message"]["type"] == "retry"]
+    assert [r["attempt"] for r in retries] == [1, 2, 3]
+    assert retries[0]["reason"].startswith("upstream connect error")
+
+
+# --- requestMirror -----------------------------------------------------------------------------------
+
+
+async def test_mirror_copies_requests_and_never_delays_or_fails_them(nursery, backend):
+    mirror = await nursery.start(EchoBackend().serve)
+    silent = await trio.open_tcp_listeners(0, host="127.0.0.1")  # accepts, never answers
+    held: list[trio.SocketStream] = []
+
+    async def hold() -> None:
+        while True:
+            held.append(await silent[0].accept())
+
+    nursery.start_soon(hold)
+    gw = await start_routes(nursery, """
+        - matches: [{{path: {{pathPrefix: /copy}}}}]
+          policies:
+            requestMirror: {{backend: {{host: "127.0.0.1:{mirror}"}}, percentage: 1.0}}
+            retry: {{attempts: 1, codes: [503]}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+        - matches: [{{path: {{pathPrefix: /silent}}}}]
+          policies:
+            requestMirror: {{backend: {{host: "127.0.0.1:{silent}"}}, percentage: 1}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+        - matches: [{{path: {{pathPrefix: /down}}}}]
+          policies:
+            requestMirror: {{backend: {{host: "127.0.0.1:{dead}"}}, percentage: 1}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+        - matches: [{{path: {{pathPrefix: /never}}}}]
+          policies:
+            requestMirror: {{backend: {{host: "127.0.0.1:{mirror}"}}, percentage: 0}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+    """, port=free_port(), backend=backend.port, mirror=mirror.port, dead=free_port(),
+        silent=silent[0].socket.getsockname()[1])
+    async with gw.client() as client:
+        with trio.fail_after(5):
+            received = mirror.received
+            assert (await client.post("/copy?q=1", content=b"payload")).status_code == 200
+            await received.wait()
+            for path in ("/silent", "/down", "/never", "/silent"):
+                assert (await client.get(path)).status_code == 200
+    assert mirror.seen == [("POST", "/copy?q=1", 7)]  # a buffered body is copied too
+    assert backend.seen[0] == ("POST", "/copy?q=1", 7)
+    sender = gw.info.runtime.mirrors
+    assert sender.in_flight <= 2  # the silent mirror's copies are still waiting; nobody else did
+    assert sender.failed >= 1  # the dead mirror failed in the background
+
+
+# --- adminAddr / statsAddr / readinessAddr: off -------------------------------------------------------
+
+
+def test_server_addresses_accept_off():
+    config = parse_config("config: {adminAddr: 'off', statsAddr: off}\nbinds: []\n", env={})
+    assert config.servers.off == frozenset({"admin", "stats"})
+    assert parse_config("binds: []\n", env={"READINESS_ADDR": "off"}).servers.off == frozenset({"readiness"})
+
+
+async def test_servers_set_to_off_are_not_started(nursery, backend):
+    text = f"""
+config: {{adminAddr: off, statsAddr: off, readinessAddr: off}}
+binds:
+- port: {free_port()}
+  listeners:
+  - routes:
+    - backends: [{{host: "127.0.0.1:{backend.port}"}}]
+"""
+    env = {k: v for k, v in os.environ.items() if k not in LOOPBACK_SERVERS}
+    config = parse_config(text, env=env)
+    info = await nursery.start(partial(serve_gateway, config, bind_host="127.0.0.1"))
+    assert (info.admin, info.stats, info.readiness) == (None, None, None)
+    port = info.ports[config.binds[0].port]
+    async with httpx.AsyncClient() as client:
+        assert (await client.get(f"http://127.0.0.1:{port}/")).status_code == 200
+    from trioproxy.config.dump import config_dump
+
+    assert json.loads(json.dumps(config_dump(config)))["config"]["adminAddr"] == "off"

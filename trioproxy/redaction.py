@@ -1,0 +1,50 @@
+"""What traces never show: credential headers and credential query parameters.
+
+One list for both places a trace reader can reach a request: the events it reads (header maps,
+URLs) and the CEL filter it writes. The filter is evaluated against the redacted activation,
+so ``request.headers["authorization"].startsWith("Bearer s")`` sees ``<redacted>`` and cannot
+recover a secret one prefix at a time (docs/reliability.md, row 6). Policies (authorization,
+rate-limit descriptors, the access log's filter) are written by the operator and keep seeing
+the real values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+REDACTED = "<redacted>"
+CREDENTIAL_HEADERS = frozenset({
+    b"authorization", b"proxy-authorization", b"cookie", b"set-cookie", b"x-api-key", b"x-auth-token"})
+_CREDENTIAL_HEADER_NAMES = frozenset(name.decode() for name in CREDENTIAL_HEADERS)
+#: query parameters whose value is a credential (OAuth 2.0 bearer in a URI, API keys)
+CREDENTIAL_QUERY_PARAMS = frozenset({"access_token", "api_key", "apikey", "key", "token"})
+
+
+def redact_target(target: str) -> str:
+    """``/p?access_token=s&q=1`` → ``/p?access_token=<redacted>&q=1``; anything else unchanged."""
+    path, sep, query = target.partition("?")
+    if not sep or not query:
+        return target
+    parts = query.split("&")
+    changed = False
+    for i, part in enumerate(parts):
+        name, eq, _ = part.partition("=")
+        if eq and name.lower() in CREDENTIAL_QUERY_PARAMS:
+            parts[i] = f"{name}={REDACTED}"
+            changed = True
+    return f"{path}?{'&'.join(parts)}" if changed else target
+
+
+def redact_activation(activation: Mapping[str, Any]) -> dict[str, Any]:
+    """A CEL activation (``cel.build_activation``) whose ``request`` shows what a trace shows."""
+    request = activation.get("request")
+    if not isinstance(request, Mapping):
+        return dict(activation)
+    headers = {name: REDACTED if name in _CREDENTIAL_HEADER_NAMES else value
+               for name, value in request.get("headers", {}).items()}
+    clean = {**request, "headers": headers}
+    for key in ("pathAndQuery", "uri"):
+        if isinstance(request.get(key), str):
+            clean[key] = redact_target(request[key])
+    return {**activation, "request": clean}
