@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Does a ``--workers`` worker spend more CPU per request than one process? Pin both to one core.
 
-    python bench/workers_same_core.py [--duration 5] [--rounds 2]
+    python -m bench.workers_same_core [--duration 5] [--rounds 2]
 
 ``trioproxy`` and ``trioproxy --workers 2`` both run on core 1 (taskset is inherited by the
 workers), wrk and the nginx backend on core 0; the two are measured interleaved ``--rounds``
-times at 50 connections (proxy_compare.py's processes, wrk runner and /proc CPU accounting). The
+times at 50 connections (bench/harness.py's processes, wrk runner and /proc CPU accounting). The
 CPU per request compares what a worker's request path costs, free of the cross-core effects of
 an oversubscribed machine; req/s on one shared core compares nothing useful (two processes get
 two shares of a contended core).
@@ -14,12 +14,8 @@ two shares of a contended core).
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import proxy_compare as pc  # noqa: E402
+from bench import harness as pc
 
 
 def main() -> int:

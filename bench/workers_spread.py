@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """How evenly do 2 workers share connections: one inherited socket, or SO_REUSEPORT sockets?
 
-    python bench/workers_spread.py [--duration 5]
+    python -m bench.workers_spread [--duration 5]
 
 Starts two ``python -m trioproxy.workers.worker`` processes directly (the supervisor's control
 protocol, ``trioproxy/workers/control.py``), first on one listening socket both inherit (what
 ``--workers`` does), then on one ``SO_REUSEPORT`` socket each, and counts the requests each
 worker handled: wrk with 50 and with 8 keep-alive connections, then 200 sequential requests on
-new connections. The nginx backend and wrk are proxy_compare.py's.
+new connections. The nginx backend and wrk are bench/harness.py's.
 """
 
 from __future__ import annotations
@@ -21,17 +21,12 @@ import struct
 import subprocess
 import sys
 import urllib.request
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import proxy_compare as pc  # noqa: E402
-
-from trioproxy.config import parse_config  # noqa: E402
-from trioproxy.workers.shared_limits import SharedLimits  # noqa: E402
-from trioproxy.workers.trace_relay import TraceTable  # noqa: E402
+from bench import harness as pc
+from trioproxy.config import parse_config
+from trioproxy.workers.shared_limits import SharedLimits
+from trioproxy.workers.trace_relay import TraceTable
 
 LENGTH = struct.Struct("!I")
 
