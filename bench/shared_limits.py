@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What does keeping local rate-limit buckets in shared memory add per decision?
 
-    python bench/shared_limits.py [--decisions 200000] [--repeats 5] [--json FILE]
+    python -m bench.shared_limits [--decisions 200000] [--repeats 5] [--json FILE]
 
 Times, in one process (CPU time, best of ``--repeats``), ``admit`` on a one-entry requests
 limiter and ``charge_tokens`` on a tokens limiter: the process-local ``LocalRateLimiter`` against
@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from trioproxy.policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec  # noqa: E402
-from trioproxy.workers.shared_limits import SharedLimits  # noqa: E402
-from trioproxy.workers.trace_relay import TraceTable, WorkerTraceHub  # noqa: E402
+from trioproxy.policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
+from trioproxy.workers.shared_limits import SharedLimits
+from trioproxy.workers.trace_relay import TraceTable, WorkerTraceHub
 
 REQUESTS = (LocalRateLimitSpec(10**12, 10**12, 1.0),)
 TOKENS = (LocalRateLimitSpec(10**12, 10**12, 1.0, "tokens"),)
