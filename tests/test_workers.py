@@ -177,6 +177,29 @@ async def test_a_killed_worker_is_restarted_and_the_gateway_keeps_serving(launch
     assert (await fresh_get(f"{gw.url}/")).status_code == 200
 
 
+async def test_a_trace_of_a_request_whose_worker_dies_ends(launch, backend, nursery):
+    port = free_port()
+    gw = await launch(routes(port, backend.port), bind_port=port)
+    await gw.wait_line(r"worker 1 serving")
+    reader = await nursery.start(TraceReader(gw).run)
+
+    async def hang() -> None:
+        try:
+            await fresh_get(f"{gw.url}/hang")
+        except httpx.HTTPError:
+            pass  # its worker was killed
+
+    nursery.start_soon(hang)
+    with trio.fail_after(30):
+        await backend.hang_started.wait()
+        while not reader._events:  # the claimed request's first events reached the supervisor
+            await trio.sleep(0.02)
+    for pid in gw.worker_pids().values():  # whichever worker holds it
+        os.kill(pid, signal.SIGKILL)
+    events = await reader.events()  # the stream ends instead of waiting forever
+    assert events and all(e["message"]["type"] != "requestFinished" for e in events)
+
+
 async def test_sigterm_drains_requests_in_flight_on_both_workers_and_exits_0(launch, backend):
     port = free_port()
     gw = await launch(routes(port, backend.port), bind_port=port)

@@ -124,7 +124,7 @@ class WorkerPool:
         while (message := await handle.control.receive()) is not None:
             kind = message["t"]
             if kind == "trace":
-                self.hub.deliver(message["w"], message["e"])
+                self.hub.deliver(message["w"], message["e"], handle.index)
             elif kind == "trace_end":
                 self.hub.finished(message["w"], message["dropped"])
             elif kind == "metrics":
@@ -164,6 +164,7 @@ class WorkerPool:
             finally:
                 with trio.CancelScope(shield=True):
                     await handle.control.aclose()
+            self.hub.worker_gone(index)
             if self.stopping:
                 return
             log.error("worker %d (pid %d) exited with code %s; starting a new one", index, handle.process.pid,

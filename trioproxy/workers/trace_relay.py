@@ -186,6 +186,7 @@ class SupervisorTraceHub(TraceHub):
         self._expressions: dict[int, str] = {}
         self._unpublished: list[int] = []  # waiting for a free slot, oldest first
         self._dropped: dict[int, int] = {}
+        self._claimed_by: dict[int, int] = {}  # watcher id -> index of the worker whose request it traces
 
     def watch(self, matches: Callable[[Mapping[str, Any]], bool] | None = None) -> Watcher:
         watcher = super().watch(matches)
@@ -213,17 +214,19 @@ class SupervisorTraceHub(TraceHub):
             self._by_id.pop(watcher_id, None)
             self._expressions.pop(watcher_id, None)
             self._dropped.pop(watcher_id, None)
+            self._claimed_by.pop(watcher_id, None)
         super().forget(watcher)
         self._publish_pending()
 
     def claim(self, arrival: float, activation: Callable[[], Mapping[str, Any]]) -> Tracer | None:
         return None  # the supervisor serves no requests of the binds
 
-    def deliver(self, watcher_id: int, event: dict[str, Any]) -> None:
-        """An event of the request a worker claimed for ``watcher_id`` (dropped if its reader left)."""
+    def deliver(self, watcher_id: int, event: dict[str, Any], worker: int = 0) -> None:
+        """An event of the request ``worker`` claimed for ``watcher_id`` (dropped if its reader left)."""
         watcher = self._by_id.get(watcher_id)
         if watcher is None:
             return
+        self._claimed_by[watcher_id] = worker
         if watcher in self.watchers:  # first event: claimed
             self.watchers.remove(watcher)
             self.traced += 1
@@ -239,6 +242,12 @@ class SupervisorTraceHub(TraceHub):
             self._dropped[watcher_id] = self._dropped.get(watcher_id, 0) + 1
 
     def finished(self, watcher_id: int, dropped: int) -> None:
+        self._claimed_by.pop(watcher_id, None)
         watcher = self._by_id.get(watcher_id)
         if watcher is not None:
             watcher.close(dropped + self._dropped.pop(watcher_id, 0))
+
+    def worker_gone(self, worker: int) -> None:
+        """End the streams of the requests a worker that exited had claimed (they will never finish)."""
+        for watcher_id in [w for w, index in self._claimed_by.items() if index == worker]:
+            self.finished(watcher_id, 0)
