@@ -21,7 +21,7 @@ def test_the_readme_has_a_full_configuration_example():
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
 def test_every_standalone_config_block_in_the_readme_validates(block):
-    parse_config(block, env={"API_KEY": "sk-test"})
+    parse_config(block, env={"API_KEY": "sk-test", "ANTHROPIC_API_KEY": "sk-ant-test"})
 
 
 def test_constraints_pin_every_direct_dependency_and_a_safe_h11():
