@@ -515,3 +515,18 @@ async def test_charges_past_the_pending_bound_are_counted_failed_not_queued(nurs
         while not stalling.charged:
             await trio.sleep(0.01)
     assert stalling.charged == [60]
+
+
+@pytest.mark.parametrize("source", ['request.headers["x-user"]', "request.headers['X-User']", 'request.headers["x-none"]',
+                                    '"users"', "'gold'", "request.path", "request.method", "request.host",
+                                    'request.headers["x-user"] + "!"'])
+def test_direct_entries_give_what_cel_gives(source):
+    """The common entry forms skip the CEL engine; their values (and misses) must be CEL's."""
+    from trioproxy.cel import build_activation, compile_expression
+    from trioproxy.policies.ratelimit_remote import DirectEntry, compile_entry
+
+    activation = build_activation(method="GET", path="/p?q=1", host="h", headers=[(b"X-User", b"ann"), (b"x-user", b"bo")])
+    compiled, problem = compile_entry(source)
+    assert problem == "" and compiled is not None
+    assert isinstance(compiled, DirectEntry) == ("+" not in source)
+    assert compiled.evaluate(activation) == compile_expression(source).evaluate(activation)

@@ -165,3 +165,19 @@ async def test_reset_stream_fails_the_call(nursery):
     client = await start(nursery, FakeRls(reset=True))
     with pytest.raises(RlsCallFailed, match="stream reset"):
         await echo(client, "x")
+
+
+async def test_a_malformed_frame_fails_the_call_not_the_gateway(nursery):
+    """The reader is a Trio system task: anything it raised would end the gateway's whole run."""
+    from trioproxy.rls.wire_client import END_HEADERS, HEADERS, PADDED, frame
+
+    async def malformed(stream: trio.SocketStream) -> None:
+        await stream.receive_some(65536)
+        await stream.send_all(frame(HEADERS, END_HEADERS | PADDED, 1, b""))  # PADDED without a pad length
+        while await stream.receive_some(65536):
+            pass
+
+    listeners = await nursery.start(trio.serve_tcp, malformed, 0)
+    client = WireRlsClient(f"127.0.0.1:{listeners[0].socket.getsockname()[1]}")
+    with pytest.raises(RlsCallFailed, match="UNAVAILABLE: connection failed"):
+        await echo(client, "x")

@@ -2,10 +2,14 @@
 
 - ``protos/``: our own wire-compatible declarations and the generated modules (``generate.sh``);
 - ``limits``: envoyproxy/ratelimit's YAML, parsed once into a frozen tree, and the lookup of a descriptor;
-- ``store``: the fixed-window counters (Redis, Redis Cluster or in-memory), one round trip per call;
+- ``store``: the fixed-window counters (Redis, Redis Cluster or in-memory), one round trip per call,
+  concurrent calls grouped into one pipeline;
 - ``service``: ``ShouldRateLimit`` as a pure function of (config, counters, now);
-- ``server``: the ``trioproxy ratelimit-server`` command (gRPC, health, metrics, reload);
-- ``client``: the gateway's side (one reused channel per service, a per-call timeout).
+- ``server``: the ``trioproxy ratelimit-server`` command (gRPC, metrics, reload); ``health``: its
+  ``grpc.health.v1`` Check and Watch;
+- ``client``: ``client_for``, the gateway's one client per service; ``wire_client``: the one in use
+  (gRPC framed by hand on HTTP/2 over Trio); ``h2client`` and ``client.RlsClient``: the measured
+  alternatives (the ``h2`` library; grpcio bridged into Trio).
 
 See docs/ratelimit-server.md.
 """
