@@ -261,3 +261,18 @@ async def test_a_configured_token_is_required_on_loopback_too(nursery, backend):
         assert (await admin.get("/api/config")).status_code == 401
         ok = await admin.get("/api/config", headers={"authorization": "Bearer loop-token"})
         assert ok.status_code == 200 and ok.json()["config"]["adminToken"] == "<redacted>"
+
+
+def test_config_dump_shows_the_frontend_limits_and_backend_connection_settings():
+    config = parse_config(
+        "frontendPolicies:\n  http: {maxBufferSize: 4096, requestHeaderTimeout: 2s}\n"
+        "config:\n  backend: {connectTimeout: 3s}\n"
+        "binds:\n- port: 8080\n  listeners:\n  - routes:\n    - backends: [{host: '127.0.0.1:9'}]\n",
+        env=LOOPBACK_SERVERS)
+    dump = config_dump(config)
+    assert dump["frontendPolicies"]["http"]["maxBufferSize"] == 4096
+    assert dump["frontendPolicies"]["http"]["requestHeaderTimeout"] == 2.0
+    assert dump["frontendPolicies"]["http"]["http1MaxHeaders"] == 100  # defaults shown too
+    assert dump["config"]["backend"]["connectTimeout"] == 3.0
+    assert dump["config"]["workers"] == 1
+

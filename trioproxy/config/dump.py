@@ -45,6 +45,20 @@ def policies_by_kind(policies: Policies, phase: str) -> dict[str, Any]:
     return out
 
 
+#: model field → its name in the config file (frontendPolicies.http, config.backend), for the dump
+FRONTEND_NAMES = {"max_buffer_size": "maxBufferSize", "max_headers": "http1MaxHeaders",
+                  "idle_timeout": "http1IdleTimeout", "header_timeout": "requestHeaderTimeout",
+                  "body_idle_timeout": "requestBodyIdleTimeout", "max_connections": "maxConnections",
+                  "max_in_flight": "maxRequestsInFlight"}
+BACKEND_NAMES = {"connect_timeout": "connectTimeout", "pool_idle_timeout": "poolIdleTimeout",
+                 "pool_max_idle": "poolMaxSize", "response_header_timeout": "responseHeaderTimeout"}
+
+
+def _renamed(spec: Any, names: dict[str, str]) -> dict[str, Any]:
+    """The effective values (defaults included) under the config file's names; seconds for durations."""
+    return {names[field.name]: getattr(spec, field.name) for field in attrs.fields(type(spec))}
+
+
 def config_dump(config: Config) -> dict[str, Any]:
     return {
         "config": {
@@ -52,7 +66,10 @@ def config_dump(config: Config) -> dict[str, Any]:
             "statsAddr": "off" if "stats" in config.servers.off else str(config.servers.stats),
             "readinessAddr": "off" if "readiness" in config.servers.off else str(config.servers.readiness),
             **({"adminToken": REDACTED} if config.servers.admin_token else {}),
+            "backend": _renamed(config.backend, BACKEND_NAMES),
+            "workers": config.workers,
         },
+        "frontendPolicies": {"http": _renamed(config.frontend, FRONTEND_NAMES)},
         "binds": [
             {
                 "key": bind.key,
