@@ -139,3 +139,31 @@ def test_host_without_port_leaves_ipv6_addresses_alone():
     assert host_without_port("API.example.com:8080") == "api.example.com"
     assert host_without_port("[::1]:8080") == "[::1]"
     assert host_without_port("fe80::1") == "fe80::1"  # unbracketed: no port can be told apart
+
+
+def test_host_without_port_lowercases_a_bracketed_ipv6_address():
+    """Host matching compares lowercase names; an IPv6 literal's hex digits are no exception."""
+    assert host_without_port("[FE80::1]:8080") == "[fe80::1]"
+
+
+def test_listener_hostname_precedence_whatever_the_order():
+    """A listener without hostname listed first must not capture hosts that a more specific
+    listener names: exact, then wildcard, then none, as for route hostnames."""
+    bind = table("", listeners='  - {routes: [{name: any}]}\n'
+                               '  - {hostname: "*.example.com", routes: [{name: wildcard}]}\n'
+                               '  - {hostname: api.example.com, routes: [{name: exact}]}')
+    assert pick(bind, "/", host="api.example.com") == "exact"
+    assert pick(bind, "/", host="web.example.com") == "wildcard"
+    assert pick(bind, "/", host="other.org") == "any"
+
+
+def test_selection_names_the_match_alternative_that_matched():
+    """A route with several matches reports which one matched (a prefix urlRewrite replaces that
+    alternative's prefix, not the first one's)."""
+    bind = table("""
+        - {name: two, matches: [{path: {pathPrefix: /a}}, {path: {pathPrefix: /bb}}]}
+    """)
+    _, routes = bind.listener_for("h")
+    selection = routes.select(Request("GET", "/bb/x", "h", []))
+    assert selection.match is not None and selection.match.path.value == "/bb"
+    assert routes.select(Request("GET", "/a", "h", [])).match.path.value == "/a"
