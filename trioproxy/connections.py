@@ -38,7 +38,7 @@ from typing import Any
 import h11
 import trio
 from hypercorn.config import Config
-from hypercorn.events import Closed, Event, RawData
+from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
@@ -121,12 +121,60 @@ class _LazyContinue(h11.Connection):
         return False
 
 
+class _IdleTimer:
+    """hypercorn's ``TrioSingleTask`` for the keep-alive timer, as one task per connection whose
+    deadline moves (``idle``) instead of a task started and cancelled around every request."""
+
+    def __init__(self, timeout: float, terminated: Any, close: Callable[[], Awaitable[None]]) -> None:
+        self.timeout = timeout
+        self.terminated = terminated  # the server's "shutting down" event (hypercorn EventWrapper)
+        self.close = close  # hypercorn's ``_initiate_server_close``
+        self._scope = trio.CancelScope()
+        self._idle = False
+        self._started = False
+        self._stopped = False
+
+    def idle(self, idle: bool) -> None:
+        """Idle: close after ``timeout``, or at once when the server is shutting down; busy: never."""
+        self._idle = idle
+        if not idle:
+            self._scope.deadline = math.inf
+        elif self.terminated.is_set():
+            self._scope.deadline = -math.inf
+        else:
+            self._scope.deadline = trio.current_time() + self.timeout
+
+    async def restart(self, task_group: Any, action: Callable[[], Awaitable[None]]) -> None:
+        """``TrioSingleTask.restart``: idle from now; the first call starts the watcher (``action``
+        is hypercorn's ``_idle_timeout``, whose wait the watcher replaces)."""
+        self.idle(True)
+        if not self._started:
+            self._started = True
+            task_group.spawn(self._watch)
+
+    async def stop(self) -> None:
+        """For good (the connection is closing): the watcher ends without closing anything."""
+        self._stopped = True
+        self._scope.cancel()
+
+    async def _watch(self) -> None:
+        with self._scope:
+            await self.terminated.wait()
+            while not self._idle:  # shutting down with a request in flight: close once it is done
+                await trio.sleep_forever()
+        if not self._stopped:
+            with trio.CancelScope(shield=True):
+                await self.close()
+
+
 class _Connection(TCPServer):
     """hypercorn's connection task with the fixes of this module's docstring."""
 
     def __init__(self, app: Any, config: Config, context: WorkerContext, state: ConnectionState,
                  stream: Any, *, header_timeout: float = math.inf) -> None:
         super().__init__(app, config, context, state, stream)
+        self._idle_timer = _IdleTimer(config.keep_alive_timeout, context.terminated, self._initiate_server_close)
+        self.idle_task = self._idle_timer  # type: ignore[assignment]  # a TrioSingleTask by shape
         self.header_timeout = header_timeout
         self._head_deadline = math.inf  # set while a request head has started and not ended
 
@@ -161,6 +209,9 @@ class _Connection(TCPServer):
     async def protocol_send(self, event: Event) -> None:
         if isinstance(event, RawData):
             event = RawData(_with_reason(event.data))
+        elif isinstance(event, Updated):
+            self._idle_timer.idle(event.idle)
+            return
         await super().protocol_send(event)
 
     async def _read_data(self) -> None:
