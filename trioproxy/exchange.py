@@ -251,6 +251,5 @@ class Exchange:
             headers.append((b"connection", b"close"))
         self.tracer.response_snapshot("final response", self, status, headers,
                                       severity="warn" if status < 500 else "error")
-        async with self.corked():
-            await self.start_response(status, headers)
-            await self.end_body(body)
+        await self.start_response(status, headers)
+        await self.end_body(body)
