@@ -365,6 +365,51 @@ async def test_a_backend_that_closes_mid_body_fails_the_body_and_its_connection_
     assert repr(pool) == "<UpstreamPool open=0 idle={}>"
 
 
+async def test_ready_takes_a_body_that_came_with_the_headers_and_pools_the_connection(nursery):
+    """``ready()`` (the gateway's one-write answer) reads nothing from the network."""
+    pool, backend = make_pool(nursery, serve_ok)
+    response = await pool.request(A, b"GET", b"/", HEADERS)
+    assert response.ready() == ([b"ok"], True)
+    assert repr(response) == "<UpstreamResponse 200 done>"
+    assert idle(pool) == ["<UpstreamConnection a.test:80 IDLE requests=1>"]
+    assert await get(pool) == b"ok"
+    assert backend.connects == [A]
+
+
+async def test_ready_takes_what_is_here_and_body_streams_the_rest(nursery):
+    checked = trio.Event()
+
+    async def later(end: BackendEnd, index: int) -> None:
+        await end.request()
+        await end.send(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhalf")
+        await checked.wait()
+        await end.send(b"rest..")
+        await end.serve_ok()
+
+    pool, _ = make_pool(nursery, later)
+    response = await pool.request(A, b"GET", b"/", HEADERS)
+    assert response.ready() == ([b"half"], False)
+    assert response.ready() == ([], False)
+    checked.set()
+    assert b"".join([chunk async for chunk in response.body()]) == b"rest.."
+    assert idle(pool) == ["<UpstreamConnection a.test:80 IDLE requests=1>"]
+
+
+async def test_ready_keeps_a_bad_body_for_body_to_raise(nursery):
+    async def script(end: BackendEnd, index: int) -> None:
+        await end.request()
+        await end.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\nzz\r\n")
+
+    pool, _ = make_pool(nursery, script)
+    response = await pool.request(A, b"GET", b"/", HEADERS)
+    assert response.ready() == ([b"ok"], False)
+    with pytest.raises(BadUpstreamResponse, match="invalid upstream response"):
+        async with response:
+            async for _ in response.body():
+                pass
+    assert repr(pool) == "<UpstreamPool open=0 idle={}>"
+
+
 async def test_a_backend_that_closes_before_answering_gets_a_plain_message(nursery):
     """Not h11's wording for its own state machine ("can't handle event type ConnectionClosed ...")."""
     async def script(end: BackendEnd, index: int) -> None:

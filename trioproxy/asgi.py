@@ -12,6 +12,12 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+CORK = "trioproxy.cork"
+"""ASGI scope extension our hypercorn connection sets (HTTP/1 only, ``connections.py``):
+``async with scope["extensions"][CORK]():`` sends what the app writes inside the block in one
+socket write when it ends, instead of one write per piece (status line and headers, body, end).
+Only for what is already at hand, so nothing waits in the buffer for the network."""
+
 
 def expects_continue(scope: Scope) -> bool:
     """An HTTP/1.1 request whose client waits for ``100 Continue`` before sending its body."""

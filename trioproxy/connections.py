@@ -46,7 +46,7 @@ from hypercorn.typing import ConnectionState
 from hypercorn.utils import ShutdownError, raise_shutdown
 
 from . import hypercorn_fixes  # noqa: F401 - hypercorn protocol faults fixed before any server starts
-from .asgi import expects_continue
+from .asgi import CORK, expects_continue
 
 log = logging.getLogger("trioproxy")
 
@@ -112,6 +112,22 @@ def _with_reason(data: bytes) -> bytes:
     return data
 
 
+class _Cork:
+    """``asgi.CORK``: two socket writes and scheduler round trips fewer for a small response."""
+
+    __slots__ = ("connection",)
+
+    def __init__(self, connection: _Connection) -> None:
+        self.connection = connection
+
+    async def __aenter__(self) -> None:
+        if self.connection._corked is None:
+            self.connection._corked = []
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.connection._uncork()
+
+
 class _LazyContinue(h11.Connection):
     """An h11 server connection that hides a waiting ``Expect: 100-continue`` from hypercorn's
     eager check; ``_Connection`` sends the ``100`` once the app reads the body."""
@@ -175,12 +191,16 @@ class _Connection(TCPServer):
         super().__init__(app, config, context, state, stream)
         self._idle_timer = _IdleTimer(config.keep_alive_timeout, context.terminated, self._initiate_server_close)
         self.idle_task = self._idle_timer  # type: ignore[assignment]  # a TrioSingleTask by shape
+        self._cork = partial(_Cork, self)
         self.header_timeout = header_timeout
         self._head_deadline = math.inf  # set while a request head has started and not ended
 
         async def continue_on_first_read(scope: Any, receive: Any, send: Any, *rest: Any) -> None:
-            if scope["type"] == "http" and expects_continue(scope):
-                receive = self._continue_then(receive)
+            if scope["type"] == "http":
+                if expects_continue(scope):
+                    receive = self._continue_then(receive)
+                if scope["http_version"] < "2":
+                    scope["extensions"][CORK] = self._cork
             await app(scope, receive, send, *rest)
 
         self.app = continue_on_first_read  # type: ignore[assignment]  # an AppWrapper by shape
@@ -208,11 +228,24 @@ class _Connection(TCPServer):
 
     async def protocol_send(self, event: Event) -> None:
         if isinstance(event, RawData):
+            if self._corked is not None:
+                self._corked.append(_with_reason(event.data))
+                return
             event = RawData(_with_reason(event.data))
         elif isinstance(event, Updated):
             self._idle_timer.idle(event.idle)
             return
+        elif self._corked is not None:  # Closed: what the response wrote goes out first
+            await self._uncork()
         await super().protocol_send(event)
+
+    _corked: list[bytes] | None = None
+
+    async def _uncork(self) -> None:
+        pending, self._corked = self._corked, None
+        data = b"".join(pending) if pending else b""
+        if data:
+            await super().protocol_send(RawData(data))
 
     async def _read_data(self) -> None:
         connection = getattr(getattr(self.protocol, "protocol", None), "connection", None)

@@ -5,12 +5,13 @@ and the per-request results the stages leave for each other (what traces show of
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, nullcontext
 from math import inf
 from typing import Any
 
 import trio
 
-from .asgi import Header, Receive, Scope, Send, expects_continue
+from .asgi import CORK, Header, Receive, Scope, Send, expects_continue
 from .config.model import Address, Backend, Listener, Route, RouteMatch
 from .errors import PayloadTooLarge, ProxyError, RequestBodyTimeout, error_response
 from .http_date import with_date
@@ -21,6 +22,7 @@ from .routing import host_without_port
 from .trace import NULL_TRACER, BodyCapture, NullTracer, Tracer
 
 DRAIN_LIMIT = 64 * 1024
+_NOT_CORKED: AbstractAsyncContextManager[None] = nullcontext()
 
 
 class ClientDisconnected(Exception):
@@ -198,6 +200,11 @@ class Exchange:
                 return
 
     # --- the response -------------------------------------------------------------------------
+
+    def corked(self) -> AbstractAsyncContextManager[None]:
+        """What is sent inside goes out in one write at the end (``asgi.CORK``; HTTP/1 only)."""
+        cork = self.scope.get("extensions", {}).get(CORK)
+        return cork() if cork is not None else _NOT_CORKED
 
     async def start_response(self, status: int, headers: list[Header]) -> None:
         self.status = status

@@ -436,15 +436,27 @@ class Gateway:
                 usage_reader = None
         capture = BodyCapture(tr.body_limit) if tr.active else None
 
-        await x.start_response(response.status, headers)
-        async with aclosing(response.body()) as chunks:
-            async for chunk in chunks:
+        # What came with the headers (often the whole body) leaves in one write with them.
+        ready, complete = response.ready()
+        async with x.corked():
+            await x.start_response(response.status, headers)
+            for chunk in ready:
                 if usage_reader is not None:
                     usage_reader.feed(chunk)
                 if capture is not None:
                     capture.feed(chunk)
                 await x.send_body(chunk)
-        await x.end_body()
+            if complete:
+                await x.end_body()
+        if not complete:
+            async with aclosing(response.body()) as chunks:
+                async for chunk in chunks:
+                    if usage_reader is not None:
+                        usage_reader.feed(chunk)
+                    if capture is not None:
+                        capture.feed(chunk)
+                    await x.send_body(chunk)
+            await x.end_body()
 
         if usage_reader is not None:
             usage = usage_reader.finish()

@@ -130,19 +130,24 @@ class UpstreamConnection:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise BackendUnreachable(f"upstream connection reset while sending: {exc}") from None
 
+    def parse(self) -> h11.Event | type[h11.NEED_DATA]:
+        """The next event from the bytes already received (no I/O), or ``NEED_DATA``."""
+        try:
+            event = self.h11.next_event()
+        except h11.RemoteProtocolError as exc:
+            if "ConnectionClosed" in str(exc):  # EOF before any response: h11 words it for its own state
+                raise BadUpstreamResponse("upstream closed the connection before the response completed") from None
+            raise BadUpstreamResponse(f"invalid upstream response: {exc}") from None
+        if type(event) is h11.ConnectionClosed:
+            raise BadUpstreamResponse("upstream closed the connection before the response completed")
+        return cast("h11.Event | type[h11.NEED_DATA]", event)  # PAUSED cannot happen to a client mid-response
+
     async def next_event(self) -> h11.Event:
         conn = self.h11
         while True:
-            try:
-                event = conn.next_event()
-            except h11.RemoteProtocolError as exc:
-                if "ConnectionClosed" in str(exc):  # EOF before any response: h11 words it for its own state
-                    raise BadUpstreamResponse("upstream closed the connection before the response completed") from None
-                raise BadUpstreamResponse(f"invalid upstream response: {exc}") from None
+            event = self.parse()
             if event is not h11.NEED_DATA:
-                if type(event) is h11.ConnectionClosed:
-                    raise BadUpstreamResponse("upstream closed the connection before the response completed")
-                return cast(h11.Event, event)  # not NEED_DATA; PAUSED cannot happen to a client mid-response
+                return cast(h11.Event, event)
             try:
                 data = await self.stream.receive_some(READ_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -269,10 +274,11 @@ class _Upload:
 class UpstreamResponse:
     """A response whose body is still on the wire; iterate ``body()`` once, or ``aclose()``."""
 
-    __slots__ = ("_conn", "_upload", "headers", "reason", "status")
+    __slots__ = ("_conn", "_error", "_upload", "headers", "reason", "status")
 
     def __init__(self, conn: UpstreamConnection, event: h11.Response, upload: _Upload | None = None) -> None:
         self._upload = upload
+        self._error: BadUpstreamResponse | None = None  # met by ``ready``; ``body()`` raises it
         self.status: int = event.status_code
         self.headers: list[Header] = list(event.headers)
         self.reason: bytes = event.reason
@@ -282,6 +288,40 @@ class UpstreamResponse:
         state = "open" if self._conn is not None else "done"
         return f"<UpstreamResponse {self.status} {state}>"
 
+    def ready(self) -> tuple[list[bytes], bool]:
+        """The body chunks already received (no I/O: they came with the headers), and whether
+        that is the whole body; if it is, the connection returns to the pool (as ``body()``
+        does at the end) and there is no ``body()`` to read. Lets the gateway answer a small
+        response in one write instead of one per piece (bench/README.md, issue 20)."""
+        conn = self._conn
+        chunks: list[bytes] = []
+        if conn is None or self._error is not None:
+            return chunks, False
+        while True:
+            try:
+                event = conn.parse()
+            except BadUpstreamResponse as error:
+                self._error = error
+                return chunks, False
+            if type(event) is h11.Data:
+                chunks.append(event.data)
+            elif type(event) is h11.EndOfMessage:
+                self._conn = None
+                self._complete(conn)
+                return chunks, True
+            elif event is h11.NEED_DATA:
+                return chunks, False
+            else:  # pragma: no cover - h11 yields nothing else after Response
+                self._error = BadUpstreamResponse(f"unexpected upstream event {type(event).__name__}")
+                return chunks, False
+
+    def _complete(self, conn: UpstreamConnection) -> None:
+        upload = self._upload
+        if upload is None or upload.finished:
+            conn.release()  # not DONE both ways → closed, not pooled
+        else:
+            upload.release_when_done = True  # its last write is still going
+
     async def body(self) -> AsyncGenerator[bytes, None]:
         """Yield body chunks as they arrive; on completion the connection returns to the pool."""
         conn = self._conn
@@ -289,6 +329,8 @@ class UpstreamResponse:
         try:
             while True:
                 try:
+                    if self._error is not None:
+                        raise self._error
                     event = await conn.next_event()
                 except BadUpstreamResponse:
                     if self._upload is not None and self._upload.error is not None:
@@ -298,11 +340,7 @@ class UpstreamResponse:
                     yield event.data
                 elif type(event) is h11.EndOfMessage:
                     self._conn = None
-                    upload = self._upload
-                    if upload is None or upload.finished:
-                        conn.release()  # not DONE both ways → closed, not pooled
-                    else:
-                        upload.release_when_done = True  # its last write is still going
+                    self._complete(conn)
                     return
                 else:  # pragma: no cover - h11 yields nothing else after Response
                     raise BadUpstreamResponse(f"unexpected upstream event {type(event).__name__}")
