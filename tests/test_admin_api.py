@@ -276,3 +276,20 @@ def test_config_dump_shows_the_frontend_limits_and_backend_connection_settings()
     assert dump["config"]["backend"]["connectTimeout"] == 3.0
     assert dump["config"]["workers"] == 1
 
+
+
+def test_metrics_summary_sums_a_routes_series_over_status_and_method():
+    """One latency row per (bind, route): the histogram's other labels are summed, not overwritten."""
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from trioproxy.admin.api import metrics_summary
+
+    registry = CollectorRegistry()
+    duration = Histogram("trioproxy_request_duration_seconds", "", ["bind", "route", "method", "status"],
+                         buckets=(0.1, 1.0), registry=registry)
+    for status, seconds in (("200", 0.05), ("200", 0.05), ("500", 0.5), ("200", 0.5)):
+        duration.labels("8080", "r", "GET", status).observe(seconds)
+    duration.labels("8080", "r", "POST", "201").observe(2.0)
+    (row,) = metrics_summary(registry.collect())["latency"]
+    assert row["count"] == 5 and row["meanSeconds"] == pytest.approx(3.1 / 5)
+    assert row["percentiles"]["p50"] == pytest.approx(0.1 + 0.9 * (2.5 - 2) / 2)  # rank 2.5 of 5 in (0.1, 1]

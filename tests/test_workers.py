@@ -158,6 +158,10 @@ async def test_metrics_totals_equal_the_requests_sent(launch, backend):
     assert await gw.total("trioproxy_request_duration_seconds_count") == 60
     assert sum((await gw.per_worker()).values()) == 60
     assert await gw.total("trioproxy_build_info") == 1  # the supervisor's own, not one per worker
+    async with httpx.AsyncClient() as admin:  # the web UI's traffic summary sums the workers too
+        summary = (await admin.get(f"{gw.admin_url}/api/metrics")).json()
+    assert sum(row["count"] for row in summary["requests"]) == 60
+    assert sum(row["count"] for row in summary["latency"]) == 60
 
 
 async def test_a_killed_worker_is_restarted_and_the_gateway_keeps_serving(launch, backend):

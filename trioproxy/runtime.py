@@ -5,10 +5,11 @@ from __future__ import annotations
 import bisect
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from itertools import accumulate
 
 import trio
+from prometheus_client.metrics_core import Metric
 
 from .access_log import AccessLog
 from .config.model import Backend, Config, Listener, Policies, Route
@@ -243,6 +244,9 @@ class Runtime:
         self.jwks = JwksRegistry(self.metrics.registry)
         #: requestMirror copies; its ``run`` task lives in the root nursery
         self.mirrors = MirrorSender(self.pool)
+        #: the metric families the admin API summarises: this process's, unless a supervisor sums its
+        #: workers' (workers/supervisor.py)
+        self.metric_families: Callable[[], Awaitable[Iterable[Metric]]] = self._own_metric_families
         self.state = GatewayState(config, jwks=self.jwks, count_decision=self.metrics.ratelimit_decision,
                                   limiter_factory=limiter_factory)
         self.trace = trace or TraceHub()
@@ -252,6 +256,9 @@ class Runtime:
         self.otel: OtelTracing | None = None
         self._observability(config)
         self.reload_errors: list[str] = []  # problems of the last rejected reload, [] after a good one
+
+    async def _own_metric_families(self) -> Iterable[Metric]:
+        return self.metrics.registry.collect()
 
     def apply(self, config: Config) -> None:
         """Swap in a new config; requests in flight finish on the state they started with."""

@@ -8,14 +8,15 @@ exposes), so a dashboard left open changes nothing the data plane decides.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import trio
+from prometheus_client.metrics_core import Metric
 from quart import Quart, request
 
 from ..cel import CelError, compile_expression
 from ..config.dump import config_dump
-from ..metrics import Metrics
 from ..runtime import Runtime
 
 PERCENTILES = (0.5, 0.9, 0.99)
@@ -41,7 +42,7 @@ def register_api(app: Quart, runtime: Runtime) -> None:
 
     @app.get("/api/metrics")
     async def api_metrics() -> Any:
-        return metrics_summary(runtime.metrics)
+        return metrics_summary(await runtime.metric_families())
 
     @app.route("/api/cel/validate", methods=["GET", "POST"])
     async def api_cel_validate() -> Any:
@@ -130,35 +131,36 @@ def limiters(runtime: Runtime, now: float) -> list[dict[str, Any]]:
     return out
 
 
-def metrics_summary(metrics: Metrics) -> dict[str, Any]:
+def metrics_summary(families: Iterable[Metric]) -> dict[str, Any]:
     """Requests by route and status, latency percentiles per route (from the histogram buckets)."""
     requests: list[dict[str, Any]] = []
-    buckets: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    counts: dict[tuple[str, str], tuple[float, float]] = {}
+    # per (bind, route), summed over the other labels (method, status, backend...): le → count, and count/sum
+    buckets: dict[tuple[str, str], dict[float, float]] = {}
+    counts: dict[tuple[str, str], list[float]] = {}
     errors: list[dict[str, Any]] = []
     in_flight = 0
-    for metric in metrics.registry.collect():
+    for metric in families:
         for s in metric.samples:
             if s.name == "trioproxy_requests_total":
                 requests.append({"bind": s.labels["bind"], "route": s.labels["route"],
                                  "status": int(s.labels["status"]), "count": int(s.value)})
             elif s.name == "trioproxy_request_duration_seconds_bucket":
                 le = math.inf if s.labels["le"] == "+Inf" else float(s.labels["le"])
-                buckets.setdefault((s.labels["bind"], s.labels["route"]), []).append((le, s.value))
+                series = buckets.setdefault((s.labels["bind"], s.labels["route"]), {})
+                series[le] = series.get(le, 0.0) + s.value
             elif s.name == "trioproxy_request_duration_seconds_count":
-                key = (s.labels["bind"], s.labels["route"])
-                counts[key] = (s.value, counts.get(key, (0.0, 0.0))[1])
+                counts.setdefault((s.labels["bind"], s.labels["route"]), [0.0, 0.0])[0] += s.value
             elif s.name == "trioproxy_request_duration_seconds_sum":
-                key = (s.labels["bind"], s.labels["route"])
-                counts[key] = (counts.get(key, (0.0, 0.0))[0], s.value)
+                counts.setdefault((s.labels["bind"], s.labels["route"]), [0.0, 0.0])[1] += s.value
             elif s.name == "trioproxy_requests_in_flight":
-                in_flight = int(s.value)
+                in_flight += int(s.value)
             elif s.name == "trioproxy_upstream_errors_total":
                 errors.append({"bind": s.labels["bind"], "route": s.labels["route"],
                                "kind": s.labels["kind"], "count": int(s.value)})
     latency = []
-    for (bind, route), points in buckets.items():
-        count, total = counts.get((bind, route), (0.0, 0.0))
+    for (bind, route), series in buckets.items():
+        count, total = counts.get((bind, route), [0.0, 0.0])
+        points = sorted(series.items())
         latency.append({
             "bind": bind, "route": route, "count": int(count),
             "meanSeconds": total / count if count else None,

@@ -20,12 +20,15 @@ import signal
 import socket
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
 from prometheus_client import Counter, Gauge
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from .. import registry
 from ..asgi import ASGIApp, Receive, Scope, Send, send_text, serve_lifespan
@@ -218,6 +221,13 @@ class WorkerPool:
                 handle.process.kill()
 
 
+async def summed_metric_families(runtime: Runtime, pool: WorkerPool) -> list[Metric]:
+    """The supervisor's families plus every worker's, summed (what ``/metrics`` serves), parsed back
+    for the admin API's summary (``/api/metrics``, the web UI's traffic page)."""
+    own, _ = runtime.metrics.exposition()
+    return list(text_string_to_metric_families(merge(own, await pool.expositions()).decode()))
+
+
 def stats_app(runtime: Runtime, pool: WorkerPool) -> ASGIApp:
     """``/metrics`` (and ``/stats/prometheus``): the supervisor's families plus every worker's, summed."""
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -299,6 +309,7 @@ async def serve_supervisor(config: Config, *, workers: int, bind_host: str = "0.
     table = TraceTable.create()
     runtime = Runtime(config, trace=SupervisorTraceHub(table), limiter_factory=limits.limiter)
     pool = WorkerPool(workers, runtime, bind_socks, limits, table, drain_timeout=drain_timeout, log_level=log_level)
+    runtime.metric_families = partial(summed_metric_families, runtime, pool)
     info = ServerInfo(runtime=runtime, ports={port: _address_of(sock).port for port, sock in bind_socks},
                       admin=_address_of(own["admin"]) if "admin" in own else None,
                       stats=_address_of(own["stats"]) if "stats" in own else None,
