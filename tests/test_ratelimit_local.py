@@ -299,3 +299,54 @@ binds:
     assert changed.limiters[listener_key][1] is first.limiters[listener_key][1]
     assert changed.limiters[route_key][1] is not first.limiters[route_key][1]
     assert changed.limiters[route_key][1].buckets[0].tokens == 4
+
+
+# --- edges a mutation run found unguarded (docs/testing.md) ------------------------------
+
+
+def test_validation_messages_and_a_zero_burst():
+    with pytest.raises(ValueError, match="^fillInterval: must be finite$"):
+        LocalRateLimitSpec(1, 1, float("inf"))
+    with pytest.raises(ValueError, match="^localRateLimit: at least one entry is required$"):
+        LocalRateLimiter([], 0.0)
+    assert LocalRateLimitSpec.from_policy(requests=2, burst=0, unit="Seconds") == requests_spec(2)
+
+
+def test_a_charge_leaving_one_token_still_admits_the_next_request():
+    """``charge``'s ``allowed`` orders a limiter's token buckets (``most_constrained``)."""
+    b = TokenBucket(tokens_spec(10), start=0.0)
+    assert b.charge(0.0, 9) == Decision(allowed=True, limit=10, remaining=1, reset_seconds=60)
+    assert b.charge(0.0, 1).allowed is False
+
+
+def test_fills_due_at_an_exact_multiple_of_a_fractional_interval_are_counted():
+    """0.3 / 0.1 is 2.9999999999999996 in floating point: three fills are due, not two."""
+    b = TokenBucket(requests_spec(3, per=1, interval=0.1), start=100.0)
+    b.try_acquire(100.0, cost=3)
+    assert b.peek(100.3).remaining == 3
+    watched = TokenBucket(requests_spec(3, per=1, interval=0.1), start=100.0)
+    watched.try_acquire(100.0, cost=3)
+    assert watched.observe(100.3) == (Decision(True, 3, 3, 1), 3)
+
+
+def test_observe_reports_due_fills_without_crediting_them():
+    """The admin API's view: what ``peek`` would say, but the bucket is not written."""
+    b = TokenBucket(requests_spec(5, per=2, interval=10.0), start=100.0)
+    b.try_acquire(100.0, cost=5)
+    assert b.observe(100.0) == (Decision(False, 5, 0, 10), 0)
+    assert b.observe(113.0) == (Decision(True, 5, 2, 7), 2)
+    assert b.observe(125.0) == (Decision(True, 5, 4, 5), 4)
+    assert b.observe(170.0) == (Decision(True, 5, 5, 10), 5)  # capped at maxTokens
+    assert b.tokens == 0  # nothing credited
+    assert b.peek(113.0) == Decision(True, 5, 2, 7)
+    assert b.observe(113.0) == (Decision(True, 5, 2, 7), 2)  # fills already credited are not counted twice
+    assert b.observe(125.0) == (Decision(True, 5, 4, 5), 4)  # only the fills due since
+    t = TokenBucket(tokens_spec(10), start=0.0)
+    t.charge(0.0, 25)
+    assert t.observe(30.0) == (Decision(False, 10, 0, 30), -15)  # an overshoot: raw balance negative
+
+
+def test_a_limiter_observes_each_of_its_entries():
+    limiter = LocalRateLimiter([requests_spec(2, interval=10.0), tokens_spec(7)], 0.0)
+    limiter.admit(0.0)
+    assert limiter.observe(1.0) == ((Decision(True, 2, 1, 9), 1), (Decision(True, 7, 7, 59), 7))
