@@ -694,3 +694,92 @@ async def test_every_stale_pooled_connection_is_dropped_not_only_the_first(nurse
     assert await get(pool) == b"abcd"
     assert idle(pool) == ["<UpstreamConnection a.test:80 IDLE requests=1>"]
     assert (pool.open_connections, pool.connections_created) == (1, 3)
+
+
+# --- what the pool says when a backend misbehaves --------------------------------------------------
+
+async def test_a_response_head_over_64_kib_is_a_bad_upstream_response(nursery):
+    big = b"x-big: " + b"a" * (64 * 1024) + b"\r\n"
+
+    async def script(end: BackendEnd, index: int) -> None:
+        await end.request()
+        await end.send(b"HTTP/1.1 200 OK\r\n" + big)  # the head does not end within the cap...
+        end.close()  # ...nor ever: without the cap this is a premature close, a different message
+
+    pool, _ = make_pool(nursery, script)
+    with pytest.raises(BadUpstreamResponse, match="invalid upstream response: Receive buffer too long"):
+        await get(pool)
+    assert repr(pool) == "<UpstreamPool open=0 idle={}>"
+
+
+async def test_a_head_just_under_the_cap_is_accepted(nursery):
+    header = b"x-big: " + b"a" * (60 * 1024)
+
+    async def script(end: BackendEnd, index: int) -> None:
+        await end.request()
+        await end.send(ok(b"ok", header))
+
+    pool, _ = make_pool(nursery, script)
+    assert await get(pool) == b"ok"
+
+
+async def test_an_upload_that_fails_mid_body_surfaces_from_the_response_body(nursery):
+    """The backend answers its headers early; when the client's upload then breaks, the body read
+    raises the upload's error (what went wrong), not the backend connection's reset."""
+    class ClientGone(Exception):
+        pass
+
+    headers_read = trio.Event()
+
+    async def script(end: BackendEnd, index: int) -> None:
+        await end.head()
+        await end._event()  # the first chunk
+        await end.send(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhalf")
+        await trio.sleep_forever()
+
+    pool, _ = make_pool(nursery, script)
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"first"
+        await headers_read.wait()
+        raise ClientGone()
+
+    async with trio.open_nursery() as request_nursery:
+        response = await pool.request(A, b"POST", b"/", CHUNKED, body(), nursery=request_nursery)
+        headers_read.set()
+        chunks = []
+        with pytest.raises(ClientGone):
+            async with response:
+                async for chunk in response.body():
+                    chunks.append(chunk)
+        assert chunks == [b"half"]
+    assert repr(pool) == "<UpstreamPool open=0 idle={}>"
+
+
+class BrokenStream(trio.abc.Stream):
+    """A transport whose every send or receive fails as a reset socket does."""
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        raise trio.BrokenResourceError("reset by peer")
+
+    async def wait_send_all_might_not_block(self) -> None:  # pragma: no cover
+        raise trio.BrokenResourceError("reset by peer")
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        raise trio.BrokenResourceError("reset by peer")
+
+    async def send_eof(self) -> None:  # pragma: no cover
+        pass
+
+    async def aclose(self) -> None:  # pragma: no cover
+        pass
+
+
+async def test_a_reset_while_sending_and_while_reading_say_which():
+    conn = UpstreamConnection(BrokenStream(), A)
+    with pytest.raises(BackendUnreachable) as sending:
+        await conn.send(b"GET / HTTP/1.1\r\n\r\n")
+    assert sending.value.message == "upstream connection reset while sending: reset by peer"
+    with pytest.raises(BadUpstreamResponse) as reading:
+        await conn.next_event()
+    assert reading.value.message == "upstream connection reset: reset by peer"
