@@ -783,3 +783,13 @@ async def test_a_reset_while_sending_and_while_reading_say_which():
     with pytest.raises(BadUpstreamResponse) as reading:
         await conn.next_event()
     assert reading.value.message == "upstream connection reset: reset by peer"
+
+
+def test_a_bare_pool_has_the_documented_backend_defaults():
+    """``UpstreamPool()`` (tests, tools) and ``config.backend``'s defaults (what the runtime applies)
+    are one set of numbers: docs/reliability.md documents them once."""
+    from trioproxy.config.model import BackendConnectionSpec
+
+    pool, spec = UpstreamPool(), BackendConnectionSpec()
+    assert (pool.max_idle_per_target, pool.idle_timeout, pool.connect_timeout) == (
+        spec.pool_max_idle, spec.pool_idle_timeout, spec.connect_timeout)
