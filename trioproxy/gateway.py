@@ -166,7 +166,10 @@ class Gateway:
         access.record({k: v for k, v in fields.items() if v is not None}, status, own_error,
                       lambda: {**activation(x), "response": {"code": status}})
 
-    async def _proxy(self, x: Exchange) -> None:
+    async def admit_and_route(self, x: Exchange, method: str) -> tuple[Phase, CompiledRoute]:
+        """Steps 1-3, shared by HTTP requests and WebSocket upgrades (websocket.py): admission,
+        the listener's stages, and route selection (``x.listener``, ``x.route``, ``x.route_match``).
+        Both phases come from the one state read at entry: a reload meanwhile does not mix them."""
         tr = x.tracer
         scope = x.scope
         state = self.runtime.state
@@ -174,7 +177,7 @@ class Gateway:
         # 1. admission
         tr.event("requestStarted")
         tr.snapshot("initial request", x)
-        max_headers = state.config.frontend.max_headers
+        max_headers = state.config.frontend.max_headers  # frontendPolicies.http.http1MaxHeaders
         if len(x.headers) > max_headers:
             raise HeaderTooLarge(f"too many request headers (limit {max_headers})")
         bind = state.binds.get(self.port)
@@ -193,17 +196,21 @@ class Gateway:
         tr.snapshot("gateway policies", x)
 
         # 3. routing
-        selection = table.select(Request(scope["method"], scope["path"], x.host, x.headers,
-                                         scope.get("query_string", b"")))
+        selection = table.select(Request(method, scope["path"], x.host, x.headers, scope.get("query_string", b"")))
         if tr.active:
             tr.event("routeSelection", severity="info" if selection.route else "warn",
                      selectedRoute=selection.route.key if selection.route else None,
                      evaluatedRoutes=list(selection.evaluated))
         if selection.route is None:
             raise RouteNotFound()
-        route = x.route = selection.route
+        x.route = selection.route
         x.route_match = selection.match
-        compiled = state.routes[route.key]
+        return gateway, state.routes[selection.route.key]
+
+    async def _proxy(self, x: Exchange) -> None:
+        tr = x.tracer
+        gateway, compiled = await self.admit_and_route(x, x.scope["method"])
+        route = compiled.route
 
         # requestTimeout: from arrival, over everything from here to the upstream's response
         # headers (route and backend stages, the LLM body read, the upstream call); not over the

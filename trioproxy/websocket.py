@@ -43,10 +43,8 @@ from .errors import (
     BackendUnreachable,
     BadRequest,
     BadUpstreamResponse,
-    HeaderTooLarge,
     ProxyError,
     RequestTimeout,
-    RouteNotFound,
     UpstreamError,
     UpstreamTimeout,
     error_response,
@@ -54,7 +52,6 @@ from .errors import (
 from .exchange import Exchange
 from .policies.headers import forwarded_request_headers, header_value, without_hop_by_hop
 from .policies.ratelimit_local import LocalRateLimiter, most_constrained
-from .routing import Request
 from .trace import NULL_TRACER, activation
 
 if TYPE_CHECKING:
@@ -122,35 +119,8 @@ class WebSocketProxy:
 
     async def _upgrade(self, x: Exchange) -> None:
         tr = x.tracer
-        scope = x.scope
-        state = self.gateway.runtime.state
-        tr.event("requestStarted")
-        tr.snapshot("initial request", x)
-        max_headers = state.config.frontend.max_headers  # frontendPolicies.http.http1MaxHeaders
-        if len(x.headers) > max_headers:
-            raise HeaderTooLarge(f"too many request headers (limit {max_headers})")
-        bind = state.binds.get(self.gateway.port)
-        found = bind.listener_for(x.host) if bind is not None else None
-        if found is None:
-            tr.event("routeSelection", severity="warn", selectedRoute=None, evaluatedRoutes=[])
-            raise RouteNotFound()
-        listener, table = found
-        x.listener = listener
-        gateway = state.listeners[listener.key]
-        tr.policy_selection("gateway", listener.policies)
-        for stage in gateway.request:
-            await stage.request(x)
-        tr.snapshot("gateway policies", x)
-
-        selection = table.select(Request("GET", scope["path"], x.host, x.headers, scope.get("query_string", b"")))
-        if tr.active:
-            tr.event("routeSelection", severity="info" if selection.route else "warn",
-                     selectedRoute=selection.route.key if selection.route else None,
-                     evaluatedRoutes=list(selection.evaluated))
-        if selection.route is None:
-            raise RouteNotFound()
-        route = x.route = selection.route
-        compiled = state.routes[route.key]
+        _, compiled = await self.gateway.admit_and_route(x, "GET")  # an upgrade is a GET
+        route = compiled.route
 
         timeout = route.policies.timeout
         deadline = x.arrival + timeout.request_timeout if timeout and timeout.request_timeout else inf
