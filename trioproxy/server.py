@@ -142,8 +142,11 @@ def _address_of(sock: socket.socket) -> Address:
     return Address(host, port)
 
 
-async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0) -> None:
+async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0,
+                        applied: Callable[[Config], Awaitable[str]] | None = None) -> None:
     """Reload the config file when its content changes; an invalid one is reported and ignored.
+    ``applied``: what else a valid config must reach (a supervisor's workers); it returns the log
+    line's suffix.
 
     Content, not the mtime: two writes within the file system's timestamp resolution (or an
     editor restoring the mtime) would otherwise go unnoticed. A config file is small, so reading
@@ -168,8 +171,9 @@ async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0) 
             runtime.metrics.reload(applied=False)
             continue
         runtime.apply(config)
+        suffix = await applied(config) if applied is not None else ""
         runtime.metrics.reload(applied=True)
-        log.warning("config reloaded from %s", path)
+        log.warning("config reloaded from %s%s", path, suffix)
         log_rejected(config)
 
 

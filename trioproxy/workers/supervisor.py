@@ -32,7 +32,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .. import registry
 from ..asgi import ASGIApp, Receive, Scope, Send, send_text, serve_lifespan
-from ..config import ConfigError, load_config
 from ..config.model import Address, Config
 from ..config.scalars import parse_workers
 from ..runtime import Runtime
@@ -40,13 +39,11 @@ from ..server import (
     ServerInfo,
     StartupError,
     _address_of,
-    _content,
     _counter,
     _listen,
     _serve,
-    log_rejected,
-    reload_problems,
 )
+from ..server import _watch_config as server_watch_config
 from .control import Control
 from .metrics_merge import merge
 from .shared_limits import SharedLimits
@@ -246,31 +243,14 @@ def stats_app(runtime: Runtime, pool: WorkerPool) -> ASGIApp:
 
 async def _watch_config(path: Path, runtime: Runtime, pool: WorkerPool, limits: SharedLimits, *,
                         interval: float = 1.0) -> None:
-    """``server._watch_config`` for a supervisor: validate here, then send the compiled config to every worker."""
-    last = _content(path)
-    while True:
-        await trio.sleep(interval)
-        content = _content(path)
-        if content == last:
-            continue
-        last = content
-        try:
-            config = load_config(path, previous=runtime.state.config)
-            problems = reload_problems(runtime.state.config, config)
-            if problems:
-                raise ConfigError(problems)
-        except ConfigError as error:
-            for problem in error.problems:
-                log.error("config reload rejected, keeping the previous config: %s", problem)
-            runtime.reload_errors = error.problems
-            runtime.metrics.reload(applied=False)
-            continue
-        runtime.apply(config)
+    """``server._watch_config`` for a supervisor: validated here once, then the compiled config
+    goes to every worker (and budgets no entry uses any more are retired from shared memory)."""
+    async def to_workers(config: Config) -> str:
         limits.retire_except(limits.digests(runtime.state.limiters))
-        runtime.metrics.reload(applied=True)
         await pool.broadcast({"t": "reload", "config": config})
-        log.warning("config reloaded from %s (sent to %d workers)", path, len(pool.handles))
-        log_rejected(config)
+        return f" (sent to {len(pool.handles)} workers)"
+
+    await server_watch_config(path, runtime, interval=interval, applied=to_workers)
 
 
 async def serve_supervisor(config: Config, *, workers: int, bind_host: str = "0.0.0.0", drain_timeout: float = 10.0,
