@@ -9,8 +9,8 @@ Sections (one redis-server and one `trioproxy ratelimit-server --redis` started 
    Redis and the load generator on the other; beside ``redis-benchmark -t incr`` (Redis's own ceiling
    for one INCR per request, 50 clients).
 2. ``client``: the gateway-side clients, sequential calls from a Trio task: (a) grpcio's future
-   API bridged into Trio (``client.RlsClient``), (b) the gRPC unary client on the ``h2`` library over
-   a Trio stream (``h2client.H2RlsClient``), (c) gRPC framed by hand on HTTP/2 over a Trio stream
+   API bridged into Trio (``bench/rls_grpcio_client.RlsClient``), (b) the gRPC unary client on the ``h2`` library over
+   a Trio stream (``bench/rls_h2_client.H2RlsClient``), (c) gRPC framed by hand on HTTP/2 over a Trio stream
    (``wire_client.WireRlsClient``, what the gateway uses). Wall time per call (latency) and this
    process's CPU per call (all threads: grpcio's C core works on its own).
 3. ``gateway``: a gateway process with two routes answering ``directResponse`` (no backend noise), one
@@ -33,9 +33,10 @@ from pathlib import Path
 import grpc
 import trio
 
+from bench.rls_grpcio_client import RlsClient
+from bench.rls_h2_client import H2RlsClient
 from tests.rls_helpers import _accepts, _wait, free_port, ratelimit_server, redis_server
-from trioproxy.rls.client import RlsClient
-from trioproxy.rls.h2client import H2RlsClient
+from trioproxy.rls.client import METHOD
 from trioproxy.rls.protos import rls_pb2
 from trioproxy.rls.wire_client import WireRlsClient
 
@@ -47,7 +48,6 @@ descriptors:
   - key: user
     rate_limit: {unit: day, requests_per_unit: 1000000000}
 """
-METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
 
 def cpu_seconds(pid: int) -> float:

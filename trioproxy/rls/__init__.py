@@ -8,7 +8,7 @@
 - ``server``: the ``trioproxy ratelimit-server`` command (gRPC, metrics, reload); ``health``: its
   ``grpc.health.v1`` Check and Watch;
 - ``client``: ``client_for``, the gateway's one client per service; ``wire_client``: the one in use
-  (gRPC framed by hand on HTTP/2 over Trio); ``h2client`` and ``client.RlsClient``: the measured
+  (gRPC framed by hand on HTTP/2 over Trio); bench/rls_h2_client.py and bench/rls_grpcio_client.py: the measured
   alternatives (the ``h2`` library; grpcio bridged into Trio).
 
 See docs/ratelimit-server.md.

@@ -1,6 +1,6 @@
 """gRPC unary calls framed by hand on HTTP/2 over one Trio stream: the gateway's RLS transport.
 
-Why not the ``h2`` library (``h2client.py``, the previous transport): a rate-limit check is one
+Why not the ``h2`` library (bench/rls_h2_client.py, the previous transport): a rate-limit check is one
 tiny request and one tiny answer, and h2's general state machine (header validation and
 normalisation, HPACK encoding with its dynamic table, an event object per frame) cost most of the
 gateway's CPU per check (bench/README.md, "Global rate limiting"). This module does only what a
@@ -344,7 +344,7 @@ class _Connection:
 
 
 class WireRlsClient:
-    """Same surface as ``client.RlsClient``: ``should_rate_limit`` and ``close``."""
+    """``should_rate_limit`` and ``close``; the bench/ alternatives have the same surface."""
 
     def __init__(self, target: str) -> None:
         self.target = target

@@ -18,7 +18,7 @@ import h2.events
 import h2.exceptions
 import trio
 
-from .protos import rls_pb2
+from trioproxy.rls.protos import rls_pb2
 
 PATH = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 MAX_MESSAGE = 4 * 1024 * 1024
@@ -108,7 +108,7 @@ class _Connection:
 
 
 class H2RlsClient:
-    """Same surface as ``client.RlsClient``: ``should_rate_limit`` and ``close``."""
+    """Same surface as ``trioproxy.rls.wire_client.WireRlsClient``: ``should_rate_limit`` and ``close``."""
 
     def __init__(self, target: str) -> None:
         self.target = target
@@ -147,7 +147,7 @@ class H2RlsClient:
         """``descriptors``: ``(entries, hits)``; hits None: one hit; 0: only look; n: add n (tokens)."""
         from google.protobuf import wrappers_pb2  # type: ignore[import-untyped]
 
-        from .client import RlsCallFailed
+        from trioproxy.rls.client import RlsCallFailed
 
         request = rls_pb2.RateLimitRequest(domain=domain)
         for entries, hits in descriptors:
