@@ -285,6 +285,45 @@ async def test_row5_reload_to_an_empty_file_or_other_ports_is_rejected_and_the_o
     assert "restart to listen on new ports" in reload_problems(old, load_config(path))[0]
 
 
+def test_row5_a_reload_names_the_start_only_settings_it_cannot_apply(tmp_path):
+    from trioproxy.config import load_config
+    from trioproxy.server import restart_only_changes
+
+    path = tmp_path / "gw.yaml"
+    text = SIMPLE_YAML.format(port=8080, backend=1)
+    path.write_text(text)
+    old = load_config(path)
+    assert restart_only_changes(old, load_config(path)) == []
+    path.write_text("frontendPolicies: {http: {maxConnections: 5, requestHeaderTimeout: 3s, "
+                    "http1IdleTimeout: 7s, requestBodyIdleTimeout: 9s}}\n" + text)
+    assert restart_only_changes(old, load_config(path)) == [
+        f"frontendPolicies.http.{name}: changed, but it is read at start; restart to apply it"
+        for name in ("maxConnections", "requestHeaderTimeout", "http1IdleTimeout")]
+
+
+async def test_row5_the_watcher_applies_such_a_reload_and_logs_what_waits_for_a_restart(
+        tmp_path, mock_clock, caplog):
+    from trioproxy.config import load_config
+    from trioproxy.runtime import Runtime
+    from trioproxy.server import _watch_config
+
+    mock_clock.autojump_threshold = 0
+    path = tmp_path / "gw.yaml"
+    text = SIMPLE_YAML.format(port=8080, backend=1)
+    path.write_text(text)
+    runtime = Runtime(load_config(path))
+    with caplog.at_level(logging.WARNING, logger="trioproxy"):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_watch_config, path, runtime)
+            await trio.sleep(2)
+            path.write_text("frontendPolicies: {http: {maxConnections: 5, requestBodyIdleTimeout: 9s}}\n" + text)
+            await trio.sleep(2)
+            nursery.cancel_scope.cancel()
+    assert runtime.state.config.frontend.body_idle_timeout == 9.0  # the rest is applied
+    assert "frontendPolicies.http.maxConnections: changed, but it is read at start" in caplog.text
+    assert "requestHeaderTimeout" not in caplog.text
+
+
 def test_row5_validate_only_checks_that_each_port_can_be_bound(tmp_path):
     from tests.conftest import run_cli
 

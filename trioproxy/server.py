@@ -159,9 +159,10 @@ async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0,
         if content == last:
             continue
         last = content
+        old = runtime.state.config
         try:
-            config = load_config(path, previous=runtime.state.config)
-            problems = reload_problems(runtime.state.config, config)
+            config = load_config(path, previous=old)
+            problems = reload_problems(old, config)
             if problems:
                 raise ConfigError(problems)
         except ConfigError as error:
@@ -174,6 +175,8 @@ async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0,
         suffix = await applied(config) if applied is not None else ""
         runtime.metrics.reload(applied=True)
         log.warning("config reloaded from %s%s", path, suffix)
+        for line in restart_only_changes(old, config):
+            log.warning("%s", line)
         log_rejected(config)
 
 
@@ -206,6 +209,17 @@ def reload_problems(old: Config, new: Config) -> list[str]:
     if new.binds and old_ports != new_ports:
         problems.append(f"binds: ports changed ({old_ports} → {new_ports}); restart to listen on new ports")
     return problems
+
+
+#: ``frontendPolicies.http`` settings the accept loop reads once, at start (docs/reliability.md).
+START_ONLY = {"max_connections": "maxConnections", "header_timeout": "requestHeaderTimeout",
+              "idle_timeout": "http1IdleTimeout"}
+
+
+def restart_only_changes(old: Config, new: Config) -> list[str]:
+    """A reload applies everything else; these it cannot, so say so rather than ignore them."""
+    return [f"frontendPolicies.http.{name}: changed, but it is read at start; restart to apply it"
+            for attr, name in START_ONLY.items() if getattr(old.frontend, attr) != getattr(new.frontend, attr)]
 
 
 def _content(path: Path) -> bytes | None:
