@@ -30,7 +30,7 @@ from prometheus_client import Counter, Gauge
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..asgi import ASGIApp, Receive, Scope, Send, send_text, serve_lifespan
+from ..admin.servers import stats_app
 from ..config.model import Config
 from ..config.scalars import parse_workers
 from ..runtime import Runtime
@@ -218,27 +218,16 @@ class WorkerPool:
                 handle.process.kill()
 
 
+async def summed_exposition(pool: WorkerPool, own: bytes) -> bytes:
+    """What ``/metrics`` serves: the supervisor's families (``own``) plus every worker's, summed."""
+    return merge(own, await pool.expositions())
+
+
 async def summed_metric_families(runtime: Runtime, pool: WorkerPool) -> list[Metric]:
-    """The supervisor's families plus every worker's, summed (what ``/metrics`` serves), parsed back
-    for the admin API's summary (``/api/metrics``, the web UI's traffic page)."""
+    """``summed_exposition`` parsed back for the admin API's summary (``/api/metrics``, the web UI's
+    traffic page)."""
     own, _ = runtime.metrics.exposition()
-    return list(text_string_to_metric_families(merge(own, await pool.expositions()).decode()))
-
-
-def stats_app(runtime: Runtime, pool: WorkerPool) -> ASGIApp:
-    """``/metrics`` (and ``/stats/prometheus``): the supervisor's families plus every worker's, summed."""
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await serve_lifespan(receive, send)
-        elif scope["type"] != "http":
-            return
-        elif scope["path"] not in ("/metrics", "/stats/prometheus"):
-            await send_text(send, 404, "not found: try /metrics")
-        else:
-            own, content_type = runtime.metrics.exposition()
-            await send_text(send, 200, merge(own, await pool.expositions()), content_type.encode())
-
-    return app
+    return list(text_string_to_metric_families((await summed_exposition(pool, own)).decode()))
 
 
 async def _watch_config(path: Path, runtime: Runtime, pool: WorkerPool, limits: SharedLimits, *,
@@ -273,7 +262,8 @@ async def serve_supervisor(config: Config, *, workers: int, bind_host: str = "0.
     drained = trio.Event()
     try:
         async with trio.open_nursery() as aux:
-            await serve_own_servers(aux, bound, config, runtime, token, stats=stats_app(runtime, pool),
+            stats = stats_app(runtime.metrics, add=partial(summed_exposition, pool))
+            await serve_own_servers(aux, bound, config, runtime, token, stats=stats,
                                     is_ready=lambda: ready["value"] and not shutdown.is_set() and pool.any_ready(),
                                     drained=drained)
             try:
