@@ -1,7 +1,6 @@
-"""What the tests of the admin server share: the gateway config with a rate-limited route that the
-API and web UI tests read back, and a gateway run as a real process (``python -m trioproxy`` with
-the echo backend beside it) for the tests that drive it from outside as a user would: the web UI in
-a browser, the trace command, the README screenshots."""
+"""A gateway run as a real process (``python -m trioproxy`` with the echo backend beside it), for the
+tests that drive its admin server from outside as a user would: the web UI in a browser, the trace
+command, the README screenshots."""
 
 from __future__ import annotations
 
@@ -14,22 +13,6 @@ from pathlib import Path
 import httpx
 
 from .conftest import ROOT, SIMPLE, free_port
-
-# Placeholders {port}, {backend} and {max_tokens} (the route's budget per minute).
-LIMITED = """\
-binds:
-- port: {port}
-  listeners:
-  - name: main
-    routes:
-    - name: limited
-      matches: [{{path: {{pathPrefix: /limited}}}}]
-      policies:
-        localRateLimit: [{{maxTokens: {max_tokens}, tokensPerFill: {max_tokens}, fillInterval: 60s}}]
-      backends: [{{host: "127.0.0.1:{backend}"}}]
-    - name: echo
-      backends: [{{host: "127.0.0.1:{backend}"}}]
-"""
 
 
 class GatewayProcess:

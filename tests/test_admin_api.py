@@ -19,8 +19,7 @@ from trioproxy.config.dump import config_dump
 from trioproxy.policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
 from trioproxy.server import StartupError, serve_gateway
 
-from .admin_helpers import LIMITED
-from .conftest import LOOPBACK_SERVERS, ROOT, free_port, run_cli, start_gateway
+from .conftest import LIMITED, LOOPBACK_SERVERS, ROOT, SIMPLE, free_port, run_cli, start_gateway
 
 
 async def test_api_config_limiters_metrics_statuses(nursery, backend):
@@ -132,16 +131,7 @@ def test_scrub_hides_the_token_in_events():
         b'{"h":{"x-token":"<redacted>"},"q":"?t=<redacted>"}'
 
 
-OFF_LOOPBACK = """
-config:
-  adminAddr: 0.0.0.0:0
-binds:
-- port: {port}
-  listeners:
-  - routes:
-    - name: echo
-      backends: [{{host: "127.0.0.1:{backend}"}}]
-"""
+OFF_LOOPBACK = "config:\n  adminAddr: 0.0.0.0:0\n" + SIMPLE
 
 
 def _off_loopback(backend_port: int, token: str | None = None) -> Config:

@@ -22,8 +22,8 @@ from playwright.sync_api import expect
 
 from trioproxy.tui.state import TraceView
 
-from .admin_helpers import LIMITED, GatewayProcess
-from .conftest import ROOT
+from .admin_helpers import GatewayProcess
+from .conftest import LIMITED, ROOT
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts" / "webui"
