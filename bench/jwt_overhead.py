@@ -183,9 +183,7 @@ def part_verify(rounds: int) -> list[dict]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    harness.add_run_options(parser, results=RESULTS, quick_help="smoke run: 1 s per run, no warm-up, 1 repeat")
+    parser = harness.run_parser(__doc__, results=RESULTS, quick_help="smoke run: 1 s per run, no warm-up, 1 repeat")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved runs per variant; median reported")
     parser.add_argument("--connections", type=int, default=50, help="wrk connections (default 50)")
     parser.add_argument("--rounds", type=int, default=500, help="tokens per key type in part verify (default 500)")

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 from bench.harness import (
@@ -40,19 +39,20 @@ from bench.harness import (
     Proc,
     Processes,
     Row,
-    add_run_options,
     check_tools_and_cores,
+    connection_counts,
     envoy_binary,
     free_port,
     measure,
     nginx_backend_conf,
     render,
     run_main,
+    run_parser,
     start_nginx,
     start_trioproxy,
     wait_http,
     workspace,
-    write_report,
+    write_table_report,
 )
 from tests.envoy_config import envoy_config
 
@@ -114,10 +114,8 @@ def verdicts(rows: list[Row], connections: int) -> list[str]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_run_options(parser, results=RESULTS,
-                    quick_help="smoke run: 1 s per run, 1 s warm-up, only direct and trioproxy")
+    parser = run_parser(__doc__, results=RESULTS,
+                        quick_help="smoke run: 1 s per run, 1 s warm-up, only direct and trioproxy")
     parser.add_argument("--connections", type=int, default=50, help="concurrent connections (default 50); "
                         "every target is also measured at 1 connection")
     parser.add_argument("--targets", default="direct,nginx,envoy,trioproxy",
@@ -141,7 +139,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> int:
     proxy_cpu, client_cpu = check_tools_and_cores(args)
-    conn_counts = [args.connections] + ([1] if args.connections != 1 else [])
+    conn_counts = connection_counts(args.connections)
 
     rows: list[Row] = []
     notes: list[str] = []
@@ -205,11 +203,7 @@ def run(args: argparse.Namespace) -> int:
           f"wrk and backend on core {client_cpu}; body {len(BODY)} bytes")
     print(render(rows))
     print()
-    write_report(args.json, verdicts(rows, args.connections), notes, {
-        "settings": {"duration_s": args.duration, "warmup_s": args.warmup, "connections": conn_counts,
-                     "proxy_cpu": proxy_cpu, "client_cpu": client_cpu, "body_bytes": len(BODY)},
-        "rows": [{k: v for k, v in asdict(r).items() if k != "wrk"} for r in rows],
-    })
+    write_table_report(args, verdicts(rows, args.connections), notes, rows, proxy_cpu, client_cpu)
     return 0
 
 
