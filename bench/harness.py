@@ -23,7 +23,7 @@ import tempfile
 import textwrap
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository (worktree) root
@@ -395,8 +395,10 @@ def render(rows: list[Row]) -> str:
 # running a script
 
 
-def add_run_options(parser: argparse.ArgumentParser, *, results: Path, quick_help: str) -> None:
-    """Options every wrk-based bench script shares: run length, pinning, output."""
+def run_parser(doc: str, *, results: Path, quick_help: str) -> argparse.ArgumentParser:
+    """The command line of a wrk-based bench script (its doc's first paragraph as description),
+    with the options they all share: run length, pinning, output."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per measured wrk run (default 10)")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of wrk warm-up before each run (default 2)")
     parser.add_argument("--quick", action="store_true", help=quick_help)
@@ -405,6 +407,12 @@ def add_run_options(parser: argparse.ArgumentParser, *, results: Path, quick_hel
     parser.add_argument("--no-pin", action="store_true", help="do not use taskset")
     parser.add_argument("--json", type=Path, default=results, help=f"where to write the results (default {results})")
     parser.add_argument("--keep-tmp", action="store_true", help="keep the temp dir (configs and logs)")
+    return parser
+
+
+def connection_counts(connections: int) -> list[int]:
+    """The wrk runs of a target: at ``connections``, and at 1 (the latency without queueing)."""
+    return [connections] + ([1] if connections != 1 else [])
 
 
 @contextlib.contextmanager
@@ -453,6 +461,17 @@ def write_report(path: Path, verdict_lines: list[str], notes: list[str], data: d
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwrote {path}")
+
+
+def write_table_report(args: argparse.Namespace, verdict_lines: list[str], notes: list[str], rows: list[Row],
+                       proxy_cpu: int, client_cpu: int) -> None:
+    """``write_report`` of a table of wrk rows: the run's settings and every row (without wrk's output)."""
+    write_report(args.json, verdict_lines, notes, {
+        "settings": {"duration_s": args.duration, "warmup_s": args.warmup,
+                     "connections": connection_counts(args.connections), "proxy_cpu": proxy_cpu,
+                     "client_cpu": client_cpu, "body_bytes": len(BODY)},
+        "rows": [{k: v for k, v in asdict(r).items() if k != "wrk"} for r in rows],
+    })
 
 
 def install_signal_handlers() -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from bench import harness
 from bench import policy_overhead as po
+from tests.jwt_helpers import TestKey, jwks, make_key
 
 RESULTS = harness.ROOT / "bench" / "results" / "jwt_overhead.json"
 MAX_JWT_DELTA_MS = 0.15
@@ -37,29 +38,9 @@ ISSUER = "https://idp.bench/realms/bench"
 AUDIENCE = "trioproxy"
 
 
-def make_key(kind: str, kid: str):
-    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
-    from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
-
-    if kind == "RS256":
-        private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        jwk = json.loads(RSAAlgorithm.to_jwk(private.public_key()))
-    elif kind == "ES256":
-        private = ec.generate_private_key(ec.SECP256R1())
-        jwk = json.loads(ECAlgorithm.to_jwk(private.public_key()))
-    else:
-        private = ed25519.Ed25519PrivateKey.generate()
-        jwk = json.loads(OKPAlgorithm.to_jwk(private.public_key()))
-    jwk.update(kid=kid, use="sig", alg=kind)
-    return private, jwk
-
-
-def token(private, kind: str, kid: str, **claims) -> str:
-    import jwt as pyjwt
-
-    now = int(time.time())
-    body = {"iss": ISSUER, "aud": AUDIENCE, "sub": "bench", "exp": now + 3600, "iat": now, "group": "eng", **claims}
-    return pyjwt.encode(body, private, algorithm=kind, headers={"kid": kid})
+def token(key: TestKey, **claims: object) -> str:
+    """A token of ``key`` that the bench's jwtAuth policy accepts."""
+    return key.token({"iss": ISSUER, "sub": "bench", "exp": int(time.time()) + 3600, **claims})
 
 
 def jwt_policies(jwks_path: Path) -> str:
@@ -75,10 +56,10 @@ def wrk_auth_script(path: Path, bearer: str) -> Path:
 def part_gateway(procs: harness.Processes, tmp: Path, args: argparse.Namespace, proxy_cpu: int | None,
                  client_cpu: int | None) -> tuple[list[po.Summary], list[str]]:
     print("== gateway: nginx backend, plain vs jwtAuth RS256", file=sys.stderr, flush=True)
-    private, jwk = make_key("RS256", "bench-rs256")
+    key = make_key("RS256", "bench-rs256")
     jwks_path = tmp / "jwks.json"
-    jwks_path.write_text(json.dumps({"keys": [jwk]}))
-    bearer = token(private, "RS256", "bench-rs256")
+    jwks_path.write_text(json.dumps(jwks(key)))
+    bearer = token(key)
     backend_port = harness.free_port()
     backend = harness.start_nginx(procs, tmp, "backend", harness.nginx_backend_conf(tmp, backend_port), backend_port,
                              client_cpu)
@@ -160,10 +141,10 @@ def part_verify(rounds: int) -> list[dict]:
 
     out = []
     for kind in ("RS256", "ES256", "EdDSA"):
-        private, jwk = make_key(kind, "k")
+        key = make_key(kind, "k")
         verifier = JwtVerifier([(ProviderSpec(ISSUER, JwksSource(inline="{}"), (AUDIENCE,)),
-                                 KeyHolder(parse_jwks({"keys": [jwk]})))])
-        tokens = [token(private, kind, "k", n=i) for i in range(rounds)]
+                                 KeyHolder(parse_jwks(jwks(key))))])
+        tokens = [token(key, n=i) for i in range(rounds)]
         now = time.time()
         full = []
         for t in tokens:
@@ -183,9 +164,7 @@ def part_verify(rounds: int) -> list[dict]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    harness.add_run_options(parser, results=RESULTS, quick_help="smoke run: 1 s per run, no warm-up, 1 repeat")
+    parser = harness.run_parser(__doc__, results=RESULTS, quick_help="smoke run: 1 s per run, no warm-up, 1 repeat")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved runs per variant; median reported")
     parser.add_argument("--connections", type=int, default=50, help="wrk connections (default 50)")
     parser.add_argument("--rounds", type=int, default=500, help="tokens per key type in part verify (default 500)")

@@ -484,9 +484,7 @@ def verdicts(summaries: list[Summary]) -> list[str]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    harness.add_run_options(parser, results=RESULTS, quick_help="smoke run: 1 s per run, no warm-up, 1 repeat")
+    parser = harness.run_parser(__doc__, results=RESULTS, quick_help="smoke run: 1 s per run, no warm-up, 1 repeat")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved runs per variant; median reported")
     parser.add_argument("--connections", type=int, default=50, help="wrk connections, part policy (default 50)")
     parser.add_argument("--sse-connections", type=int, default=10, help="wrk connections, part sse (default 10)")

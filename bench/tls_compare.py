@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 from bench.harness import (
@@ -31,17 +30,18 @@ from bench.harness import (
     NGINX_COMMON,
     BenchError,
     Row,
-    add_run_options,
     check_tools_and_cores,
+    connection_counts,
     free_port,
     measure,
     render,
     run_main,
+    run_parser,
     start_nginx,
     start_trioproxy,
     trioproxy_conf,
     workspace,
-    write_report,
+    write_table_report,
 )
 
 RESULTS = Path(__file__).resolve().parent / "results" / "tls_compare.json"
@@ -97,9 +97,7 @@ def trioproxy_tls_conf(tls_port: int, ca: Path) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_run_options(parser, results=RESULTS, quick_help="smoke run: 1 s per run, 1 s warm-up, trioproxy only")
+    parser = run_parser(__doc__, results=RESULTS, quick_help="smoke run: 1 s per run, 1 s warm-up, trioproxy only")
     parser.add_argument("--connections", type=int, default=50,
                         help="concurrent connections (default 50); every target is also measured at 1")
     parser.add_argument("--targets", default=",".join(TARGETS), help=f"comma-separated subset of {','.join(TARGETS)}")
@@ -120,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as error:  # cryptography is a test dependency
         raise BenchError(f"cannot make certificates: {error}") from None
     proxy_cpu, client_cpu = check_tools_and_cores(args)
-    conn_counts = [args.connections] + ([1] if args.connections != 1 else [])
+    conn_counts = connection_counts(args.connections)
     rows: list[Row] = []
     with workspace("tls_compare-", keep=args.keep_tmp) as (tmp, procs):
         pki = Pki(tmp)
@@ -171,11 +169,7 @@ def run(args: argparse.Namespace) -> int:
         if t and n and n.cpu_ms_per_req > 0:
             lines.append(f"trioproxy vs nginx, TLS @{conns} conns: {t.cpu_ms_per_req / n.cpu_ms_per_req:.0f}x the CPU "
                          "per request")
-    write_report(args.json, lines, [], {
-        "settings": {"duration_s": args.duration, "warmup_s": args.warmup, "connections": conn_counts,
-                     "proxy_cpu": proxy_cpu, "client_cpu": client_cpu, "body_bytes": len(BODY)},
-        "rows": [{k: v for k, v in asdict(r).items() if k != "wrk"} for r in rows],
-    })
+    write_table_report(args, lines, [], rows, proxy_cpu, client_cpu)
     return 0
 
 

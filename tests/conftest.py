@@ -78,6 +78,22 @@ binds:
       backends: [{{host: "127.0.0.1:{backend}"}}]
 """
 
+# SIMPLE plus a route under /limited with a local budget of {max_tokens} requests a minute.
+LIMITED = """\
+binds:
+- port: {port}
+  listeners:
+  - name: main
+    routes:
+    - name: limited
+      matches: [{{path: {{pathPrefix: /limited}}}}]
+      policies:
+        localRateLimit: [{{maxTokens: {max_tokens}, tokensPerFill: {max_tokens}, fillInterval: 60s}}]
+      backends: [{{host: "127.0.0.1:{backend}"}}]
+    - name: echo
+      backends: [{{host: "127.0.0.1:{backend}"}}]
+"""
+
 
 @pytest.fixture
 async def gateway(nursery: trio.Nursery, backend: EchoBackend) -> Gateway:

@@ -14,31 +14,16 @@ import trio
 from trioproxy.admin.api import histogram_quantile, validate_expression
 from trioproxy.admin.auth import is_loopback, presented_tokens
 from trioproxy.admin.trace_stream import scrub, scrub_body
-from trioproxy.config import parse_config
+from trioproxy.config import Config, parse_config
 from trioproxy.config.dump import config_dump
 from trioproxy.policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
 from trioproxy.server import StartupError, serve_gateway
 
-from .conftest import LOOPBACK_SERVERS, ROOT, free_port, run_cli, start_gateway
-
-LIMITED = """
-binds:
-- port: {port}
-  listeners:
-  - name: main
-    routes:
-    - name: limited
-      matches: [{{path: {{pathPrefix: /limited}}}}]
-      policies:
-        localRateLimit: [{{maxTokens: 3, tokensPerFill: 3, fillInterval: 60s}}]
-      backends: [{{host: "127.0.0.1:{backend}"}}]
-    - name: echo
-      backends: [{{host: "127.0.0.1:{backend}"}}]
-"""
+from .conftest import LIMITED, LOOPBACK_SERVERS, ROOT, SIMPLE, free_port, run_cli, start_gateway
 
 
 async def test_api_config_limiters_metrics_statuses(nursery, backend):
-    gw = await start_gateway(nursery, LIMITED, port=free_port(), backend=backend.port)
+    gw = await start_gateway(nursery, LIMITED, port=free_port(), backend=backend.port, max_tokens=3)
     async with httpx.AsyncClient(base_url=gw.admin_url) as admin, gw.client() as client:
         config = (await admin.get("/api/config")).json()
         routes = config["binds"][0]["listeners"][0]["routes"]
@@ -146,22 +131,19 @@ def test_scrub_hides_the_token_in_events():
         b'{"h":{"x-token":"<redacted>"},"q":"?t=<redacted>"}'
 
 
-OFF_LOOPBACK = """
-config:
-  adminAddr: 0.0.0.0:0
-binds:
-- port: {port}
-  listeners:
-  - routes:
-    - name: echo
-      backends: [{{host: "127.0.0.1:{backend}"}}]
-"""
+OFF_LOOPBACK = "config:\n  adminAddr: 0.0.0.0:0\n" + SIMPLE
+
+
+def _off_loopback(backend_port: int, token: str | None = None) -> Config:
+    """OFF_LOOPBACK on a free port, the stats and readiness servers on loopback, ``ADMIN_TOKEN`` = ``token``."""
+    env = {name: value for name, value in LOOPBACK_SERVERS.items() if name != "ADMIN_ADDR"}
+    if token is not None:
+        env["ADMIN_TOKEN"] = token
+    return parse_config(OFF_LOOPBACK.format(port=free_port(), backend=backend_port), env=env)
 
 
 async def test_off_loopback_admin_refuses_to_start_without_token():
-    env = {**LOOPBACK_SERVERS}
-    env.pop("ADMIN_ADDR")
-    config = parse_config(OFF_LOOPBACK.format(port=free_port(), backend=1), env=env)
+    config = _off_loopback(backend_port=1)
     with pytest.raises(StartupError, match=r"config.adminAddr: .*ADMIN_TOKEN"):
         await serve_gateway(config)
 
@@ -190,9 +172,7 @@ def test_admin_token_from_config_env_or_variable():
 
 
 async def test_off_loopback_admin_requires_the_token_everywhere(nursery, backend):
-    env = {**LOOPBACK_SERVERS, "ADMIN_TOKEN": "s3cret-token"}
-    env.pop("ADMIN_ADDR")
-    config = parse_config(OFF_LOOPBACK.format(port=free_port(), backend=backend.port), env=env)
+    config = _off_loopback(backend.port, token="s3cret-token")
     info = await nursery.start(serve_gateway, config)
     base = f"http://127.0.0.1:{info.admin.port}"
     async with httpx.AsyncClient(base_url=base) as admin:
@@ -220,9 +200,7 @@ async def test_off_loopback_admin_requires_the_token_everywhere(nursery, backend
 
 
 async def test_trace_command_sends_admin_token(nursery, backend):
-    env = {**LOOPBACK_SERVERS, "ADMIN_TOKEN": "cli-token"}
-    env.pop("ADMIN_ADDR")
-    config = parse_config(OFF_LOOPBACK.format(port=free_port(), backend=backend.port), env=env)
+    config = _off_loopback(backend.port, token="cli-token")
     info = await nursery.start(serve_gateway, config)
     port = info.ports[config.binds[0].port]
     argv = [sys.executable, "-m", "trioproxy", "trace", "--local", "--proxy-admin-port", str(info.admin.port),
@@ -256,7 +234,7 @@ async def test_ui_files_are_served_from_the_package(nursery, gateway):
 
 async def test_a_configured_token_is_required_on_loopback_too(nursery, backend):
     gw = await start_gateway(nursery, "config:\n  adminToken: loop-token\n" + LIMITED, port=free_port(),
-                             backend=backend.port)
+                             backend=backend.port, max_tokens=3)
     async with httpx.AsyncClient(base_url=gw.admin_url) as admin:
         assert (await admin.get("/api/config")).status_code == 401
         ok = await admin.get("/api/config", headers={"authorization": "Bearer loop-token"})

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import trio
 
-from .conftest import LOOPBACK_SERVERS, ROOT, free_port, run_cli, start_gateway
+from .conftest import LOOPBACK_SERVERS, ROOT, SIMPLE, free_port, run_cli, start_gateway
 
 
 def write(tmp_path, text: str, name: str = "gw.yaml") -> str:
@@ -102,13 +102,7 @@ async def _wait_ports(proc: subprocess.Popen) -> dict[str, int]:
 
 async def test_sigterm_drains_the_request_in_flight_and_exits_0(tmp_path, backend):
     port = free_port()
-    path = write(tmp_path, f"""
-        binds:
-        - port: {port}
-          listeners:
-          - routes:
-            - backends: [{{host: "127.0.0.1:{backend.port}"}}]
-    """)
+    path = write(tmp_path, SIMPLE.format(port=port, backend=backend.port))
     proc = subprocess.Popen([sys.executable, "-m", "trioproxy", "--config", path], cwd=ROOT, text=True,
                             stderr=subprocess.PIPE, env={**os.environ, **LOOPBACK_SERVERS})
     try:
@@ -140,13 +134,7 @@ async def test_sigterm_drains_the_request_in_flight_and_exits_0(tmp_path, backen
 
 async def test_a_second_signal_stops_at_once_without_waiting_for_the_drain(tmp_path, backend):
     port = free_port()
-    path = write(tmp_path, f"""
-        binds:
-        - port: {port}
-          listeners:
-          - routes:
-            - backends: [{{host: "127.0.0.1:{backend.port}"}}]
-    """)
+    path = write(tmp_path, SIMPLE.format(port=port, backend=backend.port))
     # A drain that would outlast the test: only the second signal can end the process in time.
     proc = subprocess.Popen([sys.executable, "-m", "trioproxy", "--config", path, "--drain-timeout", "600"],
                             cwd=ROOT, text=True, stderr=subprocess.PIPE, env={**os.environ, **LOOPBACK_SERVERS})

@@ -6,21 +6,7 @@ import json
 
 import trio
 
-from tests.conftest import free_port, start_gateway
-
-CONFIG = """
-binds:
-- port: {port}
-  listeners:
-  - routes:
-    - name: limited
-      matches: [{{path: {{pathPrefix: /limited}}}}]
-      policies:
-        localRateLimit: [{{maxTokens: 1, tokensPerFill: 1, fillInterval: 1h}}]
-      backends: [{{host: "127.0.0.1:{backend}"}}]
-    - name: echo
-      backends: [{{host: "127.0.0.1:{backend}"}}]
-"""
+from tests.conftest import LIMITED, free_port, start_gateway
 
 
 async def read_head(stream: trio.SocketStream, buffer: bytearray) -> bytes:
@@ -49,7 +35,7 @@ def request(path: str, body: bytes) -> bytes:
 
 
 async def test_the_body_follows_the_100_and_reaches_the_backend(nursery, backend):
-    gw = await start_gateway(nursery, CONFIG, port=free_port(), backend=backend.port)
+    gw = await start_gateway(nursery, LIMITED, port=free_port(), backend=backend.port, max_tokens=1)
     stream = await trio.open_tcp_stream("127.0.0.1", gw.info.ports[gw.port])
     buffer = bytearray()
     with trio.fail_after(5):
@@ -71,7 +57,7 @@ async def test_the_body_follows_the_100_and_reaches_the_backend(nursery, backend
 
 
 async def test_a_refused_request_gets_its_answer_instead_of_100_and_never_sends_the_body(nursery, backend):
-    gw = await start_gateway(nursery, CONFIG, port=free_port(), backend=backend.port)
+    gw = await start_gateway(nursery, LIMITED, port=free_port(), backend=backend.port, max_tokens=1)
     async with gw.client() as client:
         assert (await client.get("/limited")).status_code == 200  # spends the one token
     requests_before = backend.requests

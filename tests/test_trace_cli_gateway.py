@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import select
 import shlex
 import shutil
@@ -16,51 +15,18 @@ import time
 import httpx
 import pytest
 
+from .admin_helpers import GatewayProcess
 from .conftest import ROOT, free_port
 from .test_trace import GET_SEQUENCE, shape
 from .test_tui_app import Tmux, _details
 
 
-class RealGateway:
-    """``python -m trioproxy`` and the echo backend as subprocesses, on free loopback ports."""
-
-    def __init__(self, tmp_path) -> None:
-        self.backend_port, self.port, self.admin_port = free_port(), free_port(), free_port()
-        self.env = {**os.environ, "PYTHONPATH": str(ROOT), "TRIOPROXY_RUNTIME_DIR": str(tmp_path / "runtime"),
-                    "ADMIN_ADDR": f"127.0.0.1:{self.admin_port}", "STATS_ADDR": "127.0.0.1:0",
-                    "READINESS_ADDR": "127.0.0.1:0"}
-        config = tmp_path / "gw.yaml"
-        config.write_text(f"binds:\n- port: {self.port}\n  listeners:\n  - routes:\n    - name: echo\n"
-                          f"      backends: [{{host: '127.0.0.1:{self.backend_port}'}}]\n")
-        self.procs = [
-            subprocess.Popen([sys.executable, "-m", "fixtures.echo_backend", "--port", str(self.backend_port)],
-                             cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL),
-            subprocess.Popen([sys.executable, "-m", "trioproxy", "--config", str(config)], cwd=ROOT, env=self.env,
-                             stderr=subprocess.DEVNULL),
-        ]
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{self.admin_port}/config_dump", timeout=1)
-                httpx.get(f"http://127.0.0.1:{self.backend_port}/", timeout=1)
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+class RealGateway(GatewayProcess):
+    """A gateway process with one route to the echo backend, and the trace command run against it."""
 
     def trace(self, *args: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "trioproxy", *args], cwd=ROOT, capture_output=True, text=True,
                               env={**self.env, **(extra_env or {})}, timeout=30)
-
-    def close(self) -> None:
-        for proc in self.procs:
-            proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 @pytest.fixture

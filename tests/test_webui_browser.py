@@ -22,7 +22,8 @@ from playwright.sync_api import expect
 
 from trioproxy.tui.state import TraceView
 
-from .conftest import ROOT, free_port
+from .admin_helpers import GatewayProcess
+from .conftest import LIMITED, ROOT
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts" / "webui"
@@ -31,70 +32,9 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium not installed")
 
-CONFIG = """\
-binds:
-- port: {port}
-  listeners:
-  - name: main
-    routes:
-    - name: limited
-      matches: [{{path: {{pathPrefix: /limited}}}}]
-      policies:
-        localRateLimit: [{{maxTokens: 5, tokensPerFill: 5, fillInterval: 60s}}]
-      backends: [{{host: "127.0.0.1:{backend}"}}]
-    - name: echo
-      backends: [{{host: "127.0.0.1:{backend}"}}]
-"""
-
-
-class UIGateway:
-    """``python -m trioproxy`` and the echo backend as subprocesses on free loopback ports."""
-
-    def __init__(self, tmp: Path, *, admin_host: str = "127.0.0.1", token: str | None = None,
-                 config_text: str = CONFIG) -> None:
-        self.backend_port, self.port, self.admin_port = free_port(), free_port(), free_port()
-        self.env = {**os.environ, "PYTHONPATH": str(ROOT), "TRIOPROXY_RUNTIME_DIR": str(tmp / "runtime"),
-                    "ADMIN_ADDR": f"{admin_host}:{self.admin_port}", "STATS_ADDR": "127.0.0.1:0",
-                    "READINESS_ADDR": "127.0.0.1:0"}
-        self.env.pop("ADMIN_TOKEN", None)
-        if token:
-            self.env["ADMIN_TOKEN"] = token
-        config = self.config = tmp / "gw.yaml"
-        config.write_text(config_text.format(port=self.port, backend=self.backend_port))
-        self.log = open(tmp / "gateway.log", "wb")
-        self.procs = [
-            subprocess.Popen([sys.executable, "-m", "fixtures.echo_backend", "--port", str(self.backend_port)],
-                             cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL),
-            subprocess.Popen([sys.executable, "-m", "trioproxy", "--config", str(config)], cwd=ROOT, env=self.env,
-                             stderr=self.log),
-        ]
-        self.admin = f"http://127.0.0.1:{self.admin_port}"
-        self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(f"{self.admin}/api/auth", timeout=1).raise_for_status()
-                httpx.get(f"http://127.0.0.1:{self.backend_port}/", timeout=1)
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
-    def close(self) -> None:
-        for proc in self.procs:
-            proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        self.log.close()
-
-
 @pytest.fixture(scope="module")
 def ui_gateway(tmp_path_factory):
-    gw = UIGateway(tmp_path_factory.mktemp("webui"))
+    gw = GatewayProcess(tmp_path_factory.mktemp("webui"), config_text=LIMITED, max_tokens=5)
     yield gw
     gw.close()
 
@@ -112,7 +52,7 @@ def browser():
 class Page:
     """A playwright page that records console errors and page errors."""
 
-    def __init__(self, browser, gw: UIGateway, width: int = 1280, height: int = 800) -> None:
+    def __init__(self, browser, gw: GatewayProcess, width: int = 1280, height: int = 800) -> None:
         self.context = browser.new_context(viewport={"width": width, "height": height}, accept_downloads=True)
         self.page = self.context.new_page()
         self.page.set_default_timeout(15_000)
@@ -294,7 +234,7 @@ def test_rate_limit_page_shows_the_budget_going_down(page, ui_gateway):
     page.shot("ratelimits-after")
 
 
-def _wait_reload(gw: UIGateway, ok: bool) -> dict:
+def _wait_reload(gw: GatewayProcess, ok: bool) -> dict:
     deadline = time.monotonic() + 20
     while True:
         state = httpx.get(f"{gw.admin}/api/statuses").json()["reload"]
@@ -344,7 +284,7 @@ def test_overview_renders_resource_statuses(page):
 
 
 def test_off_loopback_ui_asks_for_the_admin_token(browser, tmp_path):
-    gw = UIGateway(tmp_path, admin_host="0.0.0.0", token="t0ken-for-ui")
+    gw = GatewayProcess(tmp_path, admin_host="0.0.0.0", token="t0ken-for-ui", config_text=LIMITED, max_tokens=5)
     try:
         page = Page(browser, gw)
         ui = page.page

@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import expect, sync_playwright
 
-from .test_webui_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, Page, UIGateway
+from .admin_helpers import GatewayProcess
+from .test_webui_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, Page
 
 OUT = ROOT / "docs" / "images"
 # The tests' gateway plus a listener-wide budget and a two-entry route limit, to show more rows.
@@ -42,7 +43,7 @@ binds:
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
-        gw = UIGateway(Path(tmp), config_text=CONFIG)
+        gw = GatewayProcess(Path(tmp), config_text=CONFIG)
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             for path in ("/", "/api/users", "/api/users/7", "/static/app.js", "/missing-page"):

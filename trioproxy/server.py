@@ -142,6 +142,96 @@ def _address_of(sock: socket.socket) -> Address:
     return Address(host, port)
 
 
+def check_admin_token(config: Config) -> str | None:
+    """The admin token; an admin server off loopback without one is a startup error."""
+    from .admin.auth import admin_token, is_loopback
+
+    servers = config.servers
+    token = admin_token(config)
+    if not token and "admin" not in servers.off and not is_loopback(servers.admin.host):
+        raise StartupError(f"config.adminAddr: the admin server on {servers.admin} is not loopback-only and"
+                           " needs a bearer token: set ADMIN_TOKEN (or config.adminToken)")
+    return token
+
+
+@attrs.define
+class BoundSockets:
+    """Every socket a gateway (or a supervisor) serves on, bound before anything runs."""
+
+    binds: dict[int, socket.socket]  # configured bind port -> its listening socket
+    own: dict[str, socket.socket]  # the admin, stats and readiness servers not set to off
+
+    def server_info(self, runtime: Runtime, shutdown: trio.Event) -> ServerInfo:
+        own = {name: _address_of(sock) for name, sock in self.own.items()}
+        return ServerInfo(runtime=runtime, ports={port: _address_of(sock).port for port, sock in self.binds.items()},
+                          admin=own.get("admin"), stats=own.get("stats"), readiness=own.get("readiness"),
+                          shutdown=shutdown)
+
+
+def bind_sockets(config: Config, bind_host: str) -> BoundSockets:
+    """Bind every socket up front: errors name the config place, and nothing runs half-started
+    (on an error the sockets bound so far are closed again)."""
+    servers = config.servers
+    sockets: list[socket.socket] = []
+    try:
+        binds = {}
+        for i, bind in enumerate(config.binds):
+            binds[bind.port] = _listen(Address(bind_host, bind.port), f"binds[{i}].port")
+            sockets.append(binds[bind.port])
+        own = {}
+        for name, address in (("admin", servers.admin), ("stats", servers.stats), ("readiness", servers.readiness)):
+            if name not in servers.off:
+                own[name] = _listen(address, f"config.{name}Addr")
+                sockets.append(own[name])
+    except StartupError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return BoundSockets(binds, own)
+
+
+async def serve_own_servers(nursery: trio.Nursery, bound: BoundSockets, config: Config, runtime: Runtime,
+                            token: str | None, *, is_ready: Callable[[], bool], stats: Any,
+                            drained: trio.Event) -> None:
+    """Start the readiness, stats (the ASGI app ``stats``) and admin servers that are not off; each
+    stops once ``drained`` is set, after the binds (readiness answers 503 while they drain)."""
+    from .admin.app import create_admin_app
+    from .admin.auth import is_loopback
+    from .admin.host_check import require_loopback_host
+    from .admin.servers import readiness_app
+
+    own, metrics = bound.own, runtime.metrics
+    if "readiness" in own:
+        await nursery.start(_serve, readiness_app(is_ready), own["readiness"], 1.0, drained,
+                            _counter("readiness", 256, metrics))
+    if "stats" in own:
+        await nursery.start(_serve, stats, own["stats"], 1.0, drained, _counter("stats", 256, metrics))
+    if "admin" in own:
+        admin_app = create_admin_app(runtime, token=token)
+        if is_loopback(config.servers.admin.host):
+            admin_app = require_loopback_host(admin_app)  # DNS rebinding: 421 for other Host names
+        await nursery.start(_serve, admin_app, own["admin"], 1.0, drained, _counter("admin", 1024, metrics))
+
+
+def register_gateway(config: Config, info: ServerInfo) -> registry.Registration:
+    """Let ``trioproxy trace gateway/NAME`` find this gateway's admin server (until closed)."""
+    admin = info.admin
+    admin_addr = "" if admin is None else \
+        f"{'127.0.0.1' if admin.host in ('0.0.0.0', '::') else admin.host}:{admin.port}"
+    ports = [*info.ports.values(), *(a.port for a in (info.admin, info.stats, info.readiness) if a)]
+    return registry.register(config.gateway_names, admin_addr, ports)
+
+
+def print_listening(config: Config, info: ServerInfo) -> None:
+    """The CLI's start lines: one per bind and per admin, stats and readiness server."""
+    schemes = {bind.port: "https" if bind.tls else "http" for bind in config.binds}
+    for port, actual in info.ports.items():
+        print(f"trioproxy: bind {port} listening on {schemes[port]}://0.0.0.0:{actual}", file=sys.stderr, flush=True)
+    for name, address in (("admin", info.admin), ("stats", info.stats), ("readiness", info.readiness)):
+        if address is not None:
+            print(f"trioproxy: {name} listening on http://{address}", file=sys.stderr, flush=True)
+
+
 async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0,
                         applied: Callable[[Config], Awaitable[str]] | None = None) -> None:
     """Reload the config file when its content changes; an invalid one is reported and ignored.
@@ -240,64 +330,27 @@ async def serve_gateway(
     task_status: trio.TaskStatus[ServerInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run a gateway until ``shutdown`` is set; report a ``ServerInfo`` once every bind listens."""
-    from .admin.app import create_admin_app
-    from .admin.auth import admin_token, is_loopback
-    from .admin.host_check import require_loopback_host
-    from .admin.servers import readiness_app, stats_app
+    from .admin.servers import stats_app
 
     shutdown = shutdown if shutdown is not None else trio.Event()
-    servers = config.servers
-    token = admin_token(config)
-    if not token and "admin" not in servers.off and not is_loopback(servers.admin.host):
-        raise StartupError(f"config.adminAddr: the admin server on {servers.admin} is not loopback-only and"
-                           " needs a bearer token: set ADMIN_TOKEN (or config.adminToken)")
+    token = check_admin_token(config)
     nofile = raise_nofile_limit()
     # Keep a margin of descriptors for backend connections, the admin side and files.
     max_connections = config.frontend.max_connections or min(
         DEFAULT_MAX_CONNECTIONS, max(16, (nofile - 256) // 2 // max(1, len(config.binds))))
     tls_contexts = _tls_contexts(config)
     runtime = Runtime(config)
-    # Bind every socket up front: errors name the place, and nothing runs half-started.
-    sockets: list[socket.socket] = []
-    try:
-        bind_socks = {}
-        for i, bind in enumerate(config.binds):
-            bind_socks[bind.port] = _listen(Address(bind_host, bind.port), f"binds[{i}].port")
-            sockets.append(bind_socks[bind.port])
-        own: dict[str, socket.socket] = {}  # the admin, stats and readiness servers not set to off
-        for name, address in (("admin", servers.admin), ("stats", servers.stats), ("readiness", servers.readiness)):
-            if name not in servers.off:
-                own[name] = _listen(address, f"config.{name}Addr")
-                sockets.append(own[name])
-    except StartupError:
-        for sock in sockets:
-            sock.close()
-        raise
-    info = ServerInfo(
-        runtime=runtime,
-        ports={port: _address_of(sock).port for port, sock in bind_socks.items()},
-        admin=_address_of(own["admin"]) if "admin" in own else None,
-        stats=_address_of(own["stats"]) if "stats" in own else None,
-        readiness=_address_of(own["readiness"]) if "readiness" in own else None,
-        shutdown=shutdown,
-    )
+    bound = bind_sockets(config, bind_host)
+    info = bound.server_info(runtime, shutdown)
     ready = {"value": False}
     drained = trio.Event()  # the binds finished draining: now the admin side may stop too
     async with trio.open_nursery() as aux:
         metrics = runtime.metrics
-        if "readiness" in own:
-            await aux.start(_serve, readiness_app(lambda: ready["value"] and not shutdown.is_set()), own["readiness"],
-                            1.0, drained, _counter("readiness", 256, metrics))
-        if "stats" in own:
-            await aux.start(_serve, stats_app(metrics), own["stats"], 1.0, drained, _counter("stats", 256, metrics))
-        if "admin" in own:
-            admin_app = create_admin_app(runtime, token=token)
-            if is_loopback(servers.admin.host):
-                admin_app = require_loopback_host(admin_app)  # DNS rebinding: 421 for other Host names
-            await aux.start(_serve, admin_app, own["admin"], 1.0, drained, _counter("admin", 1024, metrics))
+        await serve_own_servers(aux, bound, config, runtime, token, stats=stats_app(metrics),
+                                is_ready=lambda: ready["value"] and not shutdown.is_set(), drained=drained)
         try:
             async with trio.open_nursery() as binds:
-                for port, sock in bind_socks.items():
+                for port, sock in bound.binds.items():
                     front = FrontDoor(Gateway(runtime, port),
                                       max_in_flight=lambda: runtime.state.config.frontend.max_in_flight,
                                       on_reject=partial(_count_reject, metrics, str(port)))
@@ -311,12 +364,7 @@ async def serve_gateway(
                         background.start_soon(_watch_config, Path(config_path), runtime)
                     if extra_tasks is not None:
                         await extra_tasks(background, info)
-                    # Let `trioproxy trace gateway/NAME` find this gateway's admin server.
-                    admin = info.admin
-                    admin_addr = "" if admin is None else \
-                        f"{'127.0.0.1' if admin.host in ('0.0.0.0', '::') else admin.host}:{admin.port}"
-                    ports = [*info.ports.values(), *(a.port for a in (info.admin, info.stats, info.readiness) if a)]
-                    with registry.register(config.gateway_names, admin_addr, ports):
+                    with register_gateway(config, info):
                         ready["value"] = True
                         task_status.started(info)
                         await shutdown.wait()
@@ -353,9 +401,4 @@ async def run_until_signalled(config: Config, *, config_path: str | None, drain_
 
             nursery.start_soon(on_signals)
             info = await nursery.start(gateway)
-            schemes = {bind.port: "https" if bind.tls else "http" for bind in config.binds}
-            for port, actual in info.ports.items():
-                print(f"trioproxy: bind {port} listening on {schemes[port]}://0.0.0.0:{actual}", file=sys.stderr, flush=True)
-            for name, address in (("admin", info.admin), ("stats", info.stats), ("readiness", info.readiness)):
-                if address is not None:
-                    print(f"trioproxy: {name} listening on http://{address}", file=sys.stderr, flush=True)
+            print_listening(config, info)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from ..asgi import ASGIApp, Receive, Scope, Send, send_text, serve_lifespan
 from ..metrics import Metrics
 
 
-def stats_app(metrics: Metrics) -> ASGIApp:
+def stats_app(metrics: Metrics, add: Callable[[bytes], Awaitable[bytes]] | None = None) -> ASGIApp:
+    """``add``: what else ``/metrics`` carries beside this process's families (a supervisor's: its
+    workers', summed in)."""
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await serve_lifespan(receive, send)
@@ -18,7 +20,7 @@ def stats_app(metrics: Metrics) -> ASGIApp:
             await send_text(send, 404, "not found: try /metrics")
         else:
             body, content_type = metrics.exposition()
-            await send_text(send, 200, body, content_type.encode())
+            await send_text(send, 200, body if add is None else await add(body), content_type.encode())
 
     return app
 

@@ -23,13 +23,11 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import logging
-import mmap
-import os
 import struct
-import tempfile
 import time
 
 from ..policies.ratelimit_local import Decision, LocalRateLimiter, LocalRateLimitSpec
+from . import shared_memory
 
 log = logging.getLogger("trioproxy")
 
@@ -51,20 +49,14 @@ class SharedLimits:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.mm = mmap.mmap(fd, 0)
-        if self.mm[:8] != _MAGIC:
-            raise ValueError("shared limits: not a trioproxy slot table")
+        self.mm = shared_memory.attach(fd, _MAGIC, "shared limits: not a trioproxy slot table")
         self.capacity: int = struct.unpack_from("<q", self.mm, 8)[0]
         self.clock = time.monotonic  # the clock shared by every process (tests replace it)
 
     @classmethod
     def create(cls, capacity: int = DEFAULT_CAPACITY) -> SharedLimits:
-        directory = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        fd, path = tempfile.mkstemp(prefix="trioproxy-limits-", dir=directory)
-        os.unlink(path)  # only inherited descriptors reach it; nothing to clean up
-        os.ftruncate(fd, _HEADER + capacity * _SLOT.size)
-        os.pwrite(fd, _MAGIC + struct.pack("<q", capacity), 0)
-        return cls(fd)
+        return cls(shared_memory.create("trioproxy-limits-", _HEADER + capacity * _SLOT.size,
+                                        _MAGIC + struct.pack("<q", capacity)))
 
     def _offset(self, index: int) -> int:
         return _HEADER + index * _SLOT.size

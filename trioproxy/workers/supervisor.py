@@ -30,18 +30,18 @@ from prometheus_client import Counter, Gauge
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from .. import registry
-from ..asgi import ASGIApp, Receive, Scope, Send, send_text, serve_lifespan
-from ..config.model import Address, Config
+from ..admin.servers import stats_app
+from ..config.model import Config
 from ..config.scalars import parse_workers
 from ..runtime import Runtime
 from ..server import (
     ServerInfo,
     StartupError,
-    _address_of,
-    _counter,
-    _listen,
-    _serve,
+    bind_sockets,
+    check_admin_token,
+    print_listening,
+    register_gateway,
+    serve_own_servers,
 )
 from ..server import _watch_config as server_watch_config
 from .control import Control
@@ -218,27 +218,16 @@ class WorkerPool:
                 handle.process.kill()
 
 
+async def summed_exposition(pool: WorkerPool, own: bytes) -> bytes:
+    """What ``/metrics`` serves: the supervisor's families (``own``) plus every worker's, summed."""
+    return merge(own, await pool.expositions())
+
+
 async def summed_metric_families(runtime: Runtime, pool: WorkerPool) -> list[Metric]:
-    """The supervisor's families plus every worker's, summed (what ``/metrics`` serves), parsed back
-    for the admin API's summary (``/api/metrics``, the web UI's traffic page)."""
+    """``summed_exposition`` parsed back for the admin API's summary (``/api/metrics``, the web UI's
+    traffic page)."""
     own, _ = runtime.metrics.exposition()
-    return list(text_string_to_metric_families(merge(own, await pool.expositions()).decode()))
-
-
-def stats_app(runtime: Runtime, pool: WorkerPool) -> ASGIApp:
-    """``/metrics`` (and ``/stats/prometheus``): the supervisor's families plus every worker's, summed."""
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await serve_lifespan(receive, send)
-        elif scope["type"] != "http":
-            return
-        elif scope["path"] not in ("/metrics", "/stats/prometheus"):
-            await send_text(send, 404, "not found: try /metrics")
-        else:
-            own, content_type = runtime.metrics.exposition()
-            await send_text(send, 200, merge(own, await pool.expositions()), content_type.encode())
-
-    return app
+    return list(text_string_to_metric_families((await summed_exposition(pool, own)).decode()))
 
 
 async def _watch_config(path: Path, runtime: Runtime, pool: WorkerPool, limits: SharedLimits, *,
@@ -259,58 +248,24 @@ async def serve_supervisor(config: Config, *, workers: int, bind_host: str = "0.
                            task_status: trio.TaskStatus[tuple[ServerInfo, WorkerPool]] = trio.TASK_STATUS_IGNORED,
                            ) -> None:
     """``server.serve_gateway`` with N worker processes serving the binds."""
-    from ..admin.app import create_admin_app
-    from ..admin.auth import admin_token, is_loopback
-    from ..admin.host_check import require_loopback_host
-    from ..admin.servers import readiness_app
-
     shutdown = shutdown if shutdown is not None else trio.Event()
-    servers = config.servers
-    token = admin_token(config)
-    if not token and "admin" not in servers.off and not is_loopback(servers.admin.host):
-        raise StartupError(f"config.adminAddr: the admin server on {servers.admin} is not loopback-only and"
-                           " needs a bearer token: set ADMIN_TOKEN (or config.adminToken)")
-    sockets: list[socket.socket] = []
-    try:
-        bind_socks = []
-        for i, bind in enumerate(config.binds):
-            bind_socks.append((bind.port, _listen(Address(bind_host, bind.port), f"binds[{i}].port")))
-            sockets.append(bind_socks[-1][1])
-        own: dict[str, socket.socket] = {}  # the admin, stats and readiness servers not set to off
-        for name, address in (("admin", servers.admin), ("stats", servers.stats), ("readiness", servers.readiness)):
-            if name not in servers.off:
-                own[name] = _listen(address, f"config.{name}Addr")
-                sockets.append(own[name])
-    except StartupError:
-        for sock in sockets:
-            sock.close()
-        raise
+    token = check_admin_token(config)
+    bound = bind_sockets(config, bind_host)
+    bind_socks = list(bound.binds.items())
     limits = SharedLimits.create()
     table = TraceTable.create()
     runtime = Runtime(config, trace=SupervisorTraceHub(table), limiter_factory=limits.limiter)
     pool = WorkerPool(workers, runtime, bind_socks, limits, table, drain_timeout=drain_timeout, log_level=log_level)
     runtime.metric_families = partial(summed_metric_families, runtime, pool)
-    info = ServerInfo(runtime=runtime, ports={port: _address_of(sock).port for port, sock in bind_socks},
-                      admin=_address_of(own["admin"]) if "admin" in own else None,
-                      stats=_address_of(own["stats"]) if "stats" in own else None,
-                      readiness=_address_of(own["readiness"]) if "readiness" in own else None,
-                      shutdown=shutdown)
+    info = bound.server_info(runtime, shutdown)
     ready = {"value": False}
     drained = trio.Event()
     try:
         async with trio.open_nursery() as aux:
-            metrics = runtime.metrics
-            if "readiness" in own:
-                await aux.start(_serve, readiness_app(lambda: ready["value"] and not shutdown.is_set() and pool.any_ready()),
-                                own["readiness"], 1.0, drained, _counter("readiness", 256, metrics))
-            if "stats" in own:
-                await aux.start(_serve, stats_app(runtime, pool), own["stats"], 1.0, drained,
-                                _counter("stats", 256, metrics))
-            if "admin" in own:
-                admin_app = create_admin_app(runtime, token=token)
-                if is_loopback(servers.admin.host):
-                    admin_app = require_loopback_host(admin_app)
-                await aux.start(_serve, admin_app, own["admin"], 1.0, drained, _counter("admin", 1024, metrics))
+            stats = stats_app(runtime.metrics, add=partial(summed_exposition, pool))
+            await serve_own_servers(aux, bound, config, runtime, token, stats=stats,
+                                    is_ready=lambda: ready["value"] and not shutdown.is_set() and pool.any_ready(),
+                                    drained=drained)
             try:
                 async with trio.open_nursery() as running:
                     for index in range(workers):
@@ -318,11 +273,7 @@ async def serve_supervisor(config: Config, *, workers: int, bind_host: str = "0.
                     async with trio.open_nursery() as background:
                         if config_path is not None:
                             background.start_soon(_watch_config, Path(config_path), runtime, pool, limits)
-                        admin = info.admin
-                        admin_addr = "" if admin is None else \
-                            f"{'127.0.0.1' if admin.host in ('0.0.0.0', '::') else admin.host}:{admin.port}"
-                        ports = [*info.ports.values(), *(a.port for a in (info.admin, info.stats, info.readiness) if a)]
-                        with registry.register(config.gateway_names, admin_addr, ports):
+                        with register_gateway(config, info):
                             ready["value"] = True
                             task_status.started((info, pool))
                             await shutdown.wait()
@@ -373,8 +324,4 @@ async def run_supervisor(config: Config, *, workers: int, config_path: str | Non
             nursery.start_soon(on_signals)
             info, pool = await nursery.start(supervisor)
             pools.append(pool)
-            for port, actual in info.ports.items():
-                print(f"trioproxy: bind {port} listening on http://0.0.0.0:{actual}", file=sys.stderr, flush=True)
-            for name, address in (("admin", info.admin), ("stats", info.stats), ("readiness", info.readiness)):
-                if address is not None:
-                    print(f"trioproxy: {name} listening on http://{address}", file=sys.stderr, flush=True)
+            print_listening(config, info)

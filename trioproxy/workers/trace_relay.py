@@ -13,10 +13,7 @@ the supervisor feeds them to the watcher's stream as if the request had been its
 from __future__ import annotations
 
 import fcntl
-import mmap
-import os
 import struct
-import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,6 +21,7 @@ import trio
 
 from ..cel import CelError, compile_expression
 from ..trace import TraceHub, Tracer, Watcher
+from . import shared_memory
 
 _MAGIC = b"TPTRACE1"
 _FLAG_AT = 8  # 1 while some slot waits
@@ -40,18 +38,11 @@ class TraceTable:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.mm = mmap.mmap(fd, 0)
-        if self.mm[:8] != _MAGIC:
-            raise ValueError("trace relay: not a trioproxy watcher table")
+        self.mm = shared_memory.attach(fd, _MAGIC, "trace relay: not a trioproxy watcher table")
 
     @classmethod
     def create(cls) -> TraceTable:
-        directory = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        fd, path = tempfile.mkstemp(prefix="trioproxy-trace-", dir=directory)
-        os.unlink(path)
-        os.ftruncate(fd, _HEADER + SLOTS * _SLOT_SIZE)
-        os.pwrite(fd, _MAGIC, 0)
-        return cls(fd)
+        return cls(shared_memory.create("trioproxy-trace-", _HEADER + SLOTS * _SLOT_SIZE, _MAGIC))
 
     def waiting_flag(self) -> bool:
         return self.mm[_FLAG_AT] != 0
