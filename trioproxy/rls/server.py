@@ -12,7 +12,8 @@ thread hop; requests arriving meanwhile form the next batch), then answers each 
 
 Redis down: the batch's calls answer gRPC UNAVAILABLE and the next batch tries Redis again
 (redis-py reconnects), so the server recovers by itself. The config file is re-read when its mtime
-or size changes; a bad new file is reported on stderr and the previous config stays.
+or size changes (and then holds for a poll); a bad new file is reported on stderr and the previous
+config stays.
 SIGTERM/SIGINT: health watchers hear NOT_SERVING, every connection gets GOAWAY, calls already
 started finish (at most ``GRACE_SECONDS``), then the process exits.
 """
@@ -74,7 +75,7 @@ class RateLimitServer:
         self.metrics = metrics or RlsMetrics()
         self.config: LimitsConfig = load_limits(config_path)
         self.metrics.config_ok.set(1)
-        self._stamp = self._file_stamp()
+        self._stamp = self._seen = self._file_stamp()
         self.batcher = CheckBatcher(self)
 
     def _file_stamp(self) -> tuple[float, int] | None:
@@ -90,8 +91,11 @@ class RateLimitServer:
             self.reload_if_changed()
 
     def reload_if_changed(self) -> None:
-        stamp = self._file_stamp()
-        if stamp is None or stamp == self._stamp:
+        """Re-read the file once its (mtime, size) changed and then stayed put for one poll, so a
+        file caught half-written (truncated, then written) is not loaded and rejected."""
+        stamp, seen = self._file_stamp(), self._seen
+        self._seen = stamp
+        if stamp is None or stamp == self._stamp or stamp != seen:
             return
         self._stamp = stamp
         try:

@@ -650,9 +650,10 @@ class WireServer:
                     conn._drop(call)
                 conn._wake()
                 nursery.cancel_scope.deadline = trio.current_time() + 1.0
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
-        except Exception as exc:  # noqa: BLE001 -- one bad connection must not end the server
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass  # the peer went away
+        except* Exception as group:  # one bad connection must not end the server
+            exc = group.exceptions[0]
             self.log(f"connection failed: {type(exc).__name__}: {exc}")
         finally:
             conn.closed = True
