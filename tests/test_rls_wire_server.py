@@ -23,6 +23,9 @@ from trioproxy.rls import wire_server as ws
 from trioproxy.rls.wire_server import PREFACE, WireServer, frame
 
 
+STUCK = 60  # virtual seconds: with the autojump clock a hang fails at once instead of blocking
+
+
 def grpc_message(payload: bytes) -> bytes:
     return b"\x00" + len(payload).to_bytes(4, "big") + payload
 
@@ -54,9 +57,10 @@ class Harness:
             await call.send(item)
 
     async def wait_held(self, n: int) -> None:
-        while len(self.held) < n:
-            self.held_event = trio.Event()
-            await self.held_event.wait()
+        with trio.fail_after(STUCK):
+            while len(self.held) < n:
+                self.held_event = trio.Event()
+                await self.held_event.wait()
 
     def connect(self, nursery: trio.Nursery) -> trio.testing.MemoryReceiveStream:
         client, server_side = trio.testing.memory_stream_pair()
@@ -107,7 +111,8 @@ class H2Client:
         """Read and handle frames until ``until()`` holds (or the server closes)."""
         await self.flush()
         while not until():
-            data = await self.stream.receive_some(65536)
+            with trio.fail_after(STUCK):
+                data = await self.stream.receive_some(65536)
             if not data:
                 self.eof = True
                 return
@@ -364,7 +369,8 @@ class RawClient:
                     if kind in (ws.SETTINGS, ws.WINDOW_UPDATE) and sid == 0:
                         continue  # the server's opening frames and acks
                     return kind, flags, sid, payload
-            data = await self.stream.receive_some(65536)
+            with trio.fail_after(STUCK):
+                data = await self.stream.receive_some(65536)
             if not data:
                 return None
             self.buf += data
