@@ -22,7 +22,6 @@ import trio.testing
 from trioproxy.rls import wire_server as ws
 from trioproxy.rls.wire_server import PREFACE, WireServer, frame
 
-
 STUCK = 60  # virtual seconds: with the autojump clock a hang fails at once instead of blocking
 
 

@@ -7,6 +7,9 @@ with no current limit. ``hits_addend`` comes from the descriptor when set (0 = o
 from the request (0 there means 1, as the protocol says). OVER_LIMIT when any non-shadow counter
 passes its limit. Response headers: ``x-ratelimit-*`` of the status with the fewest remaining,
 and ``x-ext-ratelimited: true`` when over the limit.
+
+``Plan`` is the same in two halves, the counters to add and then the response from their new
+values, so the server can give many requests one store round trip (``server.CheckBatcher``).
 """
 
 from __future__ import annotations

@@ -611,7 +611,6 @@ class WireServer:
         self.unary, self.streaming = unary, streaming
         self.max_message = max_message
         self.connections: set[Connection] = set()
-        self.nursery: trio.Nursery = None  # type: ignore[assignment]  # set by serve()
         self._log = log
         self.stopping = False
         self._accepting = trio.CancelScope()
@@ -626,7 +625,6 @@ class WireServer:
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Accepts connections until ``shutdown`` (or cancellation)."""
         async with trio.open_nursery() as nursery:
-            self.nursery = nursery
             task_status.started()
             with self._accepting:
                 await trio.serve_listeners(self.handle, listeners, handler_nursery=nursery)
