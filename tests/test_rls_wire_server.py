@@ -38,6 +38,7 @@ class Harness:
         self.held_event = trio.Event()
         self.watch_send, self.watch_receive = trio.open_memory_channel(10)
         self.logs: list[str] = []
+        self.watch_cancelled = 0
         self.server = WireServer({b"/t.S/Echo": self.echo, b"/t.S/Hold": self.hold},
                                  {b"/t.S/Watch": self.watch}, log=self.logs.append, **kwargs)
 
@@ -49,11 +50,17 @@ class Harness:
         self.held_event.set()
 
     async def watch(self, call: ws.Call, message: bytes) -> None:
-        await call.send(b"first")
-        async for item in self.watch_receive:
-            if item is None:
-                return
-            await call.send(item)
+        if message == b"fail":
+            raise ws.GrpcError(ws.RESOURCE_EXHAUSTED, "too many watchers")
+        try:
+            await call.send(b"first")
+            async for item in self.watch_receive:
+                if item is None:
+                    return
+                await call.send(item)
+        except trio.Cancelled:
+            self.watch_cancelled += 1
+            raise
 
     async def wait_held(self, n: int) -> None:
         with trio.fail_after(STUCK):
@@ -280,6 +287,9 @@ async def test_rst_stream_mid_call_drops_the_answer(nursery, autojump_clock):
     await trio.testing.wait_all_tasks_blocked()
     assert h.held[0].done  # the server knows: the answer below goes nowhere
     h.held[0].reply(b"answer")
+    with pytest.raises(ws.GrpcError) as err:
+        await h.held[0].send(b"more")  # what a streaming handler meets: the call is over
+    assert err.value.code == ws.CANCELLED
     after = client.call("/t.S/Echo", b"after")
     await client.pump(lambda: after in client.ended)
     assert held not in client.data and held not in client.headers  # (h2 raises on frames of a reset stream)
@@ -296,7 +306,53 @@ async def test_watch_stream_sends_messages_and_ends_with_ok(nursery, autojump_cl
     await client.pump(lambda: client.data[sid].endswith(grpc_message(b"second")))
     await h.watch_send.send(None)
     await client.pump(lambda: sid in client.ended)
-    assert client.status(sid) == b"0"
+    assert client.status(sid) == b"0" and client.data[sid] == grpc_message(b"first") + grpc_message(b"second")
+    failing = client.call("/t.S/Watch", b"fail")
+    await client.pump(lambda: failing in client.ended)
+    assert client.status(failing) == b"8" and client.headers[failing][b"grpc-message"] == b"too many watchers"
+
+
+async def test_a_call_failed_later_is_sent_at_once(nursery, autojump_clock):
+    """What a failed store round trip does: the answer (trailers only) leaves without other traffic."""
+    h = Harness()
+    client = H2Client(h.connect(nursery))
+    await client.start()
+    sid = client.call("/t.S/Hold", b"")
+    await client.flush()
+    await h.wait_held(1)
+    h.held[0].fail(ws.UNAVAILABLE, "redis: down 100%")
+    await client.pump(lambda: sid in client.ended)
+    assert client.status(sid) == b"14" and client.headers[sid][b"grpc-message"] == b"redis: down 100%25"
+
+
+async def test_a_reset_watch_stream_cancels_its_handler(nursery, autojump_clock):
+    h = Harness()
+    client = H2Client(h.connect(nursery))
+    await client.start()
+    sid = client.call("/t.S/Watch", b"")
+    await client.pump(lambda: client.data.get(sid) == grpc_message(b"first"))
+    client.conn.reset_stream(sid, error_code=8)
+    await client.flush()
+    await trio.testing.wait_all_tasks_blocked()
+    assert h.watch_cancelled == 1
+    (conn,) = h.server.connections
+    assert not conn.calls
+
+
+async def test_deadlines_pass_over_answered_calls_waiting_for_window(nursery, autojump_clock):
+    """An answered call still waiting for the peer's window is not cut by its deadline, and the
+    deadlines after it still fire."""
+    h = Harness()
+    client = H2Client(h.connect(nursery), {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 7})
+    client.ack = False
+    await client.start()
+    answered = client.call("/t.S/Echo", b"x" * 20, timeout="100m")
+    held = client.call("/t.S/Hold", b"", timeout="200m")
+    await client.pump(lambda: held in client.ended)
+    assert client.status(held) == b"4" and len(client.data[answered]) == 7 and answered not in client.ended
+    client.conn.increment_flow_control_window(100, answered)
+    await client.pump(lambda: answered in client.ended)
+    assert client.data[answered] == grpc_message(b"echo:" + b"x" * 20) and client.status(answered) == b"0"
 
 
 async def test_shutdown_goaway_lets_calls_in_flight_finish_then_closes(nursery, autojump_clock):

@@ -227,6 +227,7 @@ class Connection:
                 if not data and trailer is not None:  # trailers-only: one HEADERS frame
                     out += frame(HEADERS, END_HEADERS | END_STREAM, call.sid, RESPONSE_HEADERS + trailer)
                     self._forget(call)
+                    self._wake()
                     return
                 out += frame(HEADERS, END_HEADERS, call.sid, RESPONSE_HEADERS)
             if data:
