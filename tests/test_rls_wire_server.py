@@ -196,6 +196,30 @@ async def test_a_tiny_peer_window_is_respected_and_data_resumes_on_window_update
     assert client.trailers[sid] == {b"grpc-status": b"0"}
 
 
+async def test_a_blocked_stream_keeps_its_order_and_a_reset_one_frees_the_others(nursery, autojump_clock):
+    """A watch stream's message waiting for window goes before its trailers; a reset stream's
+    waiting answer is dropped and the others still go out."""
+    h = Harness()
+    client = H2Client(h.connect(nursery), {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 7})
+    client.ack = False
+    await client.start()
+    watch = client.call("/t.S/Watch", b"")
+    await client.pump(lambda: len(client.data.get(watch, b"")) == 7)
+    await h.watch_send.send(None)  # the handler returns: OK trailers queue behind the waiting message
+    await trio.testing.wait_all_tasks_blocked()
+    reset, other = client.call("/t.S/Echo", b"r" * 20), client.call("/t.S/Echo", b"o" * 20)
+    await client.pump(lambda: len(client.data.get(reset, b"")) == 7 and len(client.data.get(other, b"")) == 7)
+    assert watch not in client.ended
+    client.conn.reset_stream(reset, error_code=8)
+    for sid in (watch, other):
+        client.conn.increment_flow_control_window(100, sid)
+    await client.pump(lambda: watch in client.ended and other in client.ended)
+    assert client.data[watch] == grpc_message(b"first") and client.status(watch) == b"0"
+    assert client.data[other] == grpc_message(b"echo:" + b"o" * 20) and client.status(other) == b"0"
+    (conn,) = h.server.connections
+    assert not conn.blocked and not conn.calls
+
+
 async def test_connection_window_is_respected_too(nursery, autojump_clock):
     """The peer's connection window (65,535 until it sends WINDOW_UPDATE) holds every stream."""
     h = Harness()
@@ -250,16 +274,18 @@ async def test_grpc_timeout_gives_deadline_exceeded_and_drops_the_late_answer(nu
     client = H2Client(h.connect(nursery))
     await client.start()
     slow = client.call("/t.S/Hold", b"", timeout="100m")
+    twin = client.call("/t.S/Hold", b"", timeout="100m")  # the same deadline: both fire
     later = client.call("/t.S/Hold", b"", timeout="1S")
     none = client.call("/t.S/Hold", b"")
     await client.flush()
-    await h.wait_held(3)
+    await h.wait_held(4)
     start = trio.current_time()
-    await client.pump(lambda: slow in client.ended)
+    await client.pump(lambda: slow in client.ended and twin in client.ended)
+    assert client.status(twin) == b"4"
     assert client.status(slow) == b"4" and client.headers[slow][b"grpc-message"] == b"deadline exceeded"
     assert 0.1 <= trio.current_time() - start < 0.2 and later not in client.ended
     h.held[0].reply(b"too late")  # dropped: the stream is over
-    h.held[2].reply(b"in time")
+    h.held[3].reply(b"in time")
     await client.pump(lambda: later in client.ended and none in client.ended)
     assert slow not in client.data and client.status(later) == b"4"
     assert client.data[none] == grpc_message(b"in time") and client.status(none) == b"0"
@@ -373,6 +399,16 @@ async def test_shutdown_goaway_lets_calls_in_flight_finish_then_closes(nursery, 
     assert await raw.next_frame() is None  # then the server closes the connection
     await trio.testing.wait_all_tasks_blocked()
     assert not h.server.connections
+
+
+async def test_a_connection_after_shutdown_gets_goaway_at_once(nursery, autojump_clock):
+    h = Harness()
+    h.server.shutdown()
+    raw = RawClient(h.connect(nursery))
+    await raw.start()
+    kind, _, _, payload = await raw.next_frame()
+    assert kind == ws.GOAWAY and payload == b"\x00" * 8
+    assert await raw.next_frame() is None
 
 
 async def test_a_stream_opened_after_goaway_is_refused(nursery, autojump_clock):
