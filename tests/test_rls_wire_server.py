@@ -563,8 +563,9 @@ async def test_protocol_errors_get_goaway_then_close(nursery, autojump_clock, da
     raw = RawClient(h.connect(nursery))
     await raw.send(data)
     got = await raw.next_frame()
-    assert got is not None and got[0] == ws.GOAWAY, got
+    assert got is not None and got[0] == ws.GOAWAY and got[1] == 0 and got[2] == 0, got
     assert int.from_bytes(got[3][4:8], "big") == code, got[3][8:]
+    assert got[3][:4] == b"\x00" * 4 and got[3][8:] and got[3][8:].decode() in h.logs[0]  # debug data: why
     assert await raw.next_frame() is None  # then the server closes
     assert h.logs and h.logs[0].startswith("connection error: ")  # one line, no traceback
 
@@ -594,3 +595,55 @@ async def test_peer_goaway_and_eof_end_the_connection_quietly(nursery, autojump_
     await raw.stream.aclose()  # EOF in the middle: no log line
     await trio.testing.wait_all_tasks_blocked()
     assert not h.logs and not h.server.connections
+
+
+async def test_frames_queued_before_a_protocol_error_still_go_out(nursery, autojump_clock):
+    h = Harness()
+    raw = RawClient(h.connect(nursery))
+    await raw.send(PREFACE + frame(ws.PING, 0, 0, b"pingpong") + frame(ws.PING, 0, 0, b"short"))
+    assert await raw.next_frame() == (ws.PING, ws.ACK, 0, b"pingpong")
+    kind, _, _, payload = await raw.next_frame()
+    assert kind == ws.GOAWAY and int.from_bytes(payload[4:8], "big") == ws.FRAME_SIZE_ERROR
+
+
+async def test_a_call_is_answered_once(nursery, autojump_clock):
+    h = Harness()
+    client = H2Client(h.connect(nursery))
+    await client.start()
+    sid = client.call("/t.S/Hold", b"")
+    await client.flush()
+    await h.wait_held(1)
+    h.held[0].reply(b"one")
+    h.held[0].reply(b"two")
+    h.held[0].fail(ws.INTERNAL, "three")
+    after = client.call("/t.S/Echo", b"")
+    await client.pump(lambda: after in client.ended)
+    assert client.data[sid] == grpc_message(b"one") and client.trailers[sid] == {b"grpc-status": b"0"}
+
+
+def test_header_encoding_decodes_with_an_independent_decoder():
+    decoder = hpack.Decoder()
+    long = "x" * 300 + " é%\x7f\x1f ~"
+    block = ws.RESPONSE_HEADERS + ws.trailers(ws.INTERNAL, long)
+    assert decoder.decode(block, raw=True) == [
+        (b":status", b"200"), (b"content-type", b"application/grpc"), (b"grpc-status", b"13"),
+        (b"grpc-message", b"x" * 300 + b" %C3%A9%25%7F%1F ~")]
+    assert not decoder.header_table.dynamic_entries  # never indexed: we keep no table on our side
+    assert ws.trailers(ws.OK) == ws.TRAILERS_OK and decoder.decode(ws.TRAILERS_OK, raw=True) == [(b"grpc-status", b"0")]
+    for value, prefix in ((0, 7), (126, 7), (127, 7), (128, 7), (300, 7), (2**20, 7), (14, 4), (15, 4), (16, 4)):
+        encoded = ws.hpack_int(value, prefix, 0)
+        limit = (1 << prefix) - 1
+        if value < limit:
+            assert encoded == bytes((value,))
+        else:  # RFC 7541 5.1: the prefix full, then 7-bit groups, low first
+            rest, decoded, shift = encoded[1:], limit, 0
+            assert encoded[0] == limit
+            for byte in rest:
+                decoded += (byte & 0x7F) << shift
+                shift += 7
+            assert decoded == value and all(b & 0x80 for b in rest[:-1]) and not rest[-1] & 0x80
+
+
+def test_log_lines_go_to_stderr_by_default(capsys):
+    WireServer({}, {}).log("connection error: test")
+    assert capsys.readouterr().err == "ratelimit-server: connection error: test\n"

@@ -373,7 +373,7 @@ class Connection:
             self.server.log(f"connection error: {exc}")
             self.goaway(exc.code, str(exc))
         except hpack.HPACKError as exc:
-            self.server.log(f"connection error: header block: {type(exc).__name__}: {exc}")
+            self.server.log(f"connection error: bad header block ({type(exc).__name__}: {exc})")
             self.goaway(COMPRESSION_ERROR, "bad header block")
 
     def _frame(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
