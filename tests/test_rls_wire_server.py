@@ -647,3 +647,16 @@ def test_header_encoding_decodes_with_an_independent_decoder():
 def test_log_lines_go_to_stderr_by_default(capsys):
     WireServer({}, {}).log("connection error: test")
     assert capsys.readouterr().err == "ratelimit-server: connection error: test\n"
+
+
+async def test_answered_calls_leave_no_deadline_behind(nursery, autojump_clock):
+    """A client that sends long timeouts (here a day) on every call: the deadline heap stays
+    about as big as the calls open, not as the calls made."""
+    h = Harness()
+    client = H2Client(h.connect(nursery))
+    await client.start()
+    (conn,) = h.server.connections
+    for _ in range(5):
+        sids = [client.call("/t.S/Echo", b"", timeout="24H") for _ in range(100)]
+        await client.pump(lambda sids=sids: set(sids) <= client.ended)
+    assert len(conn.deadlines) <= 64 + 2 * 100 + 1

@@ -513,7 +513,11 @@ class Connection:
         call = Call(self, sid, path, deadline, self.initial_window)
         self.calls[sid] = call
         if timeout is not None:
-            heapq.heappush(self.deadlines, (deadline, sid))
+            heap = self.deadlines
+            if len(heap) > 2 * len(self.calls) + 64:  # answered calls' entries: drop them (amortised)
+                heap[:] = [(d, s) for d, s in heap if s in self.calls and self.calls[s].deadline == d]
+                heapq.heapify(heap)
+            heapq.heappush(heap, (deadline, sid))
         if timeout is not None and deadline < self.waiting_until:
             self._wake()  # the writer sleeps until a later deadline
         if not grpc_type:
