@@ -656,6 +656,7 @@ async def test_answered_calls_leave_no_deadline_behind(nursery, autojump_clock):
     client = H2Client(h.connect(nursery))
     await client.start()
     (conn,) = h.server.connections
+    client.call("/t.S/Hold", b"", timeout="1H")  # open, at the top of the heap, for the whole test
     for _ in range(5):
         sids = [client.call("/t.S/Echo", b"", timeout="24H") for _ in range(100)]
         await client.pump(lambda sids=sids: set(sids) <= client.ended)
