@@ -8,6 +8,7 @@ import urllib.request
 
 import grpc
 import pytest
+import trio
 from grpc_health.v1 import health_pb2
 
 from tests.rls_helpers import Redis, _wait, ratelimit_server, redis_server
@@ -240,53 +241,99 @@ def _watch_first(stub, service: str):
         stream.cancel()
 
 
-def test_group_commit_shares_one_round_trip_among_concurrent_calls():
-    """Calls arriving while a batch is out queue up and go together in the next one; each gets its
-    own counts back, and a failed round trip fails every call of that batch."""
+class _FakeCall:
+    """What CheckBatcher answers: records the answer and wakes the test."""
+
+    def __init__(self) -> None:
+        self.done = False
+        self.answer = None
+        self.answered = trio.Event()
+
+    def reply(self, message: bytes) -> None:
+        self.done, self.answer = True, ("ok", rls_pb2.RateLimitResponse.FromString(message))
+        self.answered.set()
+
+    def fail(self, code: int, text: str) -> None:
+        self.done, self.answer = True, (code, text)
+        self.answered.set()
+
+
+async def test_calls_queued_during_a_round_trip_share_the_next_one(config_file):
+    """The Trio group commit: calls arriving while a batch is out at the store go together in the
+    next one, each gets its own counts back; a failed round trip fails every call of its batch
+    with UNAVAILABLE; unknown domains and unparsable requests fail alone, without a round trip."""
     import threading
 
-    from trioproxy.rls.store import GroupCommit, StoreUnavailable
+    from trioproxy.rls.server import RateLimitServer
+    from trioproxy.rls.store import StoreUnavailable
+    from trioproxy.rls.wire_server import INTERNAL, INVALID_ARGUMENT, UNAVAILABLE
 
-    gate, batches = threading.Event(), []
+    entered, gate, batches = threading.Event(), threading.Event(), []
 
-    def execute(items):
-        batches.append([key for key, _, _ in items])
-        if len(batches) == 1:
-            gate.wait(10)  # the first batch is out while the others arrive
-        if any(key == "bad" for key, _, _ in items):
-            raise StoreUnavailable("redis: down")
-        return [hits * 10 for _, hits, _ in items]
+    class Store:
+        blocking = True  # called in a worker thread, like RedisStore
 
-    group = GroupCommit(execute)
-    results: dict[str, object] = {}
+        def incr(self, items):
+            batches.append([key.split("_")[2] for key, _, _ in items])
+            if len(batches) == 1:
+                entered.set()
+                gate.wait(10)  # the first batch is out while the others arrive
+            if any(key.split("_")[2] == "bad" for key, _, _ in items):
+                raise StoreUnavailable("redis: down")
+            return [hits * 10 for _, hits, _ in items]
 
-    def call(name, items):
-        try:
-            results[name] = group.incr(items)
-        except StoreUnavailable as exc:
-            results[name] = str(exc)
+    server = RateLimitServer(str(config_file), Store())
 
-    first = threading.Thread(target=call, args=("a", [("a", 1, 60)]))
-    first.start()
-    _wait(lambda: len(batches) == 1, "first batch out")
-    others = [threading.Thread(target=call, args=(name, items)) for name, items in
-              [("b", [("b", 2, 60), ("b2", 3, 60)]), ("c", [("c", 4, 60)])]]
-    for t in others:
-        t.start()
-    _wait(lambda: len(group._queue) == 2, "two calls queued")
-    gate.set()
-    for t in [first, *others]:
-        t.join(10)
-    assert sorted(map(sorted, batches)) == [["a"], ["b", "b2", "c"]]  # two round trips for three calls
-    assert results == {"a": [10], "b": [20, 30], "c": [40]}
-    assert group.incr([("d", 5, 60)]) == [50]  # nothing queued: a call alone leads its own batch
-    threads = [threading.Thread(target=call, args=(name, [(name, 1, 60)])) for name in ("bad", "e")]
-    gate.clear()
-    batches.clear()
-    batches.append(["hold"])  # not the first batch any more: no waiting on the gate
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(10)
-    failed = [results[name] for name in ("bad", "e") if isinstance(results[name], str)]
-    assert "redis: down" in failed  # the failing batch's calls all raised StoreUnavailable
+    def submit(*users: str, domain: str = "gw", raw: bytes | None = None) -> _FakeCall:
+        call = _FakeCall()
+        req = request(*[[("user", u)] for u in users])
+        req.domain = domain
+        server.batcher.submit(call, req.SerializeToString() if raw is None else raw)
+        return call
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.batcher.run)
+        a = submit("a")
+        await trio.to_thread.run_sync(entered.wait, 10)
+        b, c = submit("b", "b2"), submit("c")
+        other, garbage = submit("x", domain="other"), submit(raw=b"\xff\xff")
+        gate.set()
+        for call in (a, b, c, other, garbage):
+            await call.answered.wait()
+        assert batches == [["a"], ["b", "b2", "c"]]  # two round trips for three calls
+        assert [s.limit_remaining for s in b.answer[1].statuses] == [0, 0]  # counts 10 and 10 > 3
+        assert a.answer[1].overall_code == OVER and c.answer[0] == "ok"
+        assert other.answer == (INVALID_ARGUMENT, "unknown domain 'other'")
+        assert garbage.answer[0] == INTERNAL
+        bad, e = submit("bad"), submit("e")
+        await bad.answered.wait()
+        await e.answered.wait()
+        assert bad.answer == (UNAVAILABLE, "redis: down") and e.answer == (UNAVAILABLE, "redis: down")
+        assert batches[-1] == ["bad", "e"] and server.batcher.batches == 3
+        body = __import__("prometheus_client").generate_latest(server.metrics.registry).decode()
+        assert 'ratelimit_server_calls_total{code="error",domain="gw"} 3.0' in body  # garbage, bad, e
+        assert "ratelimit_server_store_errors_total 2.0" in body
+        nursery.cancel_scope.cancel()
+
+
+def test_reload_waits_for_the_file_to_settle(config_file):
+    """A file caught half-written (truncated, not yet written) is not loaded: a change is read once
+    the file's (mtime, size) held for one poll; a bad settled file keeps the previous config."""
+    from prometheus_client import generate_latest
+
+    from trioproxy.rls.server import RateLimitServer
+
+    server = RateLimitServer(str(config_file), MemoryStore())
+    config_file.write_text("")
+    server.reload_if_changed()  # changed since the last look: wait
+    config_file.write_text(CONFIG.replace("requests_per_unit: 3", "requests_per_unit: 44"))
+    server.reload_if_changed()  # changed again: wait
+    assert server.config.find([("user", "x")]).requests_per_unit == 3
+    server.reload_if_changed()  # held for a poll: loaded
+    assert server.config.find([("user", "x")]).requests_per_unit == 44
+    config_file.write_text("domain: [")
+    server.reload_if_changed()
+    server.reload_if_changed()
+    assert server.config.find([("user", "x")]).requests_per_unit == 44
+    body = generate_latest(server.metrics.registry).decode()
+    assert 'result="error"} 1.0' in body and 'result="ok"} 1.0' in body

@@ -1,13 +1,21 @@
 """``trioproxy ratelimit-server``: the Envoy RLS protocol over gRPC, counters in Redis.
 
-Why grpcio's sync server on threads (not Trio, not grpc.aio): this is its own process, the gRPC
-framing runs in grpcio's C core either way, and a redis-py call is one blocking round trip per
-check; threads overlap those round trips without an event loop's per-call overhead. The figures
-that chose it are in bench/README.md ("Global rate limiting").
+The transport is ``wire_server`` (gRPC framed by hand on HTTP/2, on Trio): grpcio's server spent
+340-540 µs of CPU per call in its Python layer alone, more than a check's whole budget
+(docs/ratelimit-server.md and bench/README.md, "Global rate limiting", have the figures).
 
-Redis down: the call answers gRPC UNAVAILABLE and the next call tries Redis again (redis-py
-reconnects), so the server recovers by itself. The config file is re-read when its mtime or size
-changes; a bad new file is reported on stderr and the previous config stays.
+The cheap path: a ``ShouldRateLimit`` request is queued (``CheckBatcher.submit``) as soon as its
+frames are read; one task takes everything queued, across connections, and gives it ONE store
+round trip (a group commit: a redis-py pipeline's fixed cost is paid once per batch, in one worker
+thread hop; requests arriving meanwhile form the next batch), then answers each call.
+``service.Plan`` holds the behaviour; this module only moves bytes and counts.
+
+Redis down: the batch's calls answer gRPC UNAVAILABLE and the next batch tries Redis again
+(redis-py reconnects), so the server recovers by itself. The config file is re-read when its mtime
+or size changes (and then holds for a poll); a bad new file is reported on stderr and the previous
+config stays.
+SIGTERM/SIGINT: health watchers hear NOT_SERVING, every connection gets GOAWAY, calls already
+started finish (at most ``GRACE_SECONDS``), then the process exits.
 """
 
 from __future__ import annotations
@@ -16,23 +24,28 @@ import argparse
 import os
 import signal
 import sys
-import threading
 import time
-from concurrent import futures
+from collections import Counter as Tally
 from typing import Any
 
-import grpc  # type: ignore[import-untyped]
+import trio
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from grpc_health.v1 import health_pb2  # type: ignore[import-untyped]
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from .health import NOT_SERVING, Health
+from .health import Health
 from .limits import LimitsConfig, LimitsError, load_limits
 from .protos import rls_pb2
-from .service import UnknownDomain, should_rate_limit
+from .service import OVER_LIMIT, Plan, UnknownDomain
 from .store import MemoryStore, RedisStore, StoreUnavailable
+from .wire_server import INTERNAL, INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, Call, WireServer
 
 SERVICE = "envoy.service.ratelimit.v3.RateLimitService"
+RLS_PATH = b"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+HEALTH_CHECK = b"/grpc.health.v1.Health/Check"
+HEALTH_WATCH = b"/grpc.health.v1.Health/Watch"
 RELOAD_POLL_SECONDS = 0.5
+GRACE_SECONDS = 5.0  # calls in flight at shutdown get this long to finish
 
 
 class RlsMetrics:
@@ -52,6 +65,8 @@ class RlsMetrics:
 
 
 class RateLimitServer:
+    """The server's state (config, store, metrics, health) and its gRPC methods."""
+
     def __init__(self, config_path: str, store: Any, metrics: RlsMetrics | None = None,
                  health_watchers: int = 8) -> None:
         self.config_path = config_path
@@ -60,8 +75,8 @@ class RateLimitServer:
         self.metrics = metrics or RlsMetrics()
         self.config: LimitsConfig = load_limits(config_path)
         self.metrics.config_ok.set(1)
-        self._stamp = self._file_stamp()
-        self._stop = threading.Event()
+        self._stamp = self._seen = self._file_stamp()
+        self.batcher = CheckBatcher(self)
 
     def _file_stamp(self) -> tuple[float, int] | None:
         try:
@@ -70,58 +85,135 @@ class RateLimitServer:
             return None
         return (st.st_mtime, st.st_size)
 
-    def watch_config(self) -> None:
-        while not self._stop.wait(RELOAD_POLL_SECONDS):
-            stamp = self._file_stamp()
-            if stamp is None or stamp == self._stamp:
-                continue
-            self._stamp = stamp
-            try:
-                self.config = load_limits(self.config_path)
-            except LimitsError as exc:
-                print(f"ratelimit-server: reload rejected, keeping the previous config: {exc}", file=sys.stderr,
-                      flush=True)
-                self.metrics.reloads.labels("error").inc()
-                continue
-            self.metrics.reloads.labels("ok").inc()
-            print(f"ratelimit-server: reloaded {self.config_path}", file=sys.stderr, flush=True)
+    async def watch_config(self) -> None:
+        while True:
+            await trio.sleep(RELOAD_POLL_SECONDS)
+            self.reload_if_changed()
 
-    def should_rate_limit(self, request: Any, context: grpc.ServicerContext) -> Any:
-        config = self.config
+    def reload_if_changed(self) -> None:
+        """Re-read the file once its (mtime, size) changed and then stayed put for one poll, so a
+        file caught half-written (truncated, then written) is not loaded and rejected."""
+        stamp, seen = self._file_stamp(), self._seen
+        self._seen = stamp
+        if stamp is None or stamp == self._stamp or stamp != seen:
+            return
+        self._stamp = stamp
         try:
-            response, seen = should_rate_limit(config, self.store, request, time.time())
-        except UnknownDomain:
-            self.metrics.calls.labels(request.domain[:64], "error").inc()
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown domain {request.domain!r}")
-        except StoreUnavailable as exc:
-            self.metrics.store_errors.inc()
-            self.metrics.calls.labels(config.domain, "error").inc()
-            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-        code = "over_limit" if response.overall_code == rls_pb2.RateLimitResponse.OVER_LIMIT else "ok"
-        self.metrics.calls.labels(config.domain, code).inc()
-        for limit, over in seen:
-            self.metrics.descriptors.labels(limit.name or limit.unit, "true" if over else "false").inc()
-        return response
+            self.config = load_limits(self.config_path)
+        except LimitsError as exc:
+            print(f"ratelimit-server: reload rejected, keeping the previous config: {exc}", file=sys.stderr,
+                  flush=True)
+            self.metrics.reloads.labels("error").inc()
+            return
+        self.metrics.reloads.labels("ok").inc()
+        print(f"ratelimit-server: reloaded {self.config_path}", file=sys.stderr, flush=True)
 
-    def handlers(self) -> list[grpc.GenericRpcHandler]:
-        rls = grpc.method_handlers_generic_handler(SERVICE, {
-            "ShouldRateLimit": grpc.unary_unary_rpc_method_handler(
-                self.should_rate_limit, request_deserializer=rls_pb2.RateLimitRequest.FromString,
-                response_serializer=rls_pb2.RateLimitResponse.SerializeToString),
-        })
-        health = grpc.method_handlers_generic_handler("grpc.health.v1.Health", {
-            "Check": grpc.unary_unary_rpc_method_handler(
-                self.health.check, request_deserializer=health_pb2.HealthCheckRequest.FromString,
-                response_serializer=health_pb2.HealthCheckResponse.SerializeToString),
-            "Watch": grpc.unary_stream_rpc_method_handler(
-                self.health.watch, request_deserializer=health_pb2.HealthCheckRequest.FromString,
-                response_serializer=health_pb2.HealthCheckResponse.SerializeToString),
-        })
-        return [rls, health]
+    async def check_batch(self, batch: list[tuple[Call, bytes]]) -> None:
+        """Answer a batch of ShouldRateLimit calls with one store round trip."""
+        config = self.config
+        now = time.time()
+        calls = Tally[tuple[str, str]]()
+        planned: list[tuple[Call, Plan, int]] = []
+        items: list[tuple[str, int, int]] = []
+        for call, message in batch:
+            if call.done:
+                continue  # reset or past its deadline while queued
+            try:
+                request = rls_pb2.RateLimitRequest.FromString(message)
+            except DecodeError:
+                call.fail(INTERNAL, "cannot parse the RateLimitRequest")
+                calls[(config.domain, "error")] += 1
+                continue
+            try:
+                plan = Plan(config, request, now)
+            except UnknownDomain:
+                call.fail(INVALID_ARGUMENT, f"unknown domain {request.domain!r}")
+                calls[(request.domain[:64], "error")] += 1
+                continue
+            planned.append((call, plan, len(items)))
+            items.extend(plan.items)
+        counts: list[int] = []
+        if items:
+            try:
+                counts = await self._incr(items)
+            except StoreUnavailable as exc:
+                for call, _, _ in planned:
+                    call.fail(UNAVAILABLE, str(exc))
+                self.metrics.store_errors.inc(len(planned))
+                calls[(config.domain, "error")] += len(planned)
+                planned = []
+        descriptors = Tally[tuple[str, str]]()
+        for call, plan, at in planned:
+            response, seen = plan.respond(counts[at:at + len(plan.limited)])
+            call.reply(response.SerializeToString())
+            calls[(config.domain, "over_limit" if response.overall_code == OVER_LIMIT else "ok")] += 1
+            for limit, over in seen:
+                descriptors[(limit.name or limit.unit, "true" if over else "false")] += 1
+        for labels, n in calls.items():
+            self.metrics.calls.labels(*labels).inc(n)
+        for labels, n in descriptors.items():
+            self.metrics.descriptors.labels(*labels).inc(n)
 
-    def stop(self) -> None:
-        self.health.set(NOT_SERVING)  # watchers hear it before their streams end
-        self._stop.set()
+    async def _incr(self, items: list[tuple[str, int, int]]) -> list[int]:
+        if not getattr(self.store, "blocking", False):
+            result: list[int] = self.store.incr(items)
+            return result
+        return await trio.to_thread.run_sync(self.store.incr, items)
+
+    def health_check(self, call: Call, message: bytes) -> None:
+        try:
+            service = health_pb2.HealthCheckRequest.FromString(message).service
+        except DecodeError:
+            call.fail(INTERNAL, "cannot parse the HealthCheckRequest")
+            return
+        status = self.health.check(service)
+        if status is None:
+            call.fail(NOT_FOUND, "unknown service")
+        else:
+            call.reply(health_pb2.HealthCheckResponse(status=status).SerializeToString())
+
+    async def health_watch(self, call: Call, message: bytes) -> None:
+        try:
+            service = health_pb2.HealthCheckRequest.FromString(message).service
+        except DecodeError:
+            call.fail(INTERNAL, "cannot parse the HealthCheckRequest")
+            return
+
+        async def send(status: int) -> None:
+            await call.send(health_pb2.HealthCheckResponse(status=status).SerializeToString())
+
+        await self.health.watch(service, send)
+
+    def wire_server(self) -> WireServer:
+        return WireServer({RLS_PATH: self.batcher.submit, HEALTH_CHECK: self.health_check},
+                          {HEALTH_WATCH: self.health_watch})
+
+
+class CheckBatcher:
+    """The group commit: calls queued while a batch is out go together in the next one."""
+
+    def __init__(self, server: RateLimitServer) -> None:
+        self.server = server
+        self.queue: list[tuple[Call, bytes]] = []
+        self.ready = trio.Event()
+        self.batches = 0  # round trips made (tests, the bench)
+
+    def submit(self, call: Call, message: bytes) -> None:
+        self.queue.append((call, message))
+        self.ready.set()
+
+    async def run(self) -> None:
+        while True:
+            await self.ready.wait()
+            self.ready = trio.Event()
+            batch, self.queue = self.queue, []
+            self.batches += 1
+            try:
+                await self.server.check_batch(batch)
+            except Exception as exc:  # noqa: BLE001 -- a bug must fail these calls, not the server
+                print(f"ratelimit-server: batch failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                for call, _ in batch:
+                    call.fail(INTERNAL, "internal error")
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -132,9 +224,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     store.add_argument("--redis-cluster", metavar="URL", help="URL of any node of a Redis Cluster")
     store.add_argument("--store", choices=["memory"], help="in-process counters (one server only; the default)")
     parser.add_argument("--stats-addr", metavar="HOST:PORT", help="serve Prometheus /metrics here")
-    parser.add_argument("--threads", type=int, default=16, help="worker threads (default 16)")
+    parser.add_argument("--threads", type=int, default=16,
+                        help="accepted for compatibility, no effect: the server is one Trio thread, and store "
+                             "round trips go one batch at a time to a worker thread")
     parser.add_argument("--health-watchers", type=int, default=8, metavar="N",
-                        help="grpc.health.v1 Watch streams served at once, each on its own extra thread (default 8)")
+                        help="grpc.health.v1 Watch streams served at once (default 8)")
     parser.set_defaults(handler=run)
 
 
@@ -164,29 +258,48 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 -- redis-py's many errors (cluster unreachable at start): one line
         print(f"ratelimit-server: cannot start the store: {exc}", file=sys.stderr)
         return 1
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=args.threads + args.health_watchers),
-                         options=[("grpc.so_reuseport", 0)])
-    server.add_generic_rpc_handlers(server_state.handlers())
-    bound = server.add_insecure_port(f"{host}:{port}")
-    if bound == 0:
-        print(f"ratelimit-server: --addr: cannot listen on {args.addr}", file=sys.stderr)
+    try:
+        return trio.run(serve, server_state, host, port, stats, args.addr)
+    finally:
+        store.close()
+
+
+async def serve(state: RateLimitServer, host: str, port: int, stats: tuple[str, int] | None, addr: str) -> int:
+    try:
+        listeners = await trio.open_tcp_listeners(port, host=host.strip("[]"))
+    except OSError as exc:
+        print(f"ratelimit-server: --addr: cannot listen on {addr}: {exc.strerror}", file=sys.stderr)
         return 1
+    bound = listeners[0].socket.getsockname()[1]
     if stats is not None:
         try:
-            httpd, _ = start_http_server(stats[1], stats[0], registry=server_state.metrics.registry)
+            httpd, _ = start_http_server(stats[1], stats[0], registry=state.metrics.registry)
             stats = (stats[0], httpd.server_port)
         except OSError as exc:
             print(f"ratelimit-server: --stats-addr: {exc.strerror}", file=sys.stderr)
             return 1
-    server.start()
-    threading.Thread(target=server_state.watch_config, name="config-watch", daemon=True).start()
-    done = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
-    print(f"ratelimit-server: domain {server_state.config.domain!r} listening on {host}:{bound}"
-          + (f", metrics on http://{stats[0]}:{stats[1]}/metrics" if stats else ""), flush=True)
-    done.wait()
-    server_state.stop()
-    server.stop(1).wait()
-    store.close()
+    wire = state.wire_server()
+    served = trio.Event()
+
+    async def serve_then_mark() -> None:
+        try:
+            await wire.serve(listeners)
+        finally:
+            served.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(state.batcher.run)
+        nursery.start_soon(state.watch_config)
+        nursery.start_soon(serve_then_mark)
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            print(f"ratelimit-server: domain {state.config.domain!r} listening on {host}:{bound}"
+                  + (f", metrics on http://{stats[0]}:{stats[1]}/metrics" if stats else ""), flush=True)
+            async for _ in signals:
+                break
+        state.health.stop()  # watchers hear NOT_SERVING before their streams end
+        await trio.sleep(0)
+        wire.shutdown()
+        with trio.move_on_after(GRACE_SECONDS):
+            await served.wait()
+        nursery.cancel_scope.cancel()
     return 0

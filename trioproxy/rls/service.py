@@ -7,6 +7,9 @@ with no current limit. ``hits_addend`` comes from the descriptor when set (0 = o
 from the request (0 there means 1, as the protocol says). OVER_LIMIT when any non-shadow counter
 passes its limit. Response headers: ``x-ratelimit-*`` of the status with the fewest remaining,
 and ``x-ext-ratelimited: true`` when over the limit.
+
+``Plan`` is the same in two halves, the counters to add and then the response from their new
+values, so the server can give many requests one store round trip (``server.CheckBatcher``).
 """
 
 from __future__ import annotations
@@ -28,43 +31,66 @@ def _hits(descriptor: Any, default: int) -> int:
     return descriptor.hits_addend.value if descriptor.HasField("hits_addend") else default
 
 
+class Plan:
+    """One request's counters to add, then its response from their new values: the two halves of
+    ``should_rate_limit`` with the store round trip between them, so a server can put many
+    requests' counters in one round trip."""
+
+    __slots__ = ("config", "limited", "now_s", "request")
+
+    def __init__(self, config: LimitsConfig, request: Any, now: float) -> None:
+        if request.domain != config.domain:
+            raise UnknownDomain(request.domain)
+        self.config, self.request = config, request
+        default_hits = request.hits_addend or 1
+        self.now_s = now_s = int(now)
+        self.limited: list[tuple[int, Limit, str, int]] = []  # (status index, limit, key, hits)
+        for i, descriptor in enumerate(request.descriptors):
+            entries = [(e.key, e.value) for e in descriptor.entries]
+            limit = config.find(entries)
+            if limit is None or limit.unlimited:
+                continue
+            window = now_s - now_s % limit.seconds
+            key = "_".join([config.domain, *(f"{k}_{v}" for k, v in entries), str(window)])
+            self.limited.append((i, limit, key, _hits(descriptor, default_hits)))
+
+    @property
+    def items(self) -> list[tuple[str, int, int]]:
+        """``(key, hits, ttl seconds)`` per limited descriptor, for ``store.incr``."""
+        return [(key, hits, limit.seconds) for _, limit, key, hits in self.limited]
+
+    def respond(self, counts: list[int]) -> tuple[Any, list[tuple[Limit, bool]]]:
+        """The response given the counters' new values (one per ``items``), and (limit, over) per
+        limited descriptor for the metrics."""
+        now_s = self.now_s
+        response = rls_pb2.RateLimitResponse(overall_code=OK)
+        for _ in self.request.descriptors:
+            response.statuses.add(code=OK)
+        seen: list[tuple[Limit, bool]] = []
+        if self.limited:
+            for (i, limit, _, _), count in zip(self.limited, counts):
+                status = response.statuses[i]
+                status.current_limit.requests_per_unit = limit.requests_per_unit
+                status.current_limit.unit = UNIT_NUMBERS[limit.unit]
+                if limit.name:
+                    status.current_limit.name = limit.name
+                status.limit_remaining = max(0, limit.requests_per_unit - count)
+                window_end = now_s - now_s % limit.seconds + limit.seconds
+                status.duration_until_reset.seconds = max(0, window_end - now_s)
+                over = count > limit.requests_per_unit
+                seen.append((limit, over))
+                if over and not limit.shadow_mode:
+                    status.code = OVER_LIMIT
+                    response.overall_code = OVER_LIMIT
+            _headers(response, [(response.statuses[i], limit) for i, limit, _, _ in self.limited])
+        return response, seen
+
+
 def should_rate_limit(config: LimitsConfig, store: Any, request: Any, now: float) -> tuple[Any, list[tuple[Limit, bool]]]:
     """The response, and (limit, over) per limited descriptor for the metrics. Raises
-    ``store.StoreUnavailable`` when the counters cannot be reached."""
-    if request.domain != config.domain:
-        raise UnknownDomain(request.domain)
-    default_hits = request.hits_addend or 1
-    now_s = int(now)
-    limited: list[tuple[int, Limit, str, int]] = []  # (status index, limit, key, hits)
-    response = rls_pb2.RateLimitResponse(overall_code=OK)
-    for i, descriptor in enumerate(request.descriptors):
-        entries = [(e.key, e.value) for e in descriptor.entries]
-        limit = config.find(entries)
-        status = response.statuses.add(code=OK)
-        if limit is None or limit.unlimited:
-            continue
-        window = now_s - now_s % limit.seconds
-        key = "_".join([config.domain, *(f"{k}_{v}" for k, v in entries), str(window)])
-        limited.append((i, limit, key, _hits(descriptor, default_hits)))
-    seen: list[tuple[Limit, bool]] = []
-    if limited:
-        counts = store.incr([(key, hits, limit.seconds) for _, limit, key, hits in limited])
-        for (i, limit, _, _), count in zip(limited, counts):
-            status = response.statuses[i]
-            status.current_limit.requests_per_unit = limit.requests_per_unit
-            status.current_limit.unit = UNIT_NUMBERS[limit.unit]
-            if limit.name:
-                status.current_limit.name = limit.name
-            status.limit_remaining = max(0, limit.requests_per_unit - count)
-            window_end = now_s - now_s % limit.seconds + limit.seconds
-            status.duration_until_reset.seconds = max(0, window_end - now_s)
-            over = count > limit.requests_per_unit
-            seen.append((limit, over))
-            if over and not limit.shadow_mode:
-                status.code = OVER_LIMIT
-                response.overall_code = OVER_LIMIT
-        _headers(response, [(response.statuses[i], limit) for i, limit, _, _ in limited])
-    return response, seen
+    ``UnknownDomain``, or ``store.StoreUnavailable`` when the counters cannot be reached."""
+    plan = Plan(config, request, now)
+    return plan.respond(store.incr(plan.items) if plan.limited else [])
 
 
 def _headers(response: Any, statuses: list[tuple[Any, Limit]]) -> None:
