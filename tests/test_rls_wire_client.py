@@ -24,7 +24,8 @@ class FakeRls:
     """Answers each ShouldRateLimit with OK and a response header echoing the first entry's value."""
 
     def __init__(self, *, dynamic_table: bool = False, max_streams: int | None = None, goaway_after: int = 0,
-                 big_header: int = 0, pad: int = 0, ping: bool = False, reset: bool = False) -> None:
+                 big_header: int = 0, pad: int = 0, ping: bool = False, reset: bool = False,
+                 big_window: bool = False) -> None:
         self.dynamic_table = dynamic_table
         self.max_streams = max_streams
         self.goaway_after = goaway_after
@@ -32,6 +33,7 @@ class FakeRls:
         self.pad = pad
         self.ping = ping
         self.reset = reset
+        self.big_window = big_window
         self.answered = 0
         self.connections = 0
         self.ping_acks = 0
@@ -44,6 +46,9 @@ class FakeRls:
         conn.initiate_connection()
         if self.max_streams is not None:
             conn.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self.max_streams})
+        if self.big_window:  # requests larger than the default 64 KiB windows
+            conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 2**31 - 1})
+            conn.increment_flow_control_window(2**31 - 1 - 65535)
         if self.ping:
             conn.ping(b"12345678")
         await stream.send_all(conn.data_to_send())
@@ -151,6 +156,32 @@ async def test_the_servers_stream_limit_is_kept(nursery):
             calls.start_soon(one, i)
     assert results == {i: str(i) for i in range(6)}
     assert fake.most_open == 1
+
+
+async def test_writes_the_socket_cannot_take_at_once_stay_whole_and_in_order(nursery):
+    """With tiny socket buffers a large request needs many sends; calls made meanwhile queue
+    behind it (WireRlsClient writes without a lock) and every frame still arrives whole."""
+    import socket
+
+    fake = FakeRls(big_window=True)
+    client = await start(nursery, fake)
+    await echo(client, "warm")  # connected, the server's SETTINGS are in
+    assert client._conn is not None
+    client._conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    pads = [300_000, 0, 100_000, 0]
+    results: dict[int, str] = {}
+
+    async def one(i: int) -> None:
+        entries = [("k", str(i)), ("pad", "p" * pads[i])]
+        response = await client.should_rate_limit("d", [(entries, None)], 5)
+        results[i] = response.response_headers_to_add[0].value
+
+    async with trio.open_nursery() as calls:
+        for i in range(len(pads)):
+            calls.start_soon(one, i)
+    assert results == {i: str(i) for i in range(len(pads))}
+    assert fake.connections == 1
+    assert not client._conn.unsent and not client._conn.flushing
 
 
 async def test_goaway_moves_calls_to_a_new_connection(nursery):
