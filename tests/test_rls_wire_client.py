@@ -25,7 +25,7 @@ class FakeRls:
 
     def __init__(self, *, dynamic_table: bool = False, max_streams: int | None = None, goaway_after: int = 0,
                  big_header: int = 0, pad: int = 0, ping: bool = False, reset: bool = False,
-                 big_window: bool = False) -> None:
+                 big_window: bool = False, silent: str = "") -> None:
         self.dynamic_table = dynamic_table
         self.max_streams = max_streams
         self.goaway_after = goaway_after
@@ -34,6 +34,8 @@ class FakeRls:
         self.ping = ping
         self.reset = reset
         self.big_window = big_window
+        self.silent = silent  # requests whose first entry has this value are never answered
+        self.resets: list[int] = []
         self.answered = 0
         self.connections = 0
         self.ping_acks = 0
@@ -70,6 +72,8 @@ class FakeRls:
                     pending.append(event.stream_id)
                 elif isinstance(event, h2.events.PingAckReceived):
                     self.ping_acks += 1
+                elif isinstance(event, h2.events.StreamReset):
+                    self.resets.append(event.stream_id)
             if self.dynamic_table:  # against our SETTINGS_HEADER_TABLE_SIZE 0: a table anyway
                 conn.encoder.header_table_size = 4096
             await stream.send_all(conn.data_to_send())
@@ -89,6 +93,8 @@ class FakeRls:
                 return
 
     def _answer(self, conn: h2.connection.H2Connection, sid: int, body: bytes) -> None:
+        if self.silent and rls_pb2.RateLimitRequest.FromString(body[5:]).descriptors[0].entries[0].value == self.silent:
+            return
         self.answered += 1
         if self.reset:
             conn.reset_stream(sid, error_code=2)
@@ -182,6 +188,32 @@ async def test_writes_the_socket_cannot_take_at_once_stay_whole_and_in_order(nur
     assert results == {i: str(i) for i in range(len(pads))}
     assert fake.connections == 1
     assert not client._conn.unsent and not client._conn.flushing
+
+
+async def test_an_unanswered_call_fails_at_its_deadline_and_its_stream_is_reset(nursery, autojump_clock):
+    """No cancel scope per call: the connection's timer task fails calls at their deadline. A
+    call with an earlier deadline than those already waiting moves the timer's wake-up."""
+    fake = FakeRls(silent="slow")
+    client = await start(nursery, fake)
+    await echo(client, "warm")
+    failures: dict[str, float] = {}
+
+    async def slow(timeout: float) -> None:
+        start = trio.current_time()
+        with pytest.raises(RlsCallFailed, match="DEADLINE_EXCEEDED"):
+            await client.should_rate_limit("d", [([("k", "slow")], None)], timeout)
+        failures[f"{timeout}"] = trio.current_time() - start
+
+    async with trio.open_nursery() as calls:
+        calls.start_soon(slow, 60.0)
+        await trio.sleep(1)
+        calls.start_soon(slow, 0.5)
+    assert 0.5 <= failures["0.5"] < 0.6  # not at the 60 s call's deadline
+    assert 60 <= failures["60.0"] < 60.1
+    await trio.sleep(0.1)  # (mock clock) the resets reach the server
+    assert sorted(fake.resets) == [3, 5]
+    assert await echo(client, "after") == "after"  # the connection is still in use
+    assert fake.connections == 1
 
 
 async def test_goaway_moves_calls_to_a_new_connection(nursery):

@@ -33,6 +33,7 @@ from typing import Any
 import hpack
 import trio
 
+from .client import RlsCallFailed
 from .protos import rls_pb2
 
 PATH = b"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
@@ -99,16 +100,32 @@ class RlsCallError(Exception):
 REFUSED_STREAM = 7
 
 
-class _Call:
-    __slots__ = ("body", "done", "error", "message", "refused", "status")
+DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED: no answer within the timeout"
 
-    def __init__(self) -> None:
+
+class _Call:
+    """One call's answer as it arrives. The caller parks on it (``_Connection.wait``) and the
+    reader (or the timer, at ``deadline``) wakes it with ``trio.lowlevel.reschedule``: cheaper
+    than a ``trio.Event`` and a cancel scope with a deadline per call (their deadline
+    bookkeeping alone was ~8% of a call)."""
+
+    __slots__ = ("body", "deadline", "done", "error", "message", "refused", "status", "task")
+
+    def __init__(self, deadline: float) -> None:
         self.body = bytearray()
-        self.done = trio.Event()
+        self.deadline = deadline
+        self.done = False
+        self.task: Any = None  # the caller, while it is parked
         self.refused = False  # REFUSED_STREAM or past GOAWAY's last stream: not processed, send again
         self.error: str | None = None
         self.status: bytes | None = None
         self.message = b""
+
+    def finish(self) -> None:
+        self.done = True
+        task, self.task = self.task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
 
 
 class _Connection:
@@ -133,6 +150,9 @@ class _Connection:
         self.consumed = 0
         self.goaway_last: int | None = None
         self._headers: tuple[int, bytearray, bool] | None = None  # an unfinished header block
+        #: the timer task's deadline (the earliest of the calls' when it last looked) and scope
+        self.next_deadline = float("inf")
+        self.timer_scope: trio.CancelScope | None = None
 
     def start_bytes(self) -> bytes:
         settings = (b"\x00\x01" + (0).to_bytes(4, "big")  # HEADER_TABLE_SIZE 0: see _header_block
@@ -144,11 +164,46 @@ class _Connection:
     def fail_all(self, reason: str) -> None:
         self.closed = True
         for call in self.calls.values():
-            if not call.done.is_set():
+            if not call.done:
                 call.error = reason
-                call.done.set()
+                call.finish()
         self.calls.clear()
         self._wake()
+        if self.timer_scope is not None:
+            self.timer_scope.cancel()  # the timer ends with the connection
+
+    async def wait(self, call: _Call) -> None:
+        """Park until ``call`` is answered, failed or past its deadline (the timer task fails it
+        then). Cancelled from outside, the call is left to be answered and ignored, or timed out."""
+        if call.done:
+            await trio.lowlevel.checkpoint()
+            return
+        call.task = trio.lowlevel.current_task()
+
+        def abort(_: Any) -> Any:
+            call.task = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    async def timer_loop(self) -> None:
+        """Fails the calls past their deadline and resets their streams. It sleeps until the
+        earliest deadline it knows; a call whose deadline is earlier moves that (open_stream). With
+        one timeout per stage it wakes about once per timeout while calls flow, never per call."""
+        while not (self.closed and not self.calls):
+            with trio.CancelScope(deadline=self.next_deadline) as self.timer_scope:
+                await trio.sleep_forever()
+            now = trio.current_time()
+            expired = [(sid, call) for sid, call in self.calls.items() if call.deadline <= now]
+            for sid, call in expired:
+                call.error = DEADLINE_EXCEEDED
+                self._finish(sid, call)
+            self.next_deadline = min((call.deadline for call in self.calls.values()), default=float("inf"))
+            try:
+                for sid, _ in expired:
+                    await self.write(frame(RST_STREAM, 0, sid, (8).to_bytes(4, "big")))  # CANCEL
+            except Exception:  # noqa: BLE001 -- write() failed the connection already
+                break
 
     def _wake(self) -> None:
         self.room.set()
@@ -343,17 +398,24 @@ class _Connection:
 
     def _finish(self, sid: int, call: _Call) -> None:
         del self.calls[sid]
-        call.done.set()
+        call.finish()
         if len(self.calls) + 1 >= self.max_streams:
             self._wake()
 
     async def open_stream(self, message: bytes, timeout_ms: int, call: _Call) -> int | None:
-        """Send HEADERS + DATA for a new stream, once windows and the stream limit allow; None
-        when the connection closed first (nothing was sent: the caller takes a new one)."""
+        """Send HEADERS + DATA for a new stream, once windows and the stream limit allow (by the
+        call's deadline); None when the connection closed first (nothing was sent: the caller
+        takes a new one)."""
         body = b"\x00" + len(message).to_bytes(4, "big") + message
-        while (self.send_window < len(body) or self.stream_window < len(body)
-               or len(self.calls) >= self.max_streams) and not self.closed:
-            await self.room.wait()
+        if (self.send_window < len(body) or self.stream_window < len(body)
+                or len(self.calls) >= self.max_streams):
+            with trio.move_on_at(call.deadline):
+                while (self.send_window < len(body) or self.stream_window < len(body)
+                       or len(self.calls) >= self.max_streams) and not self.closed:
+                    await self.room.wait()
+            if (self.send_window < len(body) or self.stream_window < len(body)
+                    or len(self.calls) >= self.max_streams) and not self.closed:
+                raise RlsCallFailed(DEADLINE_EXCEEDED)
         if self.closed or self.next_sid > BIG_WINDOW:
             self.closed = True
             return None
@@ -369,12 +431,12 @@ class _Connection:
             out += frame(DATA, END_STREAM if i + self.max_frame >= len(body) else 0, sid, chunk)
         self.send_window -= len(body)
         self.calls[sid] = call
+        if call.deadline < self.next_deadline:  # earlier than the timer will look: wake it then
+            self.next_deadline = call.deadline
+            if self.timer_scope is not None:
+                self.timer_scope.deadline = call.deadline
         await self.write(out)
         return sid
-
-    async def reset(self, sid: int) -> None:
-        self.calls.pop(sid, None)
-        await self.write(frame(RST_STREAM, 0, sid, (8).to_bytes(4, "big")))  # CANCEL
 
 
 class WireRlsClient:
@@ -388,7 +450,7 @@ class WireRlsClient:
         self._connect_lock: trio.Lock | None = None
         self._root: Any = None  # the Trio run the connection belongs to (tests run many)
 
-    async def _connection(self) -> _Connection:
+    async def _connection(self, deadline: float) -> _Connection:
         root = trio.lowlevel.current_root_task()
         if root is not self._root:
             self._root, self._conn, self._connect_lock = root, None, None
@@ -401,7 +463,11 @@ class WireRlsClient:
             conn = self._conn
             if conn is not None and not conn.closed:
                 return conn
-            stream = await trio.open_tcp_stream(self.host, self.port)  # happy eyeballs, TCP_NODELAY
+            stream = None
+            with trio.move_on_at(deadline):
+                stream = await trio.open_tcp_stream(self.host, self.port)  # happy eyeballs, TCP_NODELAY
+            if stream is None:
+                raise RlsCallFailed(DEADLINE_EXCEEDED)
             sock = socket.socket(fileno=stream.socket.detach())
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # (kept by detach; said again)
@@ -413,41 +479,34 @@ class WireRlsClient:
                 sock.close()
                 raise
             trio.lowlevel.spawn_system_task(conn.read_loop, name=f"rls-wire-reader {self.target}")
+            trio.lowlevel.spawn_system_task(conn.timer_loop, name=f"rls-wire-timer {self.target}")
             self._conn = conn
             return conn
 
     async def should_rate_limit(self, domain: str, descriptors: Sequence[tuple[Sequence[tuple[str, str]], int | None]],
                                 timeout: float) -> Any:
-        """``descriptors``: ``(entries, hits)``; hits None: one hit; 0: only look; n: add n (tokens)."""
-        from .client import RlsCallFailed
+        """``descriptors``: ``(entries, hits)``; hits None: one hit; 0: only look; n: add n (tokens).
 
+        No cancel scope per call: the deadline bounds connecting and waiting for room where those
+        happen (rarely), and the connection's timer task fails an unanswered call at it."""
         message = encode_request(domain, descriptors)
-        call = _Call()
-        sid = None
-        conn = None
-        with trio.move_on_after(timeout) as scope:
-            while True:
-                try:
-                    conn = await self._connection()
-                    sid = await conn.open_stream(message, max(1, int(timeout * 1000)), call)
-                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                    if conn is not None:
-                        conn.fail_all(f"UNAVAILABLE: {exc}")
-                    raise RlsCallFailed(f"UNAVAILABLE: {exc or type(exc).__name__}") from None
-                if sid is None:
-                    continue
-                await call.done.wait()
-                if not call.refused:  # refused (over the server's stream limit before its SETTINGS
-                    break  # arrived, or past a GOAWAY): not processed, so sent again
-                call = _Call()
-        if scope.cancelled_caught:
-            if conn is not None and sid is not None and not conn.closed and not call.done.is_set():
-                with trio.CancelScope(shield=True):
-                    try:
-                        await conn.reset(sid)
-                    except Exception:  # noqa: BLE001 -- the connection is failing anyway
-                        conn.fail_all("UNAVAILABLE: reset failed")
-            raise RlsCallFailed("DEADLINE_EXCEEDED: no answer within the timeout")
+        deadline = trio.current_time() + timeout
+        timeout_ms = max(1, int(timeout * 1000))
+        while True:
+            call = _Call(deadline)
+            conn = None
+            try:
+                conn = await self._connection(deadline)
+                sid = await conn.open_stream(message, timeout_ms, call)
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                if conn is not None:
+                    conn.fail_all(f"UNAVAILABLE: {exc}")
+                raise RlsCallFailed(f"UNAVAILABLE: {exc or type(exc).__name__}") from None
+            if sid is None:
+                continue
+            await conn.wait(call)
+            if not call.refused:  # refused (over the server's stream limit before its SETTINGS
+                break  # arrived, or past a GOAWAY): not processed, so sent again
         if call.error is not None:
             raise RlsCallFailed(call.error)
         if call.status != b"0":
