@@ -133,8 +133,9 @@ class _Connection:
         self.sock = sock  # non-blocking; see write() and read_loop() for why not a trio.SocketStream
         self.authority = authority.encode("latin-1")
         self.decoder = hpack.Decoder()
-        #: header block bytes -> decoded headers, for blocks that mean the same whatever the table
-        self.known_blocks: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        #: header block bytes -> what it says (grpc-status, grpc-message, HTTP error), for blocks
+        #: that mean the same whatever the table
+        self.known_blocks: dict[bytes, tuple[bytes | None, bytes | None, str | None]] = {}
         self.calls: dict[int, _Call] = {}
         self.unsent = bytearray()  # bytes queued behind a write that is waiting for the socket
         self.flushing = False
@@ -147,6 +148,7 @@ class _Connection:
         self.max_streams = 2**31
         self.max_frame = 16384
         self.room = trio.Event()  # set (and replaced) when windows or stream slots open
+        self.room_waiters = 0  # calls waiting on it (grpcio sends a WINDOW_UPDATE per answer)
         self.consumed = 0
         self.goaway_last: int | None = None
         self._headers: tuple[int, bytearray, bool] | None = None  # an unfinished header block
@@ -206,8 +208,9 @@ class _Connection:
                 break
 
     def _wake(self) -> None:
-        self.room.set()
-        self.room = trio.Event()
+        if self.room_waiters:
+            self.room.set()
+            self.room = trio.Event()
 
     async def write(self, data: bytes | bytearray) -> None:
         """Send ``data`` after what is queued. The socket takes a few hundred bytes at once
@@ -259,20 +262,22 @@ class _Connection:
                     continue
                 if not data:
                     break
-                buf += data
+                if buf:
+                    buf += data
+                    data = bytes(buf)
                 out = bytearray()
-                pos, size = 0, len(buf)
+                pos, size = 0, len(data)
                 while size - pos >= 9:
-                    length = int.from_bytes(buf[pos:pos + 3], "big")
+                    length = int.from_bytes(data[pos:pos + 3], "big")
                     if length > MAX_FRAME:
                         raise RlsCallError(f"frame of {length} bytes is larger than SETTINGS_MAX_FRAME_SIZE")
                     end = pos + 9 + length
                     if end > size:
                         break
-                    self._frame(buf[pos + 3], buf[pos + 4], int.from_bytes(buf[pos + 5:pos + 9], "big") & 0x7FFFFFFF,
-                                bytes(buf[pos + 9:end]), out)
+                    self._frame(data[pos + 3], data[pos + 4], int.from_bytes(data[pos + 5:pos + 9], "big") & 0x7FFFFFFF,
+                                data[pos + 9:end], out)
                     pos = end
-                del buf[:pos]
+                buf[:] = data[pos:]  # an unfinished frame waits for the next read
                 if out:
                     await self.write(out)
                 if self.closed and not self.calls:
@@ -376,23 +381,31 @@ class _Connection:
         once and then looked up. Any other block goes through the decoder, which follows the
         server's table should it keep one anyway."""
         raw = bytes(block)
-        headers = self.known_blocks.get(raw)
-        if headers is None:
+        meaning = self.known_blocks.get(raw)
+        if meaning is None:
             table = self.decoder.header_table.dynamic_entries
             empty = not table
-            headers = [(bytes(n), bytes(v)) for n, v in self.decoder.decode(raw, raw=True)]
+            status = message = error = None
+            for name, value in self.decoder.decode(raw, raw=True):
+                if name == b"grpc-status":
+                    status = bytes(value)
+                elif name == b"grpc-message":
+                    message = bytes(value)
+                elif name == b":status" and value != b"200":
+                    error = f"UNAVAILABLE: HTTP status {bytes(value).decode('latin-1')}"
+            meaning = (status, message, error)
             if empty and not table and len(self.known_blocks) < KNOWN_BLOCKS:
-                self.known_blocks[raw] = headers
+                self.known_blocks[raw] = meaning
         call = self.calls.get(sid)
         if call is None:
             return
-        for name, value in headers:
-            if name == b"grpc-status":
-                call.status = value
-            elif name == b"grpc-message":
-                call.message = value
-            elif name == b":status" and value != b"200":
-                call.error = f"UNAVAILABLE: HTTP status {value.decode('latin-1')}"
+        status, message, error = meaning
+        if status is not None:
+            call.status = status
+        if message is not None:
+            call.message = message
+        if error is not None:
+            call.error = error
         if end_stream:
             self._finish(sid, call)
 
@@ -409,10 +422,14 @@ class _Connection:
         body = b"\x00" + len(message).to_bytes(4, "big") + message
         if (self.send_window < len(body) or self.stream_window < len(body)
                 or len(self.calls) >= self.max_streams):
-            with trio.move_on_at(call.deadline):
-                while (self.send_window < len(body) or self.stream_window < len(body)
-                       or len(self.calls) >= self.max_streams) and not self.closed:
-                    await self.room.wait()
+            self.room_waiters += 1
+            try:
+                with trio.move_on_at(call.deadline):
+                    while (self.send_window < len(body) or self.stream_window < len(body)
+                           or len(self.calls) >= self.max_streams) and not self.closed:
+                        await self.room.wait()
+            finally:
+                self.room_waiters -= 1
             if (self.send_window < len(body) or self.stream_window < len(body)
                     or len(self.calls) >= self.max_streams) and not self.closed:
                 raise RlsCallFailed(DEADLINE_EXCEEDED)
