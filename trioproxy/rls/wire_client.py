@@ -22,6 +22,12 @@ unary gRPC client needs, with the request's header block encoded once:
 One connection per service target, opened on first use; calls are concurrent streams on it. A
 reader task (a Trio system task, so it outlives any one request) routes frames to the waiting
 calls. Each call sends ``grpc-timeout`` and gives up at its deadline (the stream is reset).
+
+Per call the event loop does as little as possible, because at this size Trio's conveniences
+were most of the cost (docs/ratelimit-server.md, bench/README.md): the socket is non-blocking and
+written and read directly (``write``, ``read_loop``: no lock, no ``send_all``/``receive_some``
+checkpoints), the caller parks and is rescheduled by the reader (no ``trio.Event``), and one
+timer task per connection keeps the deadlines (no cancel scope per call).
 """
 
 from __future__ import annotations
