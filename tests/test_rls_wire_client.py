@@ -14,6 +14,7 @@ import h2.events
 import h2.settings
 import pytest
 import trio
+import trio.testing
 
 from trioproxy.rls.client import RlsCallFailed
 from trioproxy.rls.protos import rls_pb2
@@ -25,7 +26,8 @@ class FakeRls:
 
     def __init__(self, *, dynamic_table: bool = False, max_streams: int | None = None, goaway_after: int = 0,
                  big_header: int = 0, pad: int = 0, ping: bool = False, reset: bool = False,
-                 big_window: bool = False, silent: str = "") -> None:
+                 big_window: bool = False, silent: str = "", grpc_status: str = "0", grpc_message: str = "",
+                 http_status: str = "200", hold: trio.Event | None = None) -> None:
         self.dynamic_table = dynamic_table
         self.max_streams = max_streams
         self.goaway_after = goaway_after
@@ -36,6 +38,8 @@ class FakeRls:
         self.big_window = big_window
         self.silent = silent  # requests whose first entry has this value are never answered
         self.resets: list[int] = []
+        self.grpc_status, self.grpc_message, self.http_status = grpc_status, grpc_message, http_status
+        self.hold = hold  # answers wait for it
         self.answered = 0
         self.connections = 0
         self.ping_acks = 0
@@ -78,6 +82,8 @@ class FakeRls:
                 conn.encoder.header_table_size = 4096
             await stream.send_all(conn.data_to_send())
             await trio.sleep(0)  # let other calls open streams meanwhile (the stream limit test)
+            if self.hold is not None and pending:
+                await self.hold.wait()
             for sid in pending:
                 self._answer(conn, sid, bodies.pop(sid))
             last = max(pending, default=0)
@@ -104,12 +110,15 @@ class FakeRls:
         response = rls_pb2.RateLimitResponse(overall_code=rls_pb2.RateLimitResponse.OK)
         response.response_headers_to_add.add(key="x-echo", value=value)
         message = response.SerializeToString()
-        headers = [(":status", "200"), ("content-type", "application/grpc"), ("x-value", value)]
+        headers = [(":status", self.http_status), ("content-type", "application/grpc"), ("x-value", value)]
         if self.big_header:
             headers.append(("x-big", "b" * self.big_header))
         conn.send_headers(sid, headers)
         conn.send_data(sid, b"\x00" + len(message).to_bytes(4, "big") + message, pad_length=self.pad or None)
-        conn.send_headers(sid, [("grpc-status", "0"), ("x-trailer", value)], end_stream=True)
+        trailers = [("grpc-status", self.grpc_status), ("x-trailer", value)]
+        if self.grpc_message:
+            trailers.append(("grpc-message", self.grpc_message))
+        conn.send_headers(sid, trailers, end_stream=True)
 
 
 async def start(nursery, fake: FakeRls) -> WireRlsClient:
@@ -213,7 +222,69 @@ async def test_an_unanswered_call_fails_at_its_deadline_and_its_stream_is_reset(
     await trio.sleep(0.1)  # (mock clock) the resets reach the server
     assert sorted(fake.resets) == [3, 5]
     assert await echo(client, "after") == "after"  # the connection is still in use
+    t0 = trio.current_time()  # and its timer still runs once no call was waiting
+    with pytest.raises(RlsCallFailed, match="DEADLINE_EXCEEDED"):
+        await client.should_rate_limit("d", [([("k", "slow")], None)], 0.5)
+    assert trio.current_time() - t0 < 0.6
     assert fake.connections == 1
+
+
+def _task_names() -> list[str]:
+    names, todo = [], [trio.lowlevel.current_root_task()]
+    while todo:
+        task = todo.pop()
+        names.append(task.name)
+        todo.extend(child for nursery in task.child_nurseries for child in nursery.child_tasks)
+    return names
+
+
+async def test_a_failed_connection_leaves_no_task_behind(nursery):
+    client = await start(nursery, FakeRls(http_status="503"))
+    with pytest.raises(RlsCallFailed):
+        await echo(client, "x")
+    assert "rls-wire-timer " + client.target in _task_names()
+    assert client._conn is not None
+    client._conn.fail_all("UNAVAILABLE: test")  # what the reader does when the socket fails
+    await trio.testing.wait_all_tasks_blocked()
+    assert "rls-wire-timer " + client.target not in _task_names()
+
+
+async def test_a_caller_cancelled_while_waiting_leaves_the_connection_working(nursery):
+    hold = trio.Event()
+    fake = FakeRls(hold=hold)
+    client = await start(nursery, fake)
+    async with trio.open_nursery() as calls:
+        calls.start_soon(echo, client, "abandoned")
+        await trio.testing.wait_all_tasks_blocked()
+        calls.cancel_scope.cancel()  # (the gateway's request cancelled: its client went away)
+    hold.set()  # the answer arrives for nobody
+    fake.hold = None
+    assert await echo(client, "next") == "next"
+    assert fake.connections == 1 and fake.answered == 2
+
+
+@pytest.mark.parametrize(("fake", "error"), [
+    (FakeRls(grpc_status="14", grpc_message="store down"), "gRPC status 14: store down"),
+    (FakeRls(grpc_status="8"), "gRPC status 8: $"),
+    (FakeRls(http_status="503"), "UNAVAILABLE: HTTP status 503"),
+])
+async def test_error_answers_fail_the_call_every_time(nursery, fake, error):
+    """The second and third answers' header blocks come from the decoded-block cache: they must
+    mean what the first meant."""
+    client = await start(nursery, fake)
+    for _ in range(3):
+        with pytest.raises(RlsCallFailed, match=error):
+            await echo(client, "x")
+    assert fake.connections == 1
+
+
+async def test_an_ok_answer_after_an_error_answer_succeeds(nursery):
+    fake = FakeRls(grpc_status="14", grpc_message="store down")
+    client = await start(nursery, fake)
+    with pytest.raises(RlsCallFailed, match="store down"):
+        await echo(client, "x")
+    fake.grpc_status, fake.grpc_message = "0", ""
+    assert await echo(client, "y") == "y"
 
 
 async def test_goaway_moves_calls_to_a_new_connection(nursery):
