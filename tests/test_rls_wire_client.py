@@ -27,7 +27,7 @@ class FakeRls:
     def __init__(self, *, dynamic_table: bool = False, max_streams: int | None = None, goaway_after: int = 0,
                  big_header: int = 0, pad: int = 0, ping: bool = False, reset: bool = False,
                  big_window: bool = False, silent: str = "", grpc_status: str = "0", grpc_message: str = "",
-                 http_status: str = "200", hold: trio.Event | None = None) -> None:
+                 http_status: str = "200", hold: trio.Event | None = None, dribble: int = 0) -> None:
         self.dynamic_table = dynamic_table
         self.max_streams = max_streams
         self.goaway_after = goaway_after
@@ -38,8 +38,10 @@ class FakeRls:
         self.big_window = big_window
         self.silent = silent  # requests whose first entry has this value are never answered
         self.resets: list[int] = []
+        self.reset_codes: list[int] = []
         self.grpc_status, self.grpc_message, self.http_status = grpc_status, grpc_message, http_status
         self.hold = hold  # answers wait for it
+        self.dribble = dribble  # answers sent in pieces of this many bytes, each read on its own
         self.answered = 0
         self.connections = 0
         self.ping_acks = 0
@@ -78,6 +80,7 @@ class FakeRls:
                     self.ping_acks += 1
                 elif isinstance(event, h2.events.StreamReset):
                     self.resets.append(event.stream_id)
+                    self.reset_codes.append(event.error_code)
             if self.dynamic_table:  # against our SETTINGS_HEADER_TABLE_SIZE 0: a table anyway
                 conn.encoder.header_table_size = 4096
             await stream.send_all(conn.data_to_send())
@@ -88,7 +91,11 @@ class FakeRls:
                 self._answer(conn, sid, bodies.pop(sid))
             last = max(pending, default=0)
             pending.clear()
-            await stream.send_all(conn.data_to_send())
+            out = conn.data_to_send()
+            for i in range(0, len(out), self.dribble or len(out) or 1):
+                await stream.send_all(out[i:i + (self.dribble or len(out))])
+                if self.dribble:
+                    await trio.testing.wait_all_tasks_blocked()  # the client has read this piece
             if self.goaway_after and self.answered - answered >= self.goaway_after:  # on this connection
                 # A graceful server: the streams it got but did not answer are past last_stream_id.
                 conn.close_connection(last_stream_id=last)
@@ -220,13 +227,68 @@ async def test_an_unanswered_call_fails_at_its_deadline_and_its_stream_is_reset(
     assert 0.5 <= failures["0.5"] < 0.6  # not at the 60 s call's deadline
     assert 60 <= failures["60.0"] < 60.1
     await trio.sleep(0.1)  # (mock clock) the resets reach the server
-    assert sorted(fake.resets) == [3, 5]
+    assert sorted(fake.resets) == [3, 5] and fake.reset_codes == [8, 8]  # CANCEL
     assert await echo(client, "after") == "after"  # the connection is still in use
     t0 = trio.current_time()  # and its timer still runs once no call was waiting
     with pytest.raises(RlsCallFailed, match="DEADLINE_EXCEEDED"):
         await client.should_rate_limit("d", [([("k", "slow")], None)], 0.5)
     assert trio.current_time() - t0 < 0.6
     assert fake.connections == 1
+
+
+async def test_frames_split_across_reads_are_put_back_together(nursery):
+    fake = FakeRls(dribble=7, pad=3)  # pieces that end inside frame headers and payloads
+    client = await start(nursery, fake)
+    assert [await echo(client, v) for v in ("a", "bb", "c" * 50)] == ["a", "bb", "c" * 50]
+
+
+async def test_the_service_closing_the_connection_fails_the_call(nursery):
+    async def closing(stream: trio.SocketStream) -> None:
+        await stream.receive_some(65536)
+        await stream.aclose()
+
+    listeners = await nursery.start(trio.serve_tcp, closing, 0)
+    client = WireRlsClient(f"127.0.0.1:{listeners[0].socket.getsockname()[1]}")
+    with pytest.raises(RlsCallFailed, match="^UNAVAILABLE: connection closed$"):
+        await echo(client, "x")
+
+
+async def test_a_write_to_a_full_socket_waits_and_loses_nothing():
+    """The socket refusing even the first byte (BlockingIOError): the bytes wait, whole and in
+    order, behind nothing else, and later writes queue behind them."""
+    import socket
+
+    from trioproxy.rls.wire_client import _Connection
+
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    filler = 0
+    try:
+        while True:
+            filler += a.send(b"f" * 4096)
+    except BlockingIOError:
+        pass
+    conn = _Connection(a, "x:1")
+    received = bytearray()
+
+    async def drain() -> None:
+        while len(received) < filler + 6:
+            await trio.lowlevel.wait_readable(b)
+            received.extend(b.recv(65536))
+
+    async with trio.open_nursery() as n:
+        n.start_soon(conn.write, b"abc")
+        await trio.testing.wait_all_tasks_blocked()
+        assert conn.flushing and bytes(conn.unsent) == b"abc"
+        n.start_soon(conn.write, b"def")  # queued behind
+        await trio.testing.wait_all_tasks_blocked()
+        n.start_soon(drain)
+    assert bytes(received) == b"f" * filler + b"abcdef"
+    assert not conn.flushing and not conn.unsent
+    a.close()
+    b.close()
 
 
 def _task_names() -> list[str]:
