@@ -2,6 +2,7 @@
 
     python -m bench.global_ratelimit            # all sections (~1 min)
     python -m bench.global_ratelimit --quick    # smoke: few requests per section
+    python -m bench.global_ratelimit --only gateway [--callgrind]   # one section; + instruction counts
 
 Sections (one redis-server and one `trioproxy ratelimit-server --redis` started here, free ports):
 
@@ -16,6 +17,8 @@ Sections (one redis-server and one `trioproxy ratelimit-server --redis` started 
 3. ``gateway``: a gateway process with two routes answering ``directResponse`` (no backend noise), one
    with a remoteRateLimit: p50/p99 per request from a sequential client, the added latency, and the
    gateway's CPU per request (from /proc) for each route; the difference is the CPU of one check.
+   With ``--callgrind``, the same routes again with the gateway under valgrind: instructions per
+   request, which other jobs on a shared machine do not change.
 """
 
 from __future__ import annotations
@@ -51,6 +54,16 @@ descriptors:
 
 
 def cpu_seconds(pid: int) -> float:
+    """CPU time of all of ``pid``'s threads: nanoseconds from each thread's schedstat (clock
+    ticks, 10 ms, would need thousands of requests per reading), else /proc's ticks."""
+    if Path(f"/proc/{pid}/schedstat").exists():
+        total = 0
+        for t in os.listdir(f"/proc/{pid}/task"):
+            try:
+                total += int(Path(f"/proc/{pid}/task/{t}/schedstat").read_text().split()[0])
+            except FileNotFoundError:  # a thread that just ended
+                pass
+        return total / 1e9
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -185,10 +198,64 @@ def gateway_section(rls_port: int, n: int, tmp: Path) -> dict:
         proc.wait(10)
 
 
+def _callgrind_total(path: Path) -> int:
+    for line in path.read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise ValueError(f"no totals in {path}")
+
+
+def gateway_instructions(rls_port: int, n: int, tmp: Path) -> dict:
+    """The gateway under callgrind: instructions per request on each route (two rounds each,
+    interleaved, the lower kept), counted from after a warm-up. Instruction counts do not depend
+    on the other jobs on the machine, so small changes show; kernel time (syscalls) is not in
+    them, so the CPU figures above stay the ones to quote."""
+    import glob
+
+    import httpx
+
+    port = free_port()
+    config = tmp / "gw-cg.yaml"
+    config.write_text(GATEWAY.format(port=port, rls=rls_port))
+    out = tmp / "callgrind.out"
+    env = {**os.environ, "ADMIN_ADDR": "127.0.0.1:0", "STATS_ADDR": "127.0.0.1:0", "READINESS_ADDR": "127.0.0.1:0",
+           "TRIOPROXY_RUNTIME_DIR": str(tmp / "run-cg")}
+    proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+                             sys.executable, "-m", "trioproxy", "--config", str(config), "--log-level", "error"],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    counts: dict[str, list[float]] = {"/plain": [], "/limited": []}
+    try:
+        _wait(lambda: _accepts(port), "gateway under callgrind", 300)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+            for path in counts:
+                for _ in range(30):
+                    client.get(path, headers={"x-user": "u4"})
+            subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True)
+            for path in ("/plain", "/limited", "/plain", "/limited"):
+                subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
+                for _ in range(n):
+                    assert client.get(path, headers={"x-user": "u4"}).status_code == 200
+                before = set(glob.glob(f"{out}*"))
+                subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
+                dump = max(set(glob.glob(f"{out}*")) - before, key=os.path.getmtime)
+                counts[path].append(_callgrind_total(Path(dump)) / n)
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    result = {path: min(values) for path, values in counts.items()}
+    result["added"] = result["/limited"] - result["/plain"]
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", choices=("server", "client", "gateway"), action="append",
+                        help="run only these sections (repeatable; default: all)")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="also count the gateway's instructions per request under valgrind (slow, ~2 min)")
     args = parser.parse_args()
+    only = set(args.only or ("server", "client", "gateway"))
     n = 200 if args.quick else 3000
     seconds = 1.0 if args.quick else 8.0
     with tempfile.TemporaryDirectory() as tmpdir:
@@ -200,19 +267,30 @@ def main() -> None:
             for t in os.listdir(f"/proc/{rls.proc.pid}/task"):
                 subprocess.run(["taskset", "-cp", "0", t], capture_output=True, check=False)
             print(f"# machine: {os.cpu_count()} cores, shared with other jobs; one run, figures are noisy")
-            s = server_section(rls.target, rls.proc.pid, seconds, 32)
-            print(f"server (pinned to core 0: {pinned}): {s['checks_per_s']:.0f} checks/s, "
-                  f"{s['server_cpu_ms_per_check']:.3f} ms server CPU/check "
-                  f"= {s['checks_per_server_cpu_s']:.0f} checks per server-CPU-second")
-            print(f"redis-benchmark -t incr -c 50: {redis_benchmark(redis.port, 20000 if args.quick else 200000):.0f} INCR/s")
-            for name, r in trio.run(client_section, rls.port, n).items():
-                print(f"client {name}: p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms, "
-                      f"{r['cpu_ms_per_call']:.3f} ms CPU/call, {r['calls_per_s']:.0f} calls/s")
-            g = gateway_section(rls.port, n, tmp)
-            for path in ("/plain", "/limited", "added"):
-                r = g[path]
-                print(f"gateway {path}: p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms, "
-                      f"gateway CPU {r['gateway_cpu_ms_per_request']:.3f} ms/request")
+            if "server" in only:
+                server_and_redis(rls, redis, pinned, seconds, args.quick)
+            if "client" in only:
+                for name, r in trio.run(client_section, rls.port, n).items():
+                    print(f"client {name}: p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms, "
+                          f"{r['cpu_ms_per_call']:.3f} ms CPU/call, {r['calls_per_s']:.0f} calls/s")
+            if "gateway" in only:
+                g = gateway_section(rls.port, n, tmp)
+                for path in ("/plain", "/limited", "added"):
+                    r = g[path]
+                    print(f"gateway {path}: p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms, "
+                          f"gateway CPU {r['gateway_cpu_ms_per_request']:.3f} ms/request")
+                if args.callgrind:
+                    ir = gateway_instructions(rls.port, 20 if args.quick else 100, tmp)
+                    print("gateway instructions per request (callgrind): " + ", ".join(
+                        f"{path} {value / 1000:.0f}k" for path, value in ir.items()))
+
+
+def server_and_redis(rls, redis, pinned: bool, seconds: float, quick: bool) -> None:  # noqa: ANN001
+    s = server_section(rls.target, rls.proc.pid, seconds, 32)
+    print(f"server (pinned to core 0: {pinned}): {s['checks_per_s']:.0f} checks/s, "
+          f"{s['server_cpu_ms_per_check']:.3f} ms server CPU/check "
+          f"= {s['checks_per_server_cpu_s']:.0f} checks per server-CPU-second")
+    print(f"redis-benchmark -t incr -c 50: {redis_benchmark(redis.port, 20000 if quick else 200000):.0f} INCR/s")
 
 
 if __name__ == "__main__":

@@ -525,8 +525,38 @@ def test_direct_entries_give_what_cel_gives(source):
     from trioproxy.cel import build_activation, compile_expression
     from trioproxy.policies.ratelimit_remote import DirectEntry, compile_entry
 
-    activation = build_activation(method="GET", path="/p?q=1", host="h", headers=[(b"X-User", b"ann"), (b"x-user", b"bo")])
+    headers = [(b"X-User", b"ann"), (b"x-user", b"bo"), (b"x-other", b"o")]
+    activation = build_activation(method="GET", path="/p?q=1", host="h", headers=headers)
     compiled, problem = compile_entry(source)
     assert problem == "" and compiled is not None
     assert isinstance(compiled, DirectEntry) == ("+" not in source)
-    assert compiled.evaluate(activation) == compile_expression(source).evaluate(activation)
+    expected = compile_expression(source).evaluate(activation)
+    assert compiled.evaluate(activation) == expected
+    if isinstance(compiled, DirectEntry):  # read straight from the exchange: no activation built
+        from types import SimpleNamespace
+
+        x = SimpleNamespace(headers=headers, scope={"method": "GET"}, host="h", uri=lambda: "/p?q=1")
+        assert compiled.read(x) == expected
+
+
+def test_a_policy_of_direct_entries_builds_no_activation(monkeypatch):
+    from types import SimpleNamespace
+
+    import trioproxy.trace
+    from trioproxy.policies.ratelimit_remote import RemoteRateLimitPolicy
+
+    def spec(value: str) -> RemoteRateLimitSpec:
+        return RemoteRateLimitSpec(host="h:1", domain="d", descriptors=(
+            RemoteDescriptor((RemoteEntry("user", 'request.headers["x-user"]'), RemoteEntry("v", value))),
+            RemoteDescriptor((RemoteEntry("none", 'request.headers["x-none"]'),), kind="tokens")))
+
+    built = []
+    real = trioproxy.trace.activation
+    monkeypatch.setattr(trioproxy.trace, "activation", lambda x: built.append(x) or real(x))
+    x = SimpleNamespace(headers=[(b"x-user", b"ann")], scope={"method": "GET", "path": "/p"}, host="h",
+                        uri=lambda: "/p", llm=None, jwt=None)
+    chosen, skipped = RemoteRateLimitPolicy(spec('"gold"')).descriptors_of(x)
+    assert (chosen, built) == ([(0, [("user", "ann"), ("v", "gold")])], [])
+    assert skipped == ['descriptors[1]: entry none (request.headers["x-none"]) did not evaluate to a value']
+    chosen, _ = RemoteRateLimitPolicy(spec('request.headers["x-user"] + "!"')).descriptors_of(x)
+    assert chosen == [(0, [("user", "ann"), ("v", "ann!")])] and built == [x]  # CEL: one activation

@@ -14,6 +14,7 @@ import h2.events
 import h2.settings
 import pytest
 import trio
+import trio.testing
 
 from trioproxy.rls.client import RlsCallFailed
 from trioproxy.rls.protos import rls_pb2
@@ -24,7 +25,9 @@ class FakeRls:
     """Answers each ShouldRateLimit with OK and a response header echoing the first entry's value."""
 
     def __init__(self, *, dynamic_table: bool = False, max_streams: int | None = None, goaway_after: int = 0,
-                 big_header: int = 0, pad: int = 0, ping: bool = False, reset: bool = False) -> None:
+                 big_header: int = 0, pad: int = 0, ping: bool = False, reset: bool = False,
+                 big_window: bool = False, silent: str = "", grpc_status: str = "0", grpc_message: str = "",
+                 http_status: str = "200", hold: trio.Event | None = None, dribble: int = 0) -> None:
         self.dynamic_table = dynamic_table
         self.max_streams = max_streams
         self.goaway_after = goaway_after
@@ -32,6 +35,13 @@ class FakeRls:
         self.pad = pad
         self.ping = ping
         self.reset = reset
+        self.big_window = big_window
+        self.silent = silent  # requests whose first entry has this value are never answered
+        self.resets: list[int] = []
+        self.reset_codes: list[int] = []
+        self.grpc_status, self.grpc_message, self.http_status = grpc_status, grpc_message, http_status
+        self.hold = hold  # answers wait for it
+        self.dribble = dribble  # answers sent in pieces of this many bytes, each read on its own
         self.answered = 0
         self.connections = 0
         self.ping_acks = 0
@@ -44,6 +54,9 @@ class FakeRls:
         conn.initiate_connection()
         if self.max_streams is not None:
             conn.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self.max_streams})
+        if self.big_window:  # requests larger than the default 64 KiB windows
+            conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 2**31 - 1})
+            conn.increment_flow_control_window(2**31 - 1 - 65535)
         if self.ping:
             conn.ping(b"12345678")
         await stream.send_all(conn.data_to_send())
@@ -65,15 +78,24 @@ class FakeRls:
                     pending.append(event.stream_id)
                 elif isinstance(event, h2.events.PingAckReceived):
                     self.ping_acks += 1
+                elif isinstance(event, h2.events.StreamReset):
+                    self.resets.append(event.stream_id)
+                    self.reset_codes.append(event.error_code)
             if self.dynamic_table:  # against our SETTINGS_HEADER_TABLE_SIZE 0: a table anyway
                 conn.encoder.header_table_size = 4096
             await stream.send_all(conn.data_to_send())
             await trio.sleep(0)  # let other calls open streams meanwhile (the stream limit test)
+            if self.hold is not None and pending:
+                await self.hold.wait()
             for sid in pending:
                 self._answer(conn, sid, bodies.pop(sid))
             last = max(pending, default=0)
             pending.clear()
-            await stream.send_all(conn.data_to_send())
+            out = conn.data_to_send()
+            for i in range(0, len(out), self.dribble or len(out) or 1):
+                await stream.send_all(out[i:i + (self.dribble or len(out))])
+                if self.dribble:
+                    await trio.testing.wait_all_tasks_blocked()  # the client has read this piece
             if self.goaway_after and self.answered - answered >= self.goaway_after:  # on this connection
                 # A graceful server: the streams it got but did not answer are past last_stream_id.
                 conn.close_connection(last_stream_id=last)
@@ -84,6 +106,8 @@ class FakeRls:
                 return
 
     def _answer(self, conn: h2.connection.H2Connection, sid: int, body: bytes) -> None:
+        if self.silent and rls_pb2.RateLimitRequest.FromString(body[5:]).descriptors[0].entries[0].value == self.silent:
+            return
         self.answered += 1
         if self.reset:
             conn.reset_stream(sid, error_code=2)
@@ -93,12 +117,15 @@ class FakeRls:
         response = rls_pb2.RateLimitResponse(overall_code=rls_pb2.RateLimitResponse.OK)
         response.response_headers_to_add.add(key="x-echo", value=value)
         message = response.SerializeToString()
-        headers = [(":status", "200"), ("content-type", "application/grpc"), ("x-value", value)]
+        headers = [(":status", self.http_status), ("content-type", "application/grpc"), ("x-value", value)]
         if self.big_header:
             headers.append(("x-big", "b" * self.big_header))
         conn.send_headers(sid, headers)
         conn.send_data(sid, b"\x00" + len(message).to_bytes(4, "big") + message, pad_length=self.pad or None)
-        conn.send_headers(sid, [("grpc-status", "0"), ("x-trailer", value)], end_stream=True)
+        trailers = [("grpc-status", self.grpc_status), ("x-trailer", value)]
+        if self.grpc_message:
+            trailers.append(("grpc-message", self.grpc_message))
+        conn.send_headers(sid, trailers, end_stream=True)
 
 
 async def start(nursery, fake: FakeRls) -> WireRlsClient:
@@ -151,6 +178,175 @@ async def test_the_servers_stream_limit_is_kept(nursery):
             calls.start_soon(one, i)
     assert results == {i: str(i) for i in range(6)}
     assert fake.most_open == 1
+
+
+async def test_writes_the_socket_cannot_take_at_once_stay_whole_and_in_order(nursery):
+    """With tiny socket buffers a large request needs many sends; calls made meanwhile queue
+    behind it (WireRlsClient writes without a lock) and every frame still arrives whole."""
+    import socket
+
+    fake = FakeRls(big_window=True)
+    client = await start(nursery, fake)
+    await echo(client, "warm")  # connected, the server's SETTINGS are in
+    assert client._conn is not None
+    client._conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    pads = [300_000, 0, 100_000, 0]
+    results: dict[int, str] = {}
+
+    async def one(i: int) -> None:
+        entries = [("k", str(i)), ("pad", "p" * pads[i])]
+        response = await client.should_rate_limit("d", [(entries, None)], 5)
+        results[i] = response.response_headers_to_add[0].value
+
+    async with trio.open_nursery() as calls:
+        for i in range(len(pads)):
+            calls.start_soon(one, i)
+    assert results == {i: str(i) for i in range(len(pads))}
+    assert fake.connections == 1
+    assert not client._conn.unsent and not client._conn.flushing
+
+
+async def test_an_unanswered_call_fails_at_its_deadline_and_its_stream_is_reset(nursery, autojump_clock):
+    """No cancel scope per call: the connection's timer task fails calls at their deadline. A
+    call with an earlier deadline than those already waiting moves the timer's wake-up."""
+    fake = FakeRls(silent="slow")
+    client = await start(nursery, fake)
+    await echo(client, "warm")
+    failures: dict[str, float] = {}
+
+    async def slow(timeout: float) -> None:
+        start = trio.current_time()
+        with pytest.raises(RlsCallFailed, match="DEADLINE_EXCEEDED"):
+            await client.should_rate_limit("d", [([("k", "slow")], None)], timeout)
+        failures[f"{timeout}"] = trio.current_time() - start
+
+    async with trio.open_nursery() as calls:
+        calls.start_soon(slow, 60.0)
+        await trio.sleep(1)
+        calls.start_soon(slow, 0.5)
+    assert 0.5 <= failures["0.5"] < 0.6  # not at the 60 s call's deadline
+    assert 60 <= failures["60.0"] < 60.1
+    await trio.sleep(0.1)  # (mock clock) the resets reach the server
+    assert sorted(fake.resets) == [3, 5] and fake.reset_codes == [8, 8]  # CANCEL
+    assert await echo(client, "after") == "after"  # the connection is still in use
+    t0 = trio.current_time()  # and its timer still runs once no call was waiting
+    with pytest.raises(RlsCallFailed, match="DEADLINE_EXCEEDED"):
+        await client.should_rate_limit("d", [([("k", "slow")], None)], 0.5)
+    assert trio.current_time() - t0 < 0.6
+    assert fake.connections == 1
+
+
+async def test_frames_split_across_reads_are_put_back_together(nursery):
+    fake = FakeRls(dribble=7, pad=3)  # pieces that end inside frame headers and payloads
+    client = await start(nursery, fake)
+    assert [await echo(client, v) for v in ("a", "bb", "c" * 50)] == ["a", "bb", "c" * 50]
+
+
+async def test_the_service_closing_the_connection_fails_the_call(nursery):
+    async def closing(stream: trio.SocketStream) -> None:
+        await stream.receive_some(65536)
+        await stream.aclose()
+
+    listeners = await nursery.start(trio.serve_tcp, closing, 0)
+    client = WireRlsClient(f"127.0.0.1:{listeners[0].socket.getsockname()[1]}")
+    with pytest.raises(RlsCallFailed, match="^UNAVAILABLE: connection closed$"):
+        await echo(client, "x")
+
+
+async def test_a_write_to_a_full_socket_waits_and_loses_nothing():
+    """The socket refusing even the first byte (BlockingIOError): the bytes wait, whole and in
+    order, behind nothing else, and later writes queue behind them."""
+    import socket
+
+    from trioproxy.rls.wire_client import _Connection
+
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    filler = 0
+    try:
+        while True:
+            filler += a.send(b"f" * 4096)
+    except BlockingIOError:
+        pass
+    conn = _Connection(a, "x:1")
+    received = bytearray()
+
+    async def drain() -> None:
+        while len(received) < filler + 6:
+            await trio.lowlevel.wait_readable(b)
+            received.extend(b.recv(65536))
+
+    async with trio.open_nursery() as n:
+        n.start_soon(conn.write, b"abc")
+        await trio.testing.wait_all_tasks_blocked()
+        assert conn.flushing and bytes(conn.unsent) == b"abc"
+        n.start_soon(conn.write, b"def")  # queued behind
+        await trio.testing.wait_all_tasks_blocked()
+        n.start_soon(drain)
+    assert bytes(received) == b"f" * filler + b"abcdef"
+    assert not conn.flushing and not conn.unsent
+    a.close()
+    b.close()
+
+
+def _task_names() -> list[str]:
+    names, todo = [], [trio.lowlevel.current_root_task()]
+    while todo:
+        task = todo.pop()
+        names.append(task.name)
+        todo.extend(child for nursery in task.child_nurseries for child in nursery.child_tasks)
+    return names
+
+
+async def test_a_failed_connection_leaves_no_task_behind(nursery):
+    client = await start(nursery, FakeRls(http_status="503"))
+    with pytest.raises(RlsCallFailed):
+        await echo(client, "x")
+    assert "rls-wire-timer " + client.target in _task_names()
+    assert client._conn is not None
+    client._conn.fail_all("UNAVAILABLE: test")  # what the reader does when the socket fails
+    await trio.testing.wait_all_tasks_blocked()
+    assert "rls-wire-timer " + client.target not in _task_names()
+
+
+async def test_a_caller_cancelled_while_waiting_leaves_the_connection_working(nursery):
+    hold = trio.Event()
+    fake = FakeRls(hold=hold)
+    client = await start(nursery, fake)
+    async with trio.open_nursery() as calls:
+        calls.start_soon(echo, client, "abandoned")
+        await trio.testing.wait_all_tasks_blocked()
+        calls.cancel_scope.cancel()  # (the gateway's request cancelled: its client went away)
+    hold.set()  # the answer arrives for nobody
+    fake.hold = None
+    assert await echo(client, "next") == "next"
+    assert fake.connections == 1 and fake.answered == 2
+
+
+@pytest.mark.parametrize(("fake", "error"), [
+    (FakeRls(grpc_status="14", grpc_message="store down"), "gRPC status 14: store down"),
+    (FakeRls(grpc_status="8"), "gRPC status 8: $"),
+    (FakeRls(http_status="503"), "UNAVAILABLE: HTTP status 503"),
+])
+async def test_error_answers_fail_the_call_every_time(nursery, fake, error):
+    """The second and third answers' header blocks come from the decoded-block cache: they must
+    mean what the first meant."""
+    client = await start(nursery, fake)
+    for _ in range(3):
+        with pytest.raises(RlsCallFailed, match=error):
+            await echo(client, "x")
+    assert fake.connections == 1
+
+
+async def test_an_ok_answer_after_an_error_answer_succeeds(nursery):
+    fake = FakeRls(grpc_status="14", grpc_message="store down")
+    client = await start(nursery, fake)
+    with pytest.raises(RlsCallFailed, match="store down"):
+        await echo(client, "x")
+    fake.grpc_status, fake.grpc_message = "0", ""
+    assert await echo(client, "y") == "y"
 
 
 async def test_goaway_moves_calls_to_a_new_connection(nursery):

@@ -33,6 +33,7 @@ from attrs import frozen
 from ..after_response import AFTER_RESPONSE, AfterResponse
 from ..cel import CelError, Expression, compile_expression
 from ..errors import RateLimited, RateLimitFailed
+from ..rls.client import RlsCallFailed
 from .stage import Stage
 
 if TYPE_CHECKING:
@@ -72,29 +73,52 @@ _FIELD = re.compile(r"request\.(path|method|host|scheme)")
 
 
 class DirectEntry:
-    """The commonest entry values, read straight from the activation instead of through the CEL
-    engine (whose call, converting the headers map, was the largest part of the gateway's own
-    per-check CPU: bench/README.md). Same results as CEL: a missing header is None (the
-    descriptor is skipped), a string literal is itself."""
+    """The commonest entry values, read without the CEL engine (whose call, converting the
+    headers map, was the largest part of the gateway's own per-check CPU: bench/README.md):
+    ``evaluate`` from an activation, ``read`` straight from the exchange, so a policy whose
+    entries are all direct does not build the activation at all. Same results as CEL: a missing
+    header is None (the descriptor is skipped), a string literal is itself."""
 
-    __slots__ = ("evaluate", "source")
+    __slots__ = ("evaluate", "read", "source")
 
-    def __init__(self, source: str, evaluate: Callable[[Mapping[str, Any]], Any]) -> None:
+    def __init__(self, source: str, evaluate: Callable[[Mapping[str, Any]], Any], read: Callable[[Any], Any]) -> None:
         self.source = source
         self.evaluate = evaluate
+        self.read = read
+
+
+def _header(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> str | None:
+    """``request.headers[name]`` (``name`` lowercase) as the activation has it: names compared
+    lowercased (the map's keys are), repeats joined with ``,``, latin-1."""
+    found = None
+    for raw_name, raw_value in headers:
+        if raw_name == name or raw_name.lower() == name:
+            value = raw_value.decode("latin-1")
+            found = value if found is None else f"{found},{value}"
+    return found
+
+
+_EXCHANGE_FIELDS: dict[str, Callable[[Any], str]] = {
+    "path": lambda x: x.uri().split("?", 1)[0],
+    "method": lambda x: x.scope["method"],
+    "host": lambda x: x.host,
+    "scheme": lambda x: x.scope.get("scheme", "http"),
+}
 
 
 def _direct(source: str) -> DirectEntry | None:
     text = source.strip()
     if m := _HEADER.fullmatch(text):
         name = m.group(1) or m.group(2)  # as CEL: the map has lowercase names, lookups are exact
-        return DirectEntry(source, lambda a: a["request"]["headers"].get(name))
+        raw = name.encode("latin-1")
+        read: Callable[[Any], Any] = (lambda x: _header(x.headers, raw)) if name == name.lower() else (lambda x: None)
+        return DirectEntry(source, lambda a: a["request"]["headers"].get(name), read)
     if m := _STRING.fullmatch(text):
         value = m.group(1) if m.group(1) is not None else m.group(2)
-        return DirectEntry(source, lambda a: value)
+        return DirectEntry(source, lambda a: value, lambda x: value)
     if m := _FIELD.fullmatch(text):
         field = m.group(1)
-        return DirectEntry(source, lambda a: a["request"][field])
+        return DirectEntry(source, lambda a: a["request"][field], _EXCHANGE_FIELDS[field])
     return None
 
 
@@ -152,9 +176,24 @@ class RemoteRateLimitPolicy:
         #: per descriptor: (key, source, compiled or None, why it never evaluates)
         self.compiled = tuple(tuple((e.key, e.value, *compile_entry(e.value)) for e in d.entries)
                               for d in spec.descriptors)
+        #: every entry reads the exchange directly: no CEL activation is built per request
+        self.direct = all(isinstance(c[2], DirectEntry) for d in self.compiled for c in d)
+        #: per descriptor: its hits (None: one; 0: only look, tokens are charged after)
+        self.hits = tuple(0 if d.kind == "tokens" else None for d in spec.descriptors)
+
+    def descriptors_of(self, x: Exchange) -> tuple[list[tuple[int, list[tuple[str, str]]]], list[str]]:
+        """``descriptors`` for an exchange, without an activation when every entry is direct."""
+        if self.direct:
+            return self._choose(x, True)
+        from ..trace import activation
+
+        return self._choose(activation(x), False)
 
     def descriptors(self, activation: Mapping[str, Any]) -> tuple[list[tuple[int, list[tuple[str, str]]]], list[str]]:
         """``[(descriptor index, entries)]`` that evaluated, and a reason per skipped descriptor."""
+        return self._choose(activation, False)
+
+    def _choose(self, subject: Any, direct: bool) -> tuple[list[tuple[int, list[tuple[str, str]]]], list[str]]:
         out: list[tuple[int, list[tuple[str, str]]]] = []
         skipped: list[str] = []
         for i, descriptor in enumerate(self.compiled):
@@ -163,7 +202,8 @@ class RemoteRateLimitPolicy:
                 if expression is None:
                     skipped.append(f"descriptors[{i}]: entry {key} {problem}")
                     break
-                value = _text(expression.evaluate(activation))
+                value = _text(expression.read(subject) if direct and isinstance(expression, DirectEntry)
+                              else expression.evaluate(subject))
                 if value is None:
                     skipped.append(f"descriptors[{i}]: entry {key} ({source}) did not evaluate to a value")
                     break
@@ -223,18 +263,15 @@ class RemoteRateLimitStage(Stage):
                            result=result, **fields)
 
     async def request(self, x: Exchange) -> None:
-        from ..rls.client import RlsCallFailed
-        from ..trace import activation
-
-        chosen, skipped = self.policy.descriptors(activation(x))
+        chosen, skipped = self.policy.descriptors_of(x)
         for reason in skipped:
             self._event(x, "warn", "skipped", reason=reason)
         if not chosen:
             return
-        kinds = self.spec.descriptors
-        calls = [(entries, 0 if kinds[i].kind == "tokens" else None) for i, entries in chosen]
-        if any(kinds[i].kind == "tokens" for i, _ in chosen):
-            x.remote_charges.append((self, [entries for i, entries in chosen if kinds[i].kind == "tokens"]))
+        hits = self.policy.hits
+        calls = [(entries, hits[i]) for i, entries in chosen]
+        if self.policy.counts_tokens and any(hits[i] == 0 for i, _ in chosen):
+            x.remote_charges.append((self, [entries for i, entries in chosen if hits[i] == 0]))
         try:
             response = await self.client.should_rate_limit(self.spec.domain, calls, self.spec.timeout)
         except RlsCallFailed as exc:
@@ -246,9 +283,10 @@ class RemoteRateLimitStage(Stage):
             raise RateLimitFailed() from None
         decision = self.policy.decide(response)
         self.count("remoteRateLimit", self.key, "allowed" if decision.allowed else "rejected")
-        self._event(x, "info" if decision.allowed else "warn", "allowed" if decision.allowed else "rejected",
-                    descriptors=[dict(entries) for entries, _ in calls], limit=decision.limit,
-                    remaining=decision.remaining)
+        if x.tracer.active:  # (the event's fields are built only for a watcher)
+            self._event(x, "info" if decision.allowed else "warn", "allowed" if decision.allowed else "rejected",
+                        descriptors=[dict(entries) for entries, _ in calls], limit=decision.limit,
+                        remaining=decision.remaining)
         if not decision.allowed:
             raise RateLimited(decision.body, headers=decision.response_headers)
         if decision.request_headers:
@@ -286,8 +324,6 @@ class RemoteTokenRateLimitStage(RemoteRateLimitStage):
             self._event(x, "warn", "chargeFailed", tokens=tokens, reason="too many charges pending")
 
     async def _charge(self, calls: Sequence[tuple[list[tuple[str, str]], int | None]]) -> None:
-        from ..rls.client import RlsCallFailed
-
         try:
             with trio.move_on_after(self.spec.timeout):
                 await self.client.should_rate_limit(self.spec.domain, calls, self.spec.timeout)

@@ -22,16 +22,24 @@ unary gRPC client needs, with the request's header block encoded once:
 One connection per service target, opened on first use; calls are concurrent streams on it. A
 reader task (a Trio system task, so it outlives any one request) routes frames to the waiting
 calls. Each call sends ``grpc-timeout`` and gives up at its deadline (the stream is reset).
+
+Per call the event loop does as little as possible, because at this size Trio's conveniences
+were most of the cost (docs/ratelimit-server.md, bench/README.md): the socket is non-blocking and
+written and read directly (``write``, ``read_loop``: no lock, no ``send_all``/``receive_some``
+checkpoints), the caller parks and is rescheduled by the reader (no ``trio.Event``), and one
+timer task per connection keeps the deadlines (no cancel scope per call).
 """
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Sequence
 from typing import Any
 
 import hpack
 import trio
 
+from .client import RlsCallFailed
 from .protos import rls_pb2
 
 PATH = b"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
@@ -98,27 +106,45 @@ class RlsCallError(Exception):
 REFUSED_STREAM = 7
 
 
-class _Call:
-    __slots__ = ("body", "done", "error", "message", "refused", "status")
+DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED: no answer within the timeout"
 
-    def __init__(self) -> None:
+
+class _Call:
+    """One call's answer as it arrives. The caller parks on it (``_Connection.wait``) and the
+    reader (or the timer, at ``deadline``) wakes it with ``trio.lowlevel.reschedule``: cheaper
+    than a ``trio.Event`` and a cancel scope with a deadline per call (their deadline
+    bookkeeping alone was ~8% of a call)."""
+
+    __slots__ = ("body", "deadline", "done", "error", "message", "refused", "status", "task")
+
+    def __init__(self, deadline: float) -> None:
         self.body = bytearray()
-        self.done = trio.Event()
+        self.deadline = deadline
+        self.done = False
+        self.task: Any = None  # the caller, while it is parked
         self.refused = False  # REFUSED_STREAM or past GOAWAY's last stream: not processed, send again
         self.error: str | None = None
         self.status: bytes | None = None
         self.message = b""
 
+    def finish(self) -> None:
+        self.done = True
+        task, self.task = self.task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
+
 
 class _Connection:
-    def __init__(self, stream: trio.SocketStream, authority: str) -> None:
-        self.stream = stream
+    def __init__(self, sock: socket.socket, authority: str) -> None:
+        self.sock = sock  # non-blocking; see write() and read_loop() for why not a trio.SocketStream
         self.authority = authority.encode("latin-1")
         self.decoder = hpack.Decoder()
-        #: header block bytes -> decoded headers, for blocks that mean the same whatever the table
-        self.known_blocks: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        #: header block bytes -> what it says (grpc-status, grpc-message, HTTP error), for blocks
+        #: that mean the same whatever the table
+        self.known_blocks: dict[bytes, tuple[bytes | None, bytes | None, str | None]] = {}
         self.calls: dict[int, _Call] = {}
-        self.lock = trio.Lock()  # one writer at a time; stream ids are sent in increasing order
+        self.unsent = bytearray()  # bytes queued behind a write that is waiting for the socket
+        self.flushing = False
         self.closed = False
         self.next_sid = 1
         self.blocks: dict[int, bytes] = {}  # timeout ms -> header block
@@ -128,9 +154,13 @@ class _Connection:
         self.max_streams = 2**31
         self.max_frame = 16384
         self.room = trio.Event()  # set (and replaced) when windows or stream slots open
+        self.room_waiters = 0  # calls waiting on it (grpcio sends a WINDOW_UPDATE per answer)
         self.consumed = 0
         self.goaway_last: int | None = None
         self._headers: tuple[int, bytearray, bool] | None = None  # an unfinished header block
+        #: the timer task's deadline (the earliest of the calls' when it last looked) and scope
+        self.next_deadline = float("inf")
+        self.timer_scope: trio.CancelScope | None = None
 
     def start_bytes(self) -> bytes:
         settings = (b"\x00\x01" + (0).to_bytes(4, "big")  # HEADER_TABLE_SIZE 0: see _header_block
@@ -142,40 +172,120 @@ class _Connection:
     def fail_all(self, reason: str) -> None:
         self.closed = True
         for call in self.calls.values():
-            if not call.done.is_set():
+            if not call.done:
                 call.error = reason
-                call.done.set()
+                call.finish()
         self.calls.clear()
         self._wake()
+        if self.timer_scope is not None:
+            self.timer_scope.cancel()  # the timer ends with the connection
+
+    async def wait(self, call: _Call) -> None:
+        """Park until ``call`` is answered, failed or past its deadline (the timer task fails it
+        then). Cancelled from outside, the call is left to be answered and ignored, or timed out."""
+        if call.done:
+            await trio.lowlevel.checkpoint()
+            return
+        call.task = trio.lowlevel.current_task()
+
+        def abort(_: Any) -> Any:
+            call.task = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    async def timer_loop(self) -> None:
+        """Fails the calls past their deadline and resets their streams. It sleeps until the
+        earliest deadline it knows; a call whose deadline is earlier moves that (open_stream). With
+        one timeout per stage it wakes about once per timeout while calls flow, never per call."""
+        while not (self.closed and not self.calls):
+            with trio.CancelScope(deadline=self.next_deadline) as self.timer_scope:
+                await trio.sleep_forever()
+            now = trio.current_time()
+            expired = [(sid, call) for sid, call in self.calls.items() if call.deadline <= now]
+            for sid, call in expired:
+                call.error = DEADLINE_EXCEEDED
+                self._finish(sid, call)
+            self.next_deadline = min((call.deadline for call in self.calls.values()), default=float("inf"))
+            try:
+                for sid, _ in expired:
+                    await self.write(frame(RST_STREAM, 0, sid, (8).to_bytes(4, "big")))  # CANCEL
+            except Exception:  # noqa: BLE001 -- write() failed the connection already
+                break
 
     def _wake(self) -> None:
-        self.room.set()
-        self.room = trio.Event()
+        if self.room_waiters:
+            self.room.set()
+            self.room = trio.Event()
+
+    async def write(self, data: bytes | bytearray) -> None:
+        """Send ``data`` after what is queued. The socket takes a few hundred bytes at once
+        (almost always), so this normally returns without yielding to the scheduler: no lock, no
+        checkpoint, no trip through the run loop per call (``trio.SocketStream.send_all`` and
+        ``trio.Lock`` each cost one; they were a third of the gateway's CPU per check). Frames
+        stay whole and in order: while one task waits for the socket, the others queue behind it
+        (the order of stream ids on the wire is the order they were taken). Cancelled or failed
+        mid-write, the stream may hold half a frame: the connection is done."""
+        if self.flushing:
+            self.unsent += data
+            return
+        try:
+            sent = self.sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            self.fail_all(f"UNAVAILABLE: {exc}")
+            raise
+        if sent == len(data):
+            return
+        self.unsent += data[sent:]
+        self.flushing = True
+        try:
+            while self.unsent:
+                await trio.lowlevel.wait_writable(self.sock)
+                try:
+                    del self.unsent[:self.sock.send(self.unsent)]
+                except BlockingIOError:
+                    pass
+        except BaseException as exc:
+            self.fail_all(f"UNAVAILABLE: a write was interrupted ({exc or type(exc).__name__})")
+            raise
+        finally:
+            self.flushing = False
 
     async def read_loop(self) -> None:
+        """Wait until the socket is readable, take what is there in one ``recv``, route its frames;
+        one pass through the scheduler per answer (``receive_some`` adds a checkpoint to each
+        read)."""
         buf = bytearray()
+        sock = self.sock
         try:
             while True:
-                data = await self.stream.receive_some(65536)
+                await trio.lowlevel.wait_readable(sock)
+                try:
+                    data = sock.recv(65536)
+                except BlockingIOError:
+                    continue
                 if not data:
                     break
-                buf += data
+                if buf:
+                    buf += data
+                    data = bytes(buf)
                 out = bytearray()
-                pos, size = 0, len(buf)
+                pos, size = 0, len(data)
                 while size - pos >= 9:
-                    length = int.from_bytes(buf[pos:pos + 3], "big")
+                    length = int.from_bytes(data[pos:pos + 3], "big")
                     if length > MAX_FRAME:
                         raise RlsCallError(f"frame of {length} bytes is larger than SETTINGS_MAX_FRAME_SIZE")
                     end = pos + 9 + length
                     if end > size:
                         break
-                    self._frame(buf[pos + 3], buf[pos + 4], int.from_bytes(buf[pos + 5:pos + 9], "big") & 0x7FFFFFFF,
-                                bytes(buf[pos + 9:end]), out)
+                    self._frame(data[pos + 3], data[pos + 4], int.from_bytes(data[pos + 5:pos + 9], "big") & 0x7FFFFFFF,
+                                data[pos + 9:end], out)
                     pos = end
-                del buf[:pos]
+                buf[:] = data[pos:]  # an unfinished frame waits for the next read
                 if out:
-                    async with self.lock:
-                        await self.stream.send_all(out)
+                    await self.write(out)
                 if self.closed and not self.calls:
                     break  # after GOAWAY (or close()), once its last call is answered
         except Exception as exc:  # noqa: BLE001 -- socket errors, RlsCallError, hpack errors, and any
@@ -183,8 +293,8 @@ class _Connection:
             self.fail_all(f"UNAVAILABLE: connection failed: {exc or type(exc).__name__}")
         finally:
             self.fail_all("UNAVAILABLE: connection closed")
-            with trio.CancelScope(shield=True):
-                await self.stream.aclose()
+            trio.lowlevel.notify_closing(sock)
+            sock.close()
 
     def _frame(self, kind: int, flags: int, sid: int, payload: bytes, out: bytearray) -> None:
         if self._headers is not None and kind != CONTINUATION:
@@ -277,70 +387,79 @@ class _Connection:
         once and then looked up. Any other block goes through the decoder, which follows the
         server's table should it keep one anyway."""
         raw = bytes(block)
-        headers = self.known_blocks.get(raw)
-        if headers is None:
+        meaning = self.known_blocks.get(raw)
+        if meaning is None:
             table = self.decoder.header_table.dynamic_entries
             empty = not table
-            headers = [(bytes(n), bytes(v)) for n, v in self.decoder.decode(raw, raw=True)]
+            status = message = error = None
+            for name, value in self.decoder.decode(raw, raw=True):
+                if name == b"grpc-status":
+                    status = bytes(value)
+                elif name == b"grpc-message":
+                    message = bytes(value)
+                elif name == b":status" and value != b"200":
+                    error = f"UNAVAILABLE: HTTP status {bytes(value).decode('latin-1')}"
+            meaning = (status, message, error)
             if empty and not table and len(self.known_blocks) < KNOWN_BLOCKS:
-                self.known_blocks[raw] = headers
+                self.known_blocks[raw] = meaning
         call = self.calls.get(sid)
         if call is None:
             return
-        for name, value in headers:
-            if name == b"grpc-status":
-                call.status = value
-            elif name == b"grpc-message":
-                call.message = value
-            elif name == b":status" and value != b"200":
-                call.error = f"UNAVAILABLE: HTTP status {value.decode('latin-1')}"
+        status, message, error = meaning
+        if status is not None:
+            call.status = status
+        if message is not None:
+            call.message = message
+        if error is not None:
+            call.error = error
         if end_stream:
             self._finish(sid, call)
 
     def _finish(self, sid: int, call: _Call) -> None:
         del self.calls[sid]
-        call.done.set()
+        call.finish()
         if len(self.calls) + 1 >= self.max_streams:
             self._wake()
 
     async def open_stream(self, message: bytes, timeout_ms: int, call: _Call) -> int | None:
-        """Send HEADERS + DATA for a new stream, once windows and the stream limit allow; None
-        when the connection closed first (nothing was sent: the caller takes a new one)."""
+        """Send HEADERS + DATA for a new stream, once windows and the stream limit allow (by the
+        call's deadline); None when the connection closed first (nothing was sent: the caller
+        takes a new one)."""
         body = b"\x00" + len(message).to_bytes(4, "big") + message
-        async with self.lock:
-            while (self.send_window < len(body) or self.stream_window < len(body)
-                   or len(self.calls) >= self.max_streams) and not self.closed:
-                await self.room.wait()
-            if self.closed or self.next_sid > BIG_WINDOW:
-                self.closed = True
-                return None
-            sid = self.next_sid
-            self.next_sid += 2
-            block = self.blocks.get(timeout_ms)
-            if block is None:
-                block = self.blocks[timeout_ms] = header_block(self.authority, timeout_ms)
-            out = frame(HEADERS, END_HEADERS, sid, block)
-            for i in range(0, len(body), self.max_frame):
-                chunk = body[i:i + self.max_frame]
-                out += frame(DATA, END_STREAM if i + self.max_frame >= len(body) else 0, sid, chunk)
-            self.send_window -= len(body)
-            self.calls[sid] = call
+        if (self.send_window < len(body) or self.stream_window < len(body)
+                or len(self.calls) >= self.max_streams):
+            self.room_waiters += 1
             try:
-                await self.stream.send_all(out)
-            except BaseException:
-                # Cancelled or failed mid-write: the stream may hold half a frame, so it is done.
-                self.fail_all("UNAVAILABLE: a write was interrupted")
-                raise
-            return sid
-
-    async def reset(self, sid: int) -> None:
-        self.calls.pop(sid, None)
-        async with self.lock:
-            try:
-                await self.stream.send_all(frame(RST_STREAM, 0, sid, (8).to_bytes(4, "big")))  # CANCEL
-            except BaseException:
-                self.fail_all("UNAVAILABLE: a write was interrupted")
-                raise
+                with trio.move_on_at(call.deadline):
+                    while (self.send_window < len(body) or self.stream_window < len(body)
+                           or len(self.calls) >= self.max_streams) and not self.closed:
+                        await self.room.wait()
+            finally:
+                self.room_waiters -= 1
+            if (self.send_window < len(body) or self.stream_window < len(body)
+                    or len(self.calls) >= self.max_streams) and not self.closed:
+                raise RlsCallFailed(DEADLINE_EXCEEDED)
+        if self.closed or self.next_sid > BIG_WINDOW:
+            self.closed = True
+            return None
+        # From here to write() nothing yields: stream ids reach the wire in the order taken.
+        sid = self.next_sid
+        self.next_sid += 2
+        block = self.blocks.get(timeout_ms)
+        if block is None:
+            block = self.blocks[timeout_ms] = header_block(self.authority, timeout_ms)
+        out = frame(HEADERS, END_HEADERS, sid, block)
+        for i in range(0, len(body), self.max_frame):
+            chunk = body[i:i + self.max_frame]
+            out += frame(DATA, END_STREAM if i + self.max_frame >= len(body) else 0, sid, chunk)
+        self.send_window -= len(body)
+        self.calls[sid] = call
+        if call.deadline < self.next_deadline:  # earlier than the timer will look: wake it then
+            self.next_deadline = call.deadline
+            if self.timer_scope is not None:
+                self.timer_scope.deadline = call.deadline
+        await self.write(out)
+        return sid
 
 
 class WireRlsClient:
@@ -354,7 +473,7 @@ class WireRlsClient:
         self._connect_lock: trio.Lock | None = None
         self._root: Any = None  # the Trio run the connection belongs to (tests run many)
 
-    async def _connection(self) -> _Connection:
+    async def _connection(self, deadline: float) -> _Connection:
         root = trio.lowlevel.current_root_task()
         if root is not self._root:
             self._root, self._conn, self._connect_lock = root, None, None
@@ -367,49 +486,50 @@ class WireRlsClient:
             conn = self._conn
             if conn is not None and not conn.closed:
                 return conn
-            stream = await trio.open_tcp_stream(self.host, self.port)
-            conn = _Connection(stream, self.target)
+            stream = None
+            with trio.move_on_at(deadline):
+                stream = await trio.open_tcp_stream(self.host, self.port)  # happy eyeballs, TCP_NODELAY
+            if stream is None:
+                raise RlsCallFailed(DEADLINE_EXCEEDED)
+            sock = socket.socket(fileno=stream.socket.detach())
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # (kept by detach; said again)
+            conn = _Connection(sock, self.target)
             try:
-                await stream.send_all(conn.start_bytes())
+                await conn.write(conn.start_bytes())
             except BaseException:
-                await trio.aclose_forcefully(stream)
+                trio.lowlevel.notify_closing(sock)
+                sock.close()
                 raise
             trio.lowlevel.spawn_system_task(conn.read_loop, name=f"rls-wire-reader {self.target}")
+            trio.lowlevel.spawn_system_task(conn.timer_loop, name=f"rls-wire-timer {self.target}")
             self._conn = conn
             return conn
 
     async def should_rate_limit(self, domain: str, descriptors: Sequence[tuple[Sequence[tuple[str, str]], int | None]],
                                 timeout: float) -> Any:
-        """``descriptors``: ``(entries, hits)``; hits None: one hit; 0: only look; n: add n (tokens)."""
-        from .client import RlsCallFailed
+        """``descriptors``: ``(entries, hits)``; hits None: one hit; 0: only look; n: add n (tokens).
 
+        No cancel scope per call: the deadline bounds connecting and waiting for room where those
+        happen (rarely), and the connection's timer task fails an unanswered call at it."""
         message = encode_request(domain, descriptors)
-        call = _Call()
-        sid = None
-        conn = None
-        with trio.move_on_after(timeout) as scope:
-            while True:
-                try:
-                    conn = await self._connection()
-                    sid = await conn.open_stream(message, max(1, int(timeout * 1000)), call)
-                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                    if conn is not None:
-                        conn.fail_all(f"UNAVAILABLE: {exc}")
-                    raise RlsCallFailed(f"UNAVAILABLE: {exc or type(exc).__name__}") from None
-                if sid is None:
-                    continue
-                await call.done.wait()
-                if not call.refused:  # refused (over the server's stream limit before its SETTINGS
-                    break  # arrived, or past a GOAWAY): not processed, so sent again
-                call = _Call()
-        if scope.cancelled_caught:
-            if conn is not None and sid is not None and not conn.closed and not call.done.is_set():
-                with trio.CancelScope(shield=True):
-                    try:
-                        await conn.reset(sid)
-                    except Exception:  # noqa: BLE001 -- the connection is failing anyway
-                        conn.fail_all("UNAVAILABLE: reset failed")
-            raise RlsCallFailed("DEADLINE_EXCEEDED: no answer within the timeout")
+        deadline = trio.current_time() + timeout
+        timeout_ms = max(1, int(timeout * 1000))
+        while True:
+            call = _Call(deadline)
+            conn = None
+            try:
+                conn = await self._connection(deadline)
+                sid = await conn.open_stream(message, timeout_ms, call)
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                if conn is not None:
+                    conn.fail_all(f"UNAVAILABLE: {exc}")
+                raise RlsCallFailed(f"UNAVAILABLE: {exc or type(exc).__name__}") from None
+            if sid is None:
+                continue
+            await conn.wait(call)
+            if not call.refused:  # refused (over the server's stream limit before its SETTINGS
+                break  # arrived, or past a GOAWAY): not processed, so sent again
         if call.error is not None:
             raise RlsCallFailed(call.error)
         if call.status != b"0":
