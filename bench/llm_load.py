@@ -35,6 +35,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -307,11 +308,26 @@ class OpenLoop:
         await asyncio.sleep(0.2)  # let the closes go out before the next rate
 
 
+def mock_connections(mock: subprocess.Popen) -> int | None:
+    """Connections the bench mock accepted so far (it prints them on SIGUSR1)."""
+    lines: list[str] = getattr(mock, "output_lines", [])
+    seen = len(lines)
+    mock.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        for line in lines[seen:]:
+            if line.startswith("llm-mock connections "):
+                return int(line.split()[-1])
+        time.sleep(0.01)
+    return None
+
+
 def measure(name: str, rate: float, duration: float, port: int, gateway: subprocess.Popen | None,
             mock: subprocess.Popen, timeout: float) -> dict[str, Any]:
     """One rate against one running target; the CPU figures are CPU time, not wall."""
     gw_cpu = cpu_seconds(gateway.pid) if gateway else 0.0
     mock_cpu = cpu_seconds(mock.pid)
+    upstream_before = mock_connections(mock)
     own_cpu = time.process_time()
 
     async def go() -> OpenLoop:
@@ -331,6 +347,7 @@ def measure(name: str, rate: float, duration: float, port: int, gateway: subproc
         "p50_added_ms": round(q[49], 1), "p99_added_ms": round(q[98], 1),
         "max_added_ms": round(added[-1], 1) if added else None,
         "outcomes": dict(load.outcomes), "client_connections": load.opened,
+        "upstream_connections": (mock_connections(mock) or 0) - (upstream_before or 0),
         "mock_cpu_ms_per_request": round((cpu_seconds(mock.pid) - mock_cpu) * 1000 / max(1, requests), 3),
         "generator_cpu_ms_per_request": round((time.process_time() - own_cpu) * 1000 / max(1, requests), 3),
     }
@@ -382,7 +399,8 @@ COLUMNS = [("target", "target"), ("rate", "rate"), ("requests", "requests"), ("s
            ("p50_added_ms", "p50 added ms"), ("p99_added_ms", "p99 added ms"), ("rss_mb", "RSS MB"),
            ("peak_rss_mb", "peak RSS MB"), ("gateway_cpu_ms_per_request", "gw CPU ms/req"),
            ("gateway_core_busy_pct", "gw core %"), ("mock_cpu_ms_per_request", "mock CPU ms/req"),
-           ("generator_cpu_ms_per_request", "gen CPU ms/req")]
+           ("generator_cpu_ms_per_request", "gen CPU ms/req"), ("client_connections", "client conns"),
+           ("upstream_connections", "upstream conns")]
 
 
 def table(lines: list[dict[str, Any]]) -> str:

@@ -4,7 +4,8 @@
 ``fixtures/mock_openai.py`` (the tests' general-purpose mock on hypercorn) costs ~2.5 ms of CPU
 per request; published LLM-gateway benchmarks use a Go mock. This one is an ``asyncio.Protocol``:
 no HTTP library, a response built once at start, the delay a ``loop.call_later`` per request, and
-keep-alive connections (HTTP/1.1 persistent unless the request says ``connection: close``). It
+keep-alive connections (HTTP/1.1 persistent unless the request says ``connection: close``);
+``SIGUSR1`` prints the number of connections accepted so far. It
 reads a request's head only for ``content-length`` and ``connection: close``; every request,
 whatever its method and path, gets the same answer. Its own CPU per request is reported by
 ``llm_load.py`` (``/proc/<pid>/stat``).
@@ -18,6 +19,7 @@ import argparse
 import asyncio
 import json
 import re
+import signal
 
 CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)", re.IGNORECASE)
 CONNECTION_CLOSE = re.compile(rb"\r\nconnection:[ \t]*close", re.IGNORECASE)
@@ -43,6 +45,8 @@ CLOSE_RESPONSE = response_bytes(close=True)
 class MockProtocol(asyncio.Protocol):
     """One client connection: parse heads, skip bodies, answer each request after the delay."""
 
+    accepted = 0  # connections so far: a gateway's pool reuse shows here (SIGUSR1 prints it)
+
     __slots__ = ("buffer", "closing", "delay", "loop", "transport")
 
     def __init__(self, delay: float) -> None:
@@ -55,6 +59,7 @@ class MockProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        MockProtocol.accepted += 1
 
     def data_received(self, data: bytes) -> None:
         buffer = self.buffer + data if self.buffer else data
@@ -90,6 +95,7 @@ async def serve(host: str, port: int, delay: float) -> None:
     server = await loop.create_server(lambda: MockProtocol(delay), host, port, backlog=4096)
     bound = server.sockets[0].getsockname()[1]
     print(f"llm-mock listening on http://{host}:{bound}", flush=True)
+    loop.add_signal_handler(signal.SIGUSR1, lambda: print(f"llm-mock connections {MockProtocol.accepted}", flush=True))
     async with server:
         await server.serve_forever()
 

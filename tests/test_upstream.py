@@ -637,7 +637,7 @@ async def test_a_connection_is_an_async_context_manager(nursery):
 
 # --- the staleness probe and the synchronous close on real sockets -----------------------------
 
-async def test_a_socket_stream_is_probed_with_select_and_closed_at_once():
+async def test_a_socket_stream_is_probed_with_poll_and_closed_at_once():
     ours, theirs = trio.socket.socketpair()
     conn = UpstreamConnection(trio.SocketStream(ours), A)
     assert not conn.is_readable()
@@ -651,6 +651,31 @@ async def test_a_socket_stream_is_probed_with_select_and_closed_at_once():
     assert ours.fileno() == -1
     assert conn.is_readable()  # a closed socket is never reused either
     assert repr(conn) == "<UpstreamConnection a.test:80 CLOSED requests=0>"
+
+
+async def test_a_socket_above_fd_setsize_is_probed_too():
+    """``select`` cannot take a descriptor ≥ 1024: under load every such pooled connection looked
+    stale and was replaced instead of reused (bench/llm_load.py at 500 req/s has ~1,500 fds)."""
+    import fcntl
+    import resource
+    import socket
+
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 1200:
+        pytest.skip("needs a file limit above 1,200")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    ours, theirs = socket.socketpair()
+    high = fcntl.fcntl(ours.fileno(), fcntl.F_DUPFD, 1100)
+    ours.close()
+    conn = UpstreamConnection(trio.SocketStream(trio.socket.from_stdlib_socket(socket.socket(fileno=high))), A)
+    try:
+        assert high >= 1100
+        assert not conn.is_readable()
+        theirs.send(b"x")
+        assert conn.is_readable()
+    finally:
+        conn.close()
+        theirs.close()
 
 
 async def test_a_tls_stream_is_probed_and_closed_through_its_transport():
