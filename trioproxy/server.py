@@ -28,7 +28,7 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.utils import wrap_app
 
-from . import registry, websocket
+from . import gc_tuning, registry, websocket
 from .config import ConfigError, load_config
 from .config.model import Address, Config, FrontendSpec
 from .connections import DEFAULT_MAX_CONNECTIONS, ConnectionCounter, raise_nofile_limit, serve
@@ -339,6 +339,7 @@ async def run_until_signalled(config: Config, *, config_path: str | None, drain_
 
             nursery.start_soon(on_signals)
             info = await nursery.start(gateway)
+            gc_tuning.after_startup()
             schemes = {bind.port: "https" if bind.tls else "http" for bind in config.binds}
             for port, actual in info.ports.items():
                 print(f"trioproxy: bind {port} listening on {schemes[port]}://0.0.0.0:{actual}", file=sys.stderr, flush=True)
