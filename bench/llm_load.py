@@ -228,7 +228,9 @@ class OpenLoop:
         self.timeout = timeout
         self.idle: list[_ClientConnection] = []
         self.connections: set[_ClientConnection] = set()
-        self.latencies: list[float] = []  # successful requests, seconds from their scheduled time
+        self.latencies: list[tuple[float, float]] = []  # successful requests: (scheduled, seconds since)
+        self.begin = 0.0
+        self.ended = False  # past the deadline: what still comes in is not counted
         self.outcomes: Counter[str] = Counter()
         self.outstanding = 0
         self.opened = 0
@@ -258,8 +260,10 @@ class OpenLoop:
         conn.send(scheduled)
 
     def finished(self, conn: _ClientConnection, scheduled: float, status: str, *, reusable: bool) -> None:
+        if self.ended:
+            return
         if status == "200":
-            self.latencies.append(self.loop.time() - scheduled)
+            self.latencies.append((scheduled - self.begin, self.loop.time() - scheduled))
         self._count(scheduled, status)
         if reusable:
             self.idle.append(conn)
@@ -270,6 +274,8 @@ class OpenLoop:
         self.connections.discard(conn)
 
     def _count(self, scheduled: float, outcome: str) -> None:
+        if self.ended:
+            return
         self.outcomes[outcome] += 1
         self.outstanding -= 1
         if self.all_sent and self.outstanding == 0:
@@ -278,7 +284,7 @@ class OpenLoop:
     async def run(self, rate: float, duration: float) -> None:
         n = int(rate * duration)
         loop = self.loop
-        begin = loop.time() + 0.05
+        begin = self.begin = loop.time() + 0.05
         i = 0
         while i < n:
             now = loop.time()
@@ -293,19 +299,27 @@ class OpenLoop:
                 await asyncio.wait_for(self.done.wait(), timeout=max(0.0, begin + (n - 1) / rate + self.timeout - loop.time()))
             except TimeoutError:
                 pass
+        self.ended = True
         if self.outstanding:
             self.outcomes["timeout"] += self.outstanding
-        late = sum(1 for t in self.latencies if t > self.timeout)
+        late = sum(1 for _, t in self.latencies if t > self.timeout)
         if late:
             self.outcomes["timeout"] += late
             self.outcomes["200"] -= late
-            self.latencies = [t for t in self.latencies if t <= self.timeout]
+            self.latencies = [(at, t) for at, t in self.latencies if t <= self.timeout]
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.sleep(0.2)  # let the closes go out before the next rate
+
+
+STEADY_AFTER = 3.0
+
+
+def _percentiles(values: list[float]) -> list[float]:
+    return statistics.quantiles(values, n=100) if len(values) >= 2 else [values[0] if values else 0.0] * 99
 
 
 def mock_connections(mock: subprocess.Popen) -> int | None:
@@ -340,11 +354,14 @@ def measure(name: str, rate: float, duration: float, port: int, gateway: subproc
     wall = time.monotonic() - began
     requests = sum(load.outcomes.values())
     ok = load.outcomes.get("200", 0)
-    added = sorted((t - DELAY_MS / 1000) * 1000 for t in load.latencies)
-    q = statistics.quantiles(added, n=100) if len(added) >= 2 else [added[0] if added else 0.0] * 99
+    added = sorted((t - DELAY_MS / 1000) * 1000 for _, t in load.latencies)
+    q = _percentiles(added)
+    # Past the ramp (the first STEADY_AFTER s open ~rate × 1.5 s connections on both sides):
+    steady = _percentiles(sorted((t - DELAY_MS / 1000) * 1000 for at, t in load.latencies if at >= STEADY_AFTER))
     line: dict[str, Any] = {
         "target": name, "rate": rate, "requests": requests, "success": round(ok / max(1, requests) * 100, 2),
         "p50_added_ms": round(q[49], 1), "p99_added_ms": round(q[98], 1),
+        "p99_steady_added_ms": round(steady[98], 1) if duration > STEADY_AFTER else None,
         "max_added_ms": round(added[-1], 1) if added else None,
         "outcomes": dict(load.outcomes), "client_connections": load.opened,
         "upstream_connections": (mock_connections(mock) or 0) - (upstream_before or 0),
@@ -396,7 +413,8 @@ class Target:
 
 
 COLUMNS = [("target", "target"), ("rate", "rate"), ("requests", "requests"), ("success", "success %"),
-           ("p50_added_ms", "p50 added ms"), ("p99_added_ms", "p99 added ms"), ("rss_mb", "RSS MB"),
+           ("p50_added_ms", "p50 added ms"), ("p99_added_ms", "p99 added ms"),
+           ("p99_steady_added_ms", f"p99 after {STEADY_AFTER:g} s"), ("rss_mb", "RSS MB"),
            ("peak_rss_mb", "peak RSS MB"), ("gateway_cpu_ms_per_request", "gw CPU ms/req"),
            ("gateway_core_busy_pct", "gw core %"), ("mock_cpu_ms_per_request", "mock CPU ms/req"),
            ("generator_cpu_ms_per_request", "gen CPU ms/req"), ("client_connections", "client conns"),
@@ -423,8 +441,10 @@ def _cores(args: argparse.Namespace) -> tuple[int | None, int | None]:
     return args.gateway_cpu, args.peer_cpu
 
 
-def _held(line: dict[str, Any]) -> bool:
-    return line["success"] == 100.0
+def _held(line: dict[str, Any], max_p99_ms: float) -> bool:
+    """100% success, and kept up: a gateway falling behind still answers everything of a short run
+    within ``--timeout``, with a p99 growing by the second; ``--hold-p99-ms`` tells the two apart."""
+    return line["success"] == 100.0 and line["p99_added_ms"] <= max_p99_ms
 
 
 def run_rates(args: argparse.Namespace) -> None:
@@ -452,15 +472,15 @@ def run_rates(args: argparse.Namespace) -> None:
 
 
 def find_max(target: Target, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Double the rate from ``--rate``'s first value until a run fails, then bisect three times:
-    at most ``log2(--max-rate / start) + 4`` runs of ``--duration`` each."""
+    """Double the rate from ``--rate``'s first value until a run is not held, then bisect three
+    times: at most ``log2(--max-rate / start) + 4`` runs of ``--duration`` (+ up to ``--timeout``)."""
     lines: list[dict[str, Any]] = []
 
     def run(rate: float) -> bool:
         line = target.run(round(rate), args)
         print(json.dumps(line), flush=True)
         lines.append(line)
-        return _held(line)
+        return _held(line, args.hold_p99_ms)
 
     good, bad = 0.0, None
     rate = float(args.rate[0])
@@ -476,8 +496,10 @@ def find_max(target: Target, args: argparse.Namespace) -> list[dict[str, Any]]:
                 good = middle
             else:
                 bad = middle
-    print(json.dumps({"target": target.name, "highest_rate_held": round(good), "first_failed": bad and round(bad)}),
-          flush=True)
+    target_met = [line["rate"] for line in lines if _held(line, 20.0)]
+    print(json.dumps({"target": target.name, "highest_rate_held": round(good), "first_failed": bad and round(bad),
+                      "held": f"100% success and p99 added <= {args.hold_p99_ms:g} ms",
+                      "highest_rate_with_p99_le_20ms": max(target_met, default=None)}), flush=True)
     return lines
 
 
@@ -541,6 +563,9 @@ def main() -> None:
                         help="more targets, run one after the other and printed in the same table")
     parser.add_argument("--find-max", action="store_true", help="the highest rate held with 100%% success")
     parser.add_argument("--max-rate", type=float, default=4000, help="--find-max stops doubling here")
+    parser.add_argument("--hold-p99-ms", type=float, default=1000.0,
+                        help="--find-max: a rate is held with 100%% success and p99 added latency under this "
+                             "(default 1000: the gateway kept up)")
     parser.add_argument("--timeout", type=float, default=30.0, help="a request later than this (s) failed")
     parser.add_argument("--litellm-bin", default="litellm")
     parser.add_argument("--gateway-cpu", type=int, default=1, help="core for the gateway (default 1)")
