@@ -318,8 +318,11 @@ class OpenLoop:
 STEADY_AFTER = 3.0
 
 
-def _percentiles(values: list[float]) -> list[float]:
-    return statistics.quantiles(values, n=100) if len(values) >= 2 else [values[0] if values else 0.0] * 99
+def _percentiles(values: list[float]) -> list[float | None]:
+    """The 99 cut points (None when nothing succeeded: no latency to report)."""
+    if len(values) >= 2:
+        return [round(v, 1) for v in statistics.quantiles(values, n=100)]
+    return [round(values[0], 1) if values else None] * 99
 
 
 def mock_connections(mock: subprocess.Popen) -> int | None:
@@ -360,8 +363,8 @@ def measure(name: str, rate: float, duration: float, port: int, gateway: subproc
     steady = _percentiles(sorted((t - DELAY_MS / 1000) * 1000 for at, t in load.latencies if at >= STEADY_AFTER))
     line: dict[str, Any] = {
         "target": name, "rate": rate, "requests": requests, "success": round(ok / max(1, requests) * 100, 2),
-        "p50_added_ms": round(q[49], 1), "p99_added_ms": round(q[98], 1),
-        "p99_steady_added_ms": round(steady[98], 1) if duration > STEADY_AFTER else None,
+        "p50_added_ms": q[49], "p99_added_ms": q[98],
+        "p99_steady_added_ms": steady[98] if duration > STEADY_AFTER else None,
         "max_added_ms": round(added[-1], 1) if added else None,
         "outcomes": dict(load.outcomes), "client_connections": load.opened,
         "upstream_connections": (mock_connections(mock) or 0) - (upstream_before or 0),
@@ -444,7 +447,7 @@ def _cores(args: argparse.Namespace) -> tuple[int | None, int | None]:
 def _held(line: dict[str, Any], max_p99_ms: float) -> bool:
     """100% success, and kept up: a gateway falling behind still answers everything of a short run
     within ``--timeout``, with a p99 growing by the second; ``--hold-p99-ms`` tells the two apart."""
-    return line["success"] == 100.0 and line["p99_added_ms"] <= max_p99_ms
+    return line["success"] == 100.0 and line["p99_added_ms"] is not None and line["p99_added_ms"] <= max_p99_ms
 
 
 def run_rates(args: argparse.Namespace) -> None:
