@@ -1,35 +1,48 @@
 """Open-loop LLM gateway load: a mock provider answering after 1.5 s, a fixed arrival rate.
 
-The scenario LLM-gateway benchmarks publish: requests arrive at ``--rate`` per second for
-``--duration`` seconds whether or not earlier ones finished (open loop, so a slow gateway
-cannot slow the offered load); each is a chat completion the mock answers after 1.5 s.
-Reports success rate, p50/p99 added latency (total minus the mock's 1.5 s) and the gateway's
-RSS at the end. ``--gateway litellm`` runs LiteLLM's proxy instead (needs
-``pip install 'litellm[proxy]'``, given with ``--litellm-bin``); ``--idle N`` / ``--sse N`` hold N
-idle keep-alive connections or N concurrent SSE streams and report RSS per connection.
+The scenario LLM-gateway benchmarks publish: chat completions arrive at ``--rate`` per second for
+``--duration`` seconds whether or not earlier ones finished (open loop: a slow gateway cannot slow
+the offered load); the mock answers each after 1.5 s. Reports, per target and rate, the success
+rate, p50/p99 added latency (latency minus the mock's 1.5 s), the gateway's RSS (at the end and
+its peak) and the CPU time per request of the gateway and of the two peers.
 
-    python -m bench.llm_load --rate 250 --duration 60
-    python -m bench.llm_load --rate 500 --duration 60 --gateway litellm --litellm-bin /tmp/litellm-venv/bin/litellm
-    python -m bench.llm_load --idle 10000
-    python -m bench.llm_load --sse 2000
+The peers are cheap so that the gateway is what is measured (published benchmarks use a Go mock
+and a Go load generator): the mock is ``bench/llm_mock.py`` (asyncio Protocol, a pre-built answer,
+keep-alive), and the load generator here is an asyncio Protocol client with a keep-alive connection
+pool (about rate × 1.5 s connections in flight; a new one is opened whenever none is idle). Arrival
+times are fixed in advance; each request's latency runs from its *scheduled* send time, so any
+queueing in the generator counts against it. A request not answered within ``--timeout`` (30 s) of
+its scheduled time is a failure. With two or more cores the gateway is pinned to one core
+(``--gateway-cpu``, default 1) and the mock and generator to another (``--peer-cpu``, default 0)
+with ``taskset``, so "one core carries the rate" is literal.
 
-Every client request opens its own connection (``connection: close``): the client side stays
-cheap enough to offer 500 req/s from the same 2 cores the gateway runs on.
+    python -m bench.llm_load --rate 250 500 --duration 60 --compare litellm direct --litellm-bin /tmp/litellm-venv/bin/litellm
+    python -m bench.llm_load --find-max --duration 20           # highest rate trioproxy holds at 100%
+    python -m bench.llm_load --idle 10000                       # RSS per idle keep-alive connection
+    python -m bench.llm_load --sse 2000                         # RSS per concurrent SSE stream
+
+``--gateway direct`` is the baseline (generator → mock, no gateway); ``--gateway litellm`` runs
+LiteLLM's proxy (``pip install 'litellm[proxy]'``, one worker). ``--idle``/``--sse`` use the
+tests' full mock (``fixtures/mock_openai.py``), which streams.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import re
 import resource
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -38,17 +51,25 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent
 DELAY_MS = 1500
 BODY = json.dumps({"model": "mock-model", "messages": [{"role": "user", "content": "hello"}]}).encode()
+REQUEST = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+           b"Content-Length: " + str(len(BODY)).encode() + b"\r\n\r\n" + BODY)
+CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)", re.IGNORECASE)
+CHUNKED = re.compile(rb"\r\ntransfer-encoding:[^\r]*chunked", re.IGNORECASE)
+CONNECTION_CLOSE = re.compile(rb"\r\nconnection:[ \t]*close", re.IGNORECASE)
 
 
-def rss_mb(pid: int) -> float:
+# --- processes --------------------------------------------------------------------------------
+
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """``VmRSS`` (now) or ``VmHWM`` (peak) of ``pid``, in MB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return 0.0
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of ``pid`` and its children so far (litellm runs workers as children)."""
+    """User + system CPU time of ``pid`` and its waited-for children so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
@@ -57,8 +78,12 @@ def fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def start(cmd: list[str], pattern: str, env: dict[str, str] | None = None, timeout: float = 60) -> tuple[subprocess.Popen, re.Match]:
-    """Start a process and wait for a stderr/stdout line matching ``pattern``."""
+def start(cmd: list[str], pattern: str, env: dict[str, str] | None = None, timeout: float = 60,
+          cpu: int | None = None) -> tuple[subprocess.Popen, re.Match]:
+    """Start a process (pinned to ``cpu`` with taskset, which execs: the pid is the command's) and
+    wait for an output line matching ``pattern``."""
+    if cpu is not None:
+        cmd = ["taskset", "-c", str(cpu), *cmd]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, **(env or {})})
     deadline = time.monotonic() + timeout
@@ -83,21 +108,16 @@ def _drain(pipe: Any, lines: list[str]) -> None:
         lines.append(line)
 
 
-def _complete(data: bytes) -> bool:
-    """A whole response with a content-length (hypercorn keeps a ``Connection: close`` socket open
-    until the client closes it, so EOF is not the end; the earlier "direct: 0%" was this)."""
-    head, sep, body = data.partition(b"\r\n\r\n")
-    if not sep:
-        return False
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            return len(body) >= int(value)
-    return False
-
-
 def start_mock() -> tuple[subprocess.Popen, int]:
+    """The tests' full mock (streams, control headers): for ``--idle``/``--sse`` and bench/soak.py."""
     proc, m = start([sys.executable, "-m", "fixtures.mock_openai", "--port", "0"], r"listening on http://[^:]+:(\d+)")
+    return proc, int(m.group(1))
+
+
+def start_bench_mock(cpu: int | None) -> tuple[subprocess.Popen, int]:
+    """The cheap mock (bench/llm_mock.py) for the rate runs."""
+    proc, m = start([sys.executable, "-m", "bench.llm_mock", "--port", "0", "--delay-ms", str(DELAY_MS)],
+                    r"listening on http://[^:]+:(\d+)", cpu=cpu)
     return proc, int(m.group(1))
 
 
@@ -118,16 +138,17 @@ binds:
 """
 
 
-def start_trioproxy(mock_port: int, port: int, tmp: Path) -> subprocess.Popen:
+def start_trioproxy(mock_port: int, port: int, tmp: Path, cpu: int | None = None) -> subprocess.Popen:
     path = tmp / "gw.yaml"
     path.write_text(gateway_config(mock_port, port))
     env = {"ADMIN_ADDR": "127.0.0.1:0", "STATS_ADDR": "127.0.0.1:0", "READINESS_ADDR": "127.0.0.1:0",
            "TRIOPROXY_RUNTIME_DIR": str(tmp / "rt"), "LOG_LEVEL": "error"}
-    proc, _ = start([sys.executable, "-m", "trioproxy", "--config", str(path)], r"bind \d+ listening", env=env)
+    proc, _ = start([sys.executable, "-m", "trioproxy", "--config", str(path)], r"bind \d+ listening", env=env,
+                    cpu=cpu)
     return proc
 
 
-def start_litellm(binary: str, mock_port: int, port: int, tmp: Path) -> subprocess.Popen:
+def start_litellm(binary: str, mock_port: int, port: int, tmp: Path, cpu: int | None = None) -> subprocess.Popen:
     path = tmp / "litellm.yaml"
     path.write_text(f"""model_list:
 - model_name: mock-model
@@ -138,50 +159,354 @@ def start_litellm(binary: str, mock_port: int, port: int, tmp: Path) -> subproce
 """)
     env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
     proc, _ = start([binary, "--config", str(path), "--port", str(port), "--num_workers", "1"],
-                    r"Uvicorn running|Application startup complete", env=env, timeout=120)
+                    r"Uvicorn running|Application startup complete", env=env, timeout=120, cpu=cpu)
     return proc
 
 
-async def one_request(port: int, headers: bytes, results: list[tuple[bool, float]]) -> None:
-    began = time.monotonic()
-    ok = False
-    try:
-        with trio.fail_after(120):
-            stream = await trio.open_tcp_stream("127.0.0.1", port)
-            async with stream:
-                await stream.send_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-                                      b"Connection: close\r\n" + headers + b"Content-Length: "
-                                      + str(len(BODY)).encode() + b"\r\n\r\n" + BODY)
-                data = b""
-                while chunk := await stream.receive_some(65536):
-                    data += chunk
-                    if _complete(data):
-                        break
-                ok = data.startswith(b"HTTP/1.1 200") and _complete(data)
-    except (OSError, trio.TooSlowError, trio.BrokenResourceError):
-        ok = False
-    results.append((ok, time.monotonic() - began))
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
-async def open_loop(port: int, rate: float, duration: float) -> list[tuple[bool, float]]:
-    results: list[tuple[bool, float]] = []
-    headers = f"x-mock-delay-ms: {DELAY_MS}\r\n".encode()
-    async with trio.open_nursery() as nursery:
-        start_at = trio.current_time()
+# --- the open-loop load generator ---------------------------------------------------------------
+
+class _ClientConnection(asyncio.Protocol):
+    """One keep-alive connection of the generator; one request at a time."""
+
+    __slots__ = ("buffer", "load", "scheduled", "transport")
+
+    def __init__(self, load: OpenLoop) -> None:
+        self.load = load
+        self.transport: asyncio.Transport | None = None
+        self.scheduled: float | None = None  # the in-flight request's scheduled send time
+        self.buffer = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def send(self, scheduled: float) -> None:
+        assert self.transport is not None
+        self.scheduled = scheduled
+        self.buffer = b""
+        self.transport.write(REQUEST)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer = self.buffer + data
+        end = buffer.find(b"\r\n\r\n")
+        if end < 0 or self.scheduled is None:
+            return
+        head = buffer[:end]
+        if (length := CONTENT_LENGTH.search(head)) is not None:
+            complete = len(buffer) - end - 4 >= int(length.group(1))
+        elif CHUNKED.search(head) is not None:
+            complete = buffer.endswith(b"0\r\n\r\n")
+        else:
+            return  # read to EOF: connection_lost ends it
+        if complete:
+            scheduled, self.scheduled = self.scheduled, None
+            status = head[9:12].decode("latin-1")
+            self.load.finished(self, scheduled, status, reusable=CONNECTION_CLOSE.search(head) is None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        if self.scheduled is not None:
+            scheduled, self.scheduled = self.scheduled, None
+            self.load.finished(self, scheduled, "reset", reusable=False)
+        self.load.lost(self)
+
+
+class OpenLoop:
+    """Sends requests on a fixed schedule, over idle pooled connections or new ones."""
+
+    def __init__(self, port: int, timeout: float) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.port = port
+        self.timeout = timeout
+        self.idle: list[_ClientConnection] = []
+        self.connections: set[_ClientConnection] = set()
+        self.latencies: list[tuple[float, float]] = []  # successful requests: (scheduled, seconds since)
+        self.begin = 0.0
+        self.ended = False  # past the deadline: what still comes in is not counted
+        self.outcomes: Counter[str] = Counter()
+        self.outstanding = 0
+        self.opened = 0
+        self.all_sent = False
+        self.done = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def fire(self, scheduled: float) -> None:
+        self.outstanding += 1
+        while self.idle:
+            conn = self.idle.pop()
+            if conn.transport is not None and not conn.transport.is_closing():
+                conn.send(scheduled)
+                return
+        self.opened += 1
+        task = self.loop.create_task(self._open_and_send(scheduled))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _open_and_send(self, scheduled: float) -> None:
+        try:
+            _, conn = await self.loop.create_connection(lambda: _ClientConnection(self), "127.0.0.1", self.port)
+        except OSError:
+            self._count(scheduled, "connect error")
+            return
+        self.connections.add(conn)
+        conn.send(scheduled)
+
+    def finished(self, conn: _ClientConnection, scheduled: float, status: str, *, reusable: bool) -> None:
+        if self.ended:
+            return
+        if status == "200":
+            self.latencies.append((scheduled - self.begin, self.loop.time() - scheduled))
+        self._count(scheduled, status)
+        if reusable:
+            self.idle.append(conn)
+        elif conn.transport is not None:
+            conn.transport.close()
+
+    def lost(self, conn: _ClientConnection) -> None:
+        self.connections.discard(conn)
+
+    def _count(self, scheduled: float, outcome: str) -> None:
+        if self.ended:
+            return
+        self.outcomes[outcome] += 1
+        self.outstanding -= 1
+        if self.all_sent and self.outstanding == 0:
+            self.done.set()
+
+    async def run(self, rate: float, duration: float) -> None:
         n = int(rate * duration)
-        for i in range(n):
-            await trio.sleep_until(start_at + i / rate)
-            nursery.start_soon(one_request, port, headers, results)
-    return results
+        loop = self.loop
+        begin = self.begin = loop.time() + 0.05
+        i = 0
+        while i < n:
+            now = loop.time()
+            while i < n and begin + i / rate <= now:  # behind schedule: catch up, latency counts from schedule
+                self.fire(begin + i / rate)
+                i += 1
+            if i < n:
+                await asyncio.sleep(begin + i / rate - loop.time())
+        self.all_sent = True
+        if self.outstanding:
+            try:
+                await asyncio.wait_for(self.done.wait(), timeout=max(0.0, begin + (n - 1) / rate + self.timeout - loop.time()))
+            except TimeoutError:
+                pass
+        self.ended = True
+        if self.outstanding:
+            self.outcomes["timeout"] += self.outstanding
+        late = sum(1 for _, t in self.latencies if t > self.timeout)
+        if late:
+            self.outcomes["timeout"] += late
+            self.outcomes["200"] -= late
+            self.latencies = [(at, t) for at, t in self.latencies if t <= self.timeout]
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.sleep(0.2)  # let the closes go out before the next rate
 
 
-def summary(name: str, rate: float, results: list[tuple[bool, float]], pid: int) -> dict:
-    ok = [t for good, t in results if good]
-    added = sorted((t - DELAY_MS / 1000) * 1000 for t in ok)
-    q = statistics.quantiles(added, n=100) if len(added) >= 2 else [0.0] * 99
-    return {"gateway": name, "rate": rate, "requests": len(results), "success": round(len(ok) / max(1, len(results)) * 100, 2),
-            "p50_added_ms": round(q[49], 1), "p99_added_ms": round(q[98], 1), "rss_mb": round(rss_mb(pid), 1)}
+STEADY_AFTER = 3.0
 
+
+def _percentiles(values: list[float]) -> list[float | None]:
+    """The 99 cut points (None when nothing succeeded: no latency to report)."""
+    if len(values) >= 2:
+        return [round(v, 1) for v in statistics.quantiles(values, n=100)]
+    return [round(values[0], 1) if values else None] * 99
+
+
+def mock_connections(mock: subprocess.Popen) -> int | None:
+    """Connections the bench mock accepted so far (it prints them on SIGUSR1)."""
+    lines: list[str] = getattr(mock, "output_lines", [])
+    seen = len(lines)
+    mock.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        for line in lines[seen:]:
+            if line.startswith("llm-mock connections "):
+                return int(line.split()[-1])
+        time.sleep(0.01)
+    return None
+
+
+def measure(name: str, rate: float, duration: float, port: int, gateway: subprocess.Popen | None,
+            mock: subprocess.Popen, timeout: float) -> dict[str, Any]:
+    """One rate against one running target; the CPU figures are CPU time, not wall."""
+    gw_cpu = cpu_seconds(gateway.pid) if gateway else 0.0
+    mock_cpu = cpu_seconds(mock.pid)
+    upstream_before = mock_connections(mock)
+    own_cpu = time.process_time()
+
+    async def go() -> OpenLoop:
+        load = OpenLoop(port, timeout)
+        await load.run(rate, duration)
+        return load
+
+    began = time.monotonic()
+    load = asyncio.run(go())
+    wall = time.monotonic() - began
+    requests = sum(load.outcomes.values())
+    ok = load.outcomes.get("200", 0)
+    added = sorted((t - DELAY_MS / 1000) * 1000 for _, t in load.latencies)
+    q = _percentiles(added)
+    # Past the ramp (the first STEADY_AFTER s open ~rate × 1.5 s connections on both sides):
+    steady = _percentiles(sorted((t - DELAY_MS / 1000) * 1000 for at, t in load.latencies if at >= STEADY_AFTER))
+    line: dict[str, Any] = {
+        "target": name, "rate": rate, "requests": requests, "success": round(ok / max(1, requests) * 100, 2),
+        "p50_added_ms": q[49], "p99_added_ms": q[98],
+        "p99_steady_added_ms": steady[98] if duration > STEADY_AFTER else None,
+        "max_added_ms": round(added[-1], 1) if added else None,
+        "outcomes": dict(load.outcomes), "client_connections": load.opened,
+        "upstream_connections": (mock_connections(mock) or 0) - (upstream_before or 0),
+        "mock_cpu_ms_per_request": round((cpu_seconds(mock.pid) - mock_cpu) * 1000 / max(1, requests), 3),
+        "generator_cpu_ms_per_request": round((time.process_time() - own_cpu) * 1000 / max(1, requests), 3),
+    }
+    if gateway is not None:
+        cpu = cpu_seconds(gateway.pid) - gw_cpu
+        line.update(rss_mb=round(rss_mb(gateway.pid), 1), peak_rss_mb=round(rss_mb(gateway.pid, "VmHWM"), 1),
+                    gateway_cpu_ms_per_request=round(cpu * 1000 / max(1, requests), 3),
+                    gateway_core_busy_pct=round(cpu / wall * 100, 1))
+    return line
+
+
+# --- targets ----------------------------------------------------------------------------------
+
+class Target:
+    """A gateway (or none, ``direct``) in front of its own bench mock, started on the pinned cores."""
+
+    def __init__(self, name: str, args: argparse.Namespace, tmp: Path, cores: tuple[int | None, int | None]) -> None:
+        self.name = name
+        gateway_cpu, peer_cpu = cores
+        self.mock, mock_port = start_bench_mock(peer_cpu)
+        self.gateway: subprocess.Popen | None = None
+        try:
+            if name == "direct":
+                self.port = mock_port
+            elif name == "litellm":
+                self.port = _free_port()
+                self.gateway = start_litellm(args.litellm_bin, mock_port, self.port, tmp, gateway_cpu)
+            else:
+                self.port = _free_port()
+                self.gateway = start_trioproxy(mock_port, self.port, tmp, gateway_cpu)
+        except BaseException:
+            self.close()
+            raise
+
+    def run(self, rate: float, args: argparse.Namespace) -> dict[str, Any]:
+        return measure(self.name, rate, args.duration, self.port, self.gateway, self.mock, args.timeout)
+
+    def close(self) -> None:
+        for proc in (self.gateway, self.mock):
+            if proc is not None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+
+COLUMNS = [("target", "target"), ("rate", "rate"), ("requests", "requests"), ("success", "success %"),
+           ("p50_added_ms", "p50 added ms"), ("p99_added_ms", "p99 added ms"),
+           ("p99_steady_added_ms", f"p99 after {STEADY_AFTER:g} s"), ("rss_mb", "RSS MB"),
+           ("peak_rss_mb", "peak RSS MB"), ("gateway_cpu_ms_per_request", "gw CPU ms/req"),
+           ("gateway_core_busy_pct", "gw core %"), ("mock_cpu_ms_per_request", "mock CPU ms/req"),
+           ("generator_cpu_ms_per_request", "gen CPU ms/req"), ("client_connections", "client conns"),
+           ("upstream_connections", "upstream conns")]
+
+
+def table(lines: list[dict[str, Any]]) -> str:
+    rows = [[h for _, h in COLUMNS]] + [["—" if line.get(k) is None else str(line[k]) for k, _ in COLUMNS] for line in lines]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    out = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |" for row in rows]
+    out.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(out)
+
+
+def _cores(args: argparse.Namespace) -> tuple[int | None, int | None]:
+    cpus = os.sched_getaffinity(0)
+    if args.no_pin or shutil.which("taskset") is None or not {args.gateway_cpu, args.peer_cpu} <= cpus \
+            or args.gateway_cpu == args.peer_cpu:
+        if not args.no_pin:
+            print(f"note: not pinning (cores {sorted(cpus)}, taskset {'found' if shutil.which('taskset') else 'missing'})",
+                  file=sys.stderr)
+        return None, None
+    os.sched_setaffinity(0, {args.peer_cpu})  # the generator (this process) shares the peers' core
+    return args.gateway_cpu, args.peer_cpu
+
+
+def _held(line: dict[str, Any], max_p99_ms: float) -> bool:
+    """100% success, and kept up: a gateway falling behind still answers everything of a short run
+    within ``--timeout``, with a p99 growing by the second; ``--hold-p99-ms`` tells the two apart."""
+    return line["success"] == 100.0 and line["p99_added_ms"] is not None and line["p99_added_ms"] <= max_p99_ms
+
+
+def run_rates(args: argparse.Namespace) -> None:
+    cores = _cores(args)
+    targets = [args.gateway, *[t for t in args.compare if t != args.gateway]]
+    if "litellm" in targets and shutil.which(args.litellm_bin) is None:
+        raise SystemExit(f"--litellm-bin: {args.litellm_bin!r} not found (pip install 'litellm[proxy]' and pass its path)")
+    print(f"cores: gateway {cores[0]}, mock + generator {cores[1]}; delay {DELAY_MS} ms; {args.duration:g} s per rate",
+          file=sys.stderr)
+    lines: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        for name in targets:
+            target = Target(name, args, Path(tmp_dir), cores)
+            try:
+                if args.find_max:
+                    lines += find_max(target, args)
+                else:
+                    for rate in args.rate:
+                        line = target.run(rate, args)
+                        print(json.dumps(line), flush=True)
+                        lines.append(line)
+            finally:
+                target.close()
+    print(table(lines))
+
+
+def find_max(target: Target, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Double the rate from ``--rate``'s first value until a run is not held, then bisect three
+    times: at most ``log2(--max-rate / start) + 4`` runs of ``--duration`` (+ up to ``--timeout``)."""
+    lines: list[dict[str, Any]] = []
+
+    def run(rate: float) -> bool:
+        line = target.run(round(rate), args)
+        print(json.dumps(line), flush=True)
+        lines.append(line)
+        return _held(line, args.hold_p99_ms)
+
+    good, bad = 0.0, None
+    rate = float(args.rate[0])
+    while rate <= args.max_rate:
+        if not run(rate):
+            bad = rate
+            break
+        good, rate = rate, rate * 2
+    if bad is not None:
+        for _ in range(3):
+            middle = (good + bad) / 2
+            if run(middle):
+                good = middle
+            else:
+                bad = middle
+    target_met = [line["rate"] for line in lines if _held(line, 20.0)]
+    print(json.dumps({"target": target.name, "highest_rate_held": round(good), "first_failed": bad and round(bad),
+                      "held": f"100% success and p99 added <= {args.hold_p99_ms:g} ms",
+                      "highest_rate_with_p99_le_20ms": max(target_met, default=None)}), flush=True)
+    return lines
+
+
+# --- idle connections and SSE streams (RSS per connection) --------------------------------------
 
 async def hold_connections(port: int, count: int, sse: bool) -> list[trio.SocketStream]:
     """Open ``count`` connections, 100 at a time (one by one took minutes on a loaded machine)."""
@@ -207,40 +532,23 @@ async def hold_connections(port: int, count: int, sse: bool) -> list[trio.Socket
     return streams
 
 
-async def main_async(args: argparse.Namespace) -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+async def hold_main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp_dir:
-        tmp = Path(tmp_dir)
         mock, mock_port = start_mock()
         port = args.port or _free_port()
-        if args.gateway == "direct":  # the mock alone: the client's and the machine's own share
-            gw, port = mock, mock_port
-        elif args.gateway == "litellm":
-            gw = start_litellm(args.litellm_bin, mock_port, port, tmp)
-        else:
-            gw = start_trioproxy(mock_port, port, tmp)
+        gw = start_trioproxy(mock_port, port, Path(tmp_dir))
         try:
-            if args.idle or args.sse:
-                before = rss_mb(gw.pid)
-                count = args.idle or args.sse
-                streams = await hold_connections(port, count, bool(args.sse))
-                await trio.sleep(2)
-                after = rss_mb(gw.pid)
-                print(json.dumps({"gateway": args.gateway, "kind": "sse" if args.sse else "idle", "connections": len(streams),
-                                  "rss_before_mb": round(before, 1), "rss_after_mb": round(after, 1),
-                                  "kb_per_connection": round((after - before) * 1024 / max(1, len(streams)), 1),
-                                  "gateway_fds": fds(gw.pid)}))
-                for s in streams:
-                    await s.aclose()
-                return
-            for rate in args.rate:
-                cpu_before = cpu_seconds(gw.pid)
-                results = await open_loop(port, rate, args.duration)
-                line = summary(args.gateway, rate, results, gw.pid)
-                cpu = cpu_seconds(gw.pid) - cpu_before  # CPU time, not wall: the machine is shared
-                line.update(gateway_cpu_s=round(cpu, 1), cpu_ms_per_request=round(cpu * 1000 / max(1, len(results)), 2))
-                print(json.dumps(line), flush=True)
+            before = rss_mb(gw.pid)
+            count = args.idle or args.sse
+            streams = await hold_connections(port, count, bool(args.sse))
+            await trio.sleep(2)
+            after = rss_mb(gw.pid)
+            print(json.dumps({"gateway": "trioproxy", "kind": "sse" if args.sse else "idle", "connections": len(streams),
+                              "rss_before_mb": round(before, 1), "rss_after_mb": round(after, 1),
+                              "kb_per_connection": round((after - before) * 1024 / max(1, len(streams)), 1),
+                              "gateway_fds": fds(gw.pid)}))
+            for s in streams:
+                await s.aclose()
         finally:
             gw.terminate()
             mock.terminate()
@@ -248,24 +556,34 @@ async def main_async(args: argparse.Namespace) -> None:
             mock.wait(10)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rate", type=float, nargs="+", default=[250, 500], help="arrival rates (req/s)")
-    parser.add_argument("--duration", type=float, default=60.0, help="seconds each rate is held")
+    parser.add_argument("--rate", type=float, nargs="+", default=[250, 500], help="arrival rates (req/s); "
+                        "with --find-max, the first is where the search starts")
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds each rate is held (default 60)")
     parser.add_argument("--gateway", choices=["trioproxy", "litellm", "direct"], default="trioproxy")
+    parser.add_argument("--compare", choices=["trioproxy", "litellm", "direct"], nargs="*", default=[],
+                        help="more targets, run one after the other and printed in the same table")
+    parser.add_argument("--find-max", action="store_true", help="the highest rate held with 100%% success")
+    parser.add_argument("--max-rate", type=float, default=4000, help="--find-max stops doubling here")
+    parser.add_argument("--hold-p99-ms", type=float, default=1000.0,
+                        help="--find-max: a rate is held with 100%% success and p99 added latency under this "
+                             "(default 1000: the gateway kept up)")
+    parser.add_argument("--timeout", type=float, default=30.0, help="a request later than this (s) failed")
     parser.add_argument("--litellm-bin", default="litellm")
+    parser.add_argument("--gateway-cpu", type=int, default=1, help="core for the gateway (default 1)")
+    parser.add_argument("--peer-cpu", type=int, default=0, help="core for the mock and the generator (default 0)")
+    parser.add_argument("--no-pin", action="store_true", help="do not use taskset")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--idle", type=int, default=0, help="hold N idle keep-alive connections, report RSS")
     parser.add_argument("--sse", type=int, default=0, help="hold N concurrent SSE streams, report RSS")
-    trio.run(main_async, parser.parse_args())
+    args = parser.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if args.idle or args.sse:
+        trio.run(hold_main, args)
+    else:
+        run_rates(args)
 
 
 if __name__ == "__main__":

@@ -17,3 +17,17 @@ def test_soak_short_has_no_unexpected_outcomes_and_no_traceback():
     assert report["unexpected"] == {} and report["tracebacks_in_log"] == 0
     assert report["outcomes"]["disconnect"]["cut"] > 0 and report["outcomes"]["limited"].get("429", 0) > 0
 
+
+
+def test_llm_load_short_run_succeeds_through_trioproxy_and_direct():
+    """The open-loop generator and the bench mock (keep-alive, usage in the answer) work end to end:
+    every request answered 200 through the gateway and straight to the mock, and the table names both."""
+    done = subprocess.run([sys.executable, "-m", "bench.llm_load", "--rate", "40", "--duration", "3",
+                           "--compare", "direct", "--no-pin"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert [(line["target"], line["requests"], line["success"]) for line in lines] == [
+        ("trioproxy", 120, 100.0), ("direct", 120, 100.0)]
+    assert lines[0]["client_connections"] < 90  # reused: ~60 in flight (1.5 s answers at 40/s)
+    assert lines[0]["gateway_cpu_ms_per_request"] > 0 and lines[0]["p50_added_ms"] >= 0
+    assert done.stdout.splitlines()[-2].startswith("| trioproxy")

@@ -218,8 +218,11 @@ class Gateway:
         timeout = route.policies.timeout
         deadline = x.arrival + timeout.request_timeout if timeout and timeout.request_timeout else inf
         response = None
-        with trio.CancelScope(deadline=deadline) as request_scope:
+        if deadline == inf:  # no requestTimeout: no cancel scope to enter and leave (~4-8 us)
             response = await self._route_to_upstream(x, compiled)
+        else:
+            with trio.CancelScope(deadline=deadline) as request_scope:
+                response = await self._route_to_upstream(x, compiled)
         if response is None:
             if x.disconnected:
                 raise ClientDisconnected()

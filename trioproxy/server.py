@@ -28,7 +28,7 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.utils import wrap_app
 
-from . import registry, websocket
+from . import gc_tuning, registry, websocket
 from .config import ConfigError, load_config
 from .config.model import Address, Config, FrontendSpec
 from .connections import DEFAULT_MAX_CONNECTIONS, ConnectionCounter, raise_nofile_limit, serve
@@ -401,4 +401,5 @@ async def run_until_signalled(config: Config, *, config_path: str | None, drain_
 
             nursery.start_soon(on_signals)
             info = await nursery.start(gateway)
+            gc_tuning.after_startup()
             print_listening(config, info)

@@ -22,6 +22,7 @@ from typing import Any
 import trio
 from prometheus_client import Counter
 
+from .. import gc_tuning
 from ..access_log import configure_logging
 from ..config.model import Config
 from ..connections import DEFAULT_MAX_CONNECTIONS, raise_nofile_limit
@@ -101,6 +102,7 @@ async def run_worker(spec: dict[str, Any]) -> None:
                 await background.start(runtime.mirrors.run)  # requestMirror copies
                 background.start_soon(commands)
                 background.start_soon(signals)
+                gc_tuning.after_startup()
                 await send_quietly({"t": "ready", "pid": os.getpid()})
                 await shutdown.wait()
                 background.cancel_scope.cancel()

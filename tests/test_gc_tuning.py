@@ -1,0 +1,51 @@
+"""The serving process's GC settings (trioproxy/gc_tuning.py, docs/reliability.md "Pauses")."""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import trio
+
+from tests.conftest import LOOPBACK_SERVERS, free_port
+from trioproxy import gc_tuning, server
+from trioproxy.config import parse_config
+
+
+def test_after_startup_freezes_the_live_objects_and_makes_full_collections_rarer():
+    before = gc.get_threshold()
+    try:
+        gc_tuning.after_startup()
+        assert gc.get_freeze_count() > 1000  # this test process's imports, at least
+        assert gc.get_threshold() == (before[0], before[1], gc_tuning.OLDEST_THRESHOLD)
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+
+
+async def test_the_cli_gateway_tunes_the_gc_once_its_binds_listen(monkeypatch):
+    listening: list[bool] = []
+    tuned = trio.Event()
+
+    def after_startup() -> None:
+        listening.append(runtime_ready())
+        tuned.set()
+
+    monkeypatch.setattr(gc_tuning, "after_startup", after_startup)
+    port = free_port()
+    config = parse_config(f"binds:\n- port: {port}\n  listeners:\n  - routes:\n    - policies: {{directResponse: {{status: 200}}}}\n",
+                          env={**os.environ, **LOOPBACK_SERVERS})
+
+    def runtime_ready() -> bool:
+        import socket
+
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", port)) == 0
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: server.run_until_signalled(config, config_path=None, drain_timeout=1))
+        with trio.fail_after(20):
+            await tuned.wait()
+        nursery.cancel_scope.cancel()
+    assert listening == [True]
