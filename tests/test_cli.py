@@ -266,3 +266,15 @@ async def test_the_config_watcher_reloads_on_content_even_with_the_same_mtime(tm
         assert registry.get_sample_value("trioproxy_config_reloads_total", {"result": "rejected"}) == 1
         assert runtime.state.config.binds[0].listeners[0].routes[0].backends[0].target.port == 2
         nursery.cancel_scope.cancel()
+
+
+def test_a_gateway_process_does_not_load_what_only_other_commands_use():
+    """RSS per process is a published figure (docs/reliability.md): the CEL package's own CLI
+    (typer, rich, prompt_toolkit) and the ratelimit-server's protobuf messages stay out of it."""
+    probe = ("import sys, trioproxy.cli, trioproxy.server\n"
+             "from trioproxy.cel import compile_expression\n"
+             "assert compile_expression('1 + 1').evaluate({}) == 2\n"
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'typer', 'prompt_toolkit', 'grpc_health', 'google'}))")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -41,10 +41,34 @@ from __future__ import annotations
 import ipaddress
 import random
 import re
+import sys
+import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import cel as _cel
+
+def _load_engine() -> Any:
+    """The ``cel`` package, without its command-line tool: the package's ``__init__`` imports
+    ``cel.cli``, which pulls typer, rich and prompt_toolkit into every gateway process (~8 MB of
+    RSS, docs/reliability.md). A placeholder stands in for that one submodule while the package
+    loads, then goes, so a later ``import cel.cli`` would load the real one."""
+    if "cel" in sys.modules:
+        return sys.modules["cel"]
+    placeholder = types.ModuleType("cel.cli")
+    sys.modules.setdefault("cel.cli", placeholder)
+    try:
+        import cel
+    finally:
+        if sys.modules.get("cel.cli") is placeholder:
+            del sys.modules["cel.cli"]
+    if getattr(cel, "cli", None) is placeholder:
+        del cel.cli
+    return cel
+
+
+#: the CEL engine (the ``cel`` package's Rust extension); import it from here, not as ``cel``
+engine: Any = _load_engine()
+_cel = engine
 
 __all__ = [
     "ALLOWED_ROOTS",
@@ -225,7 +249,7 @@ class Expression:
                 value = {f: value[f] for f in fields if f in value}
             bindings[name] = value
         if self._functions is not None:
-            return _cel.Context(variables=bindings, functions=self._functions)  # type: ignore[return-value]
+            return _cel.Context(variables=bindings, functions=self._functions)  # type: ignore[no-any-return]
         return bindings
 
     def evaluate_strict(self, activation: Mapping[str, Any]) -> Any:

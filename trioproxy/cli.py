@@ -16,7 +16,7 @@ from . import __version__, demo, schema_cli, status_cli, trace_cli
 from .access_log import configure_logging
 from .config import ConfigError, load_config
 from .idp import cli as idp_cli
-from .rls import server as rls_server
+from .rls import cli as rls_cli
 from .server import StartupError, log_rejected, run_until_signalled
 
 
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     status_cli.configure_parser(commands.add_parser("status", help="print the status of a manifest's resources",
                                                     description=status_cli.DESCRIPTION))
     idp_cli.configure_parser(commands.add_parser("idp", help="identity provider set-up (idp setup)"))
-    rls_server.configure_parser(commands.add_parser(
+    rls_cli.configure_parser(commands.add_parser(
         "ratelimit-server", help="the global rate-limit service (Envoy RLS protocol, counters in Redis)"))
     return parser
 

@@ -13,9 +13,9 @@ import json
 from functools import cache
 from typing import Any
 
-import cel
 import jsonschema  # type: ignore[import-untyped]
 
+from ..cel import engine as cel
 from .describe import openapi_schema
 
 __all__ = ["schema_of", "strip_nulls", "validate_spec"]

@@ -33,6 +33,7 @@ from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from grpc_health.v1 import health_pb2  # type: ignore[import-untyped]
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from .cli import split_address
 from .health import Health
 from .limits import LimitsConfig, LimitsError, load_limits
 from .protos import rls_pb2
@@ -216,33 +217,10 @@ class CheckBatcher:
                     call.fail(INTERNAL, "internal error")
 
 
-def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, help="envoyproxy/ratelimit YAML (domain, descriptors)")
-    parser.add_argument("--addr", default="127.0.0.1:8081", help="gRPC listen address HOST:PORT (port 0: any)")
-    store = parser.add_mutually_exclusive_group()
-    store.add_argument("--redis", metavar="URL", help="redis:// or rediss:// URL of the counter store")
-    store.add_argument("--redis-cluster", metavar="URL", help="URL of any node of a Redis Cluster")
-    store.add_argument("--store", choices=["memory"], help="in-process counters (one server only; the default)")
-    parser.add_argument("--stats-addr", metavar="HOST:PORT", help="serve Prometheus /metrics here")
-    parser.add_argument("--threads", type=int, default=16,
-                        help="accepted for compatibility, no effect: the server is one Trio thread, and store "
-                             "round trips go one batch at a time to a worker thread")
-    parser.add_argument("--health-watchers", type=int, default=8, metavar="N",
-                        help="grpc.health.v1 Watch streams served at once (default 8)")
-    parser.set_defaults(handler=run)
-
-
-def _split(addr: str, flag: str) -> tuple[str, int]:
-    host, sep, port = addr.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"{flag}: expected HOST:PORT, got {addr!r}")
-    return host or "127.0.0.1", int(port)
-
-
 def run(args: argparse.Namespace) -> int:
     try:
-        host, port = _split(args.addr, "--addr")
-        stats = _split(args.stats_addr, "--stats-addr") if args.stats_addr else None
+        host, port = split_address(args.addr, "--addr")
+        stats = split_address(args.stats_addr, "--stats-addr") if args.stats_addr else None
         if args.redis:
             store: Any = RedisStore(args.redis)
         elif args.redis_cluster:

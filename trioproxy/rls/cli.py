@@ -1,0 +1,37 @@
+"""``trioproxy ratelimit-server``'s command line, apart from the server: every ``trioproxy`` command
+builds the whole parser, and the server's imports (protobuf messages, the gRPC framing) have no
+place in a gateway process.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="envoyproxy/ratelimit YAML (domain, descriptors)")
+    parser.add_argument("--addr", default="127.0.0.1:8081", help="gRPC listen address HOST:PORT (port 0: any)")
+    store = parser.add_mutually_exclusive_group()
+    store.add_argument("--redis", metavar="URL", help="redis:// or rediss:// URL of the counter store")
+    store.add_argument("--redis-cluster", metavar="URL", help="URL of any node of a Redis Cluster")
+    store.add_argument("--store", choices=["memory"], help="in-process counters (one server only; the default)")
+    parser.add_argument("--stats-addr", metavar="HOST:PORT", help="serve Prometheus /metrics here")
+    parser.add_argument("--threads", type=int, default=16,
+                        help="accepted for compatibility, no effect: the server is one Trio thread, and store "
+                             "round trips go one batch at a time to a worker thread")
+    parser.add_argument("--health-watchers", type=int, default=8, metavar="N",
+                        help="grpc.health.v1 Watch streams served at once (default 8)")
+    parser.set_defaults(handler=_run)
+
+
+def split_address(addr: str, flag: str) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"{flag}: expected HOST:PORT, got {addr!r}")
+    return host or "127.0.0.1", int(port)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .server import run
+
+    return run(args)
