@@ -325,14 +325,15 @@ async def test_a_caller_cancelled_while_waiting_leaves_the_connection_working(nu
     assert fake.connections == 1 and fake.answered == 2
 
 
-@pytest.mark.parametrize(("fake", "error"), [
-    (FakeRls(grpc_status="14", grpc_message="store down"), "gRPC status 14: store down"),
-    (FakeRls(grpc_status="8"), "gRPC status 8: $"),
-    (FakeRls(http_status="503"), "UNAVAILABLE: HTTP status 503"),
+@pytest.mark.parametrize(("answer", "error"), [
+    ({"grpc_status": "14", "grpc_message": "store down"}, "gRPC status 14: store down"),
+    ({"grpc_status": "8"}, "gRPC status 8: $"),
+    ({"http_status": "503"}, "UNAVAILABLE: HTTP status 503"),
 ])
-async def test_error_answers_fail_the_call_every_time(nursery, fake, error):
+async def test_error_answers_fail_the_call_every_time(nursery, answer, error):
     """The second and third answers' header blocks come from the decoded-block cache: they must
     mean what the first meant."""
+    fake = FakeRls(**answer)
     client = await start(nursery, fake)
     for _ in range(3):
         with pytest.raises(RlsCallFailed, match=error):
