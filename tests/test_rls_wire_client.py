@@ -27,7 +27,8 @@ class FakeRls:
     def __init__(self, *, dynamic_table: bool = False, max_streams: int | None = None, goaway_after: int = 0,
                  big_header: int = 0, pad: int = 0, ping: bool = False, reset: bool = False,
                  big_window: bool = False, silent: str = "", grpc_status: str = "0", grpc_message: str = "",
-                 http_status: str = "200", hold: trio.Event | None = None, dribble: int = 0) -> None:
+                 http_status: str = "200", hold: trio.Event | None = None, dribble: int = 0,
+                 late_window_update: bool = False) -> None:
         self.dynamic_table = dynamic_table
         self.max_streams = max_streams
         self.goaway_after = goaway_after
@@ -39,9 +40,12 @@ class FakeRls:
         self.silent = silent  # requests whose first entry has this value are never answered
         self.resets: list[int] = []
         self.reset_codes: list[int] = []
+        self.requests: list[tuple[dict[str, str], rls_pb2.RateLimitRequest]] = []  # (headers, message)
+        self.headers: dict[int, dict[str, str]] = {}
         self.grpc_status, self.grpc_message, self.http_status = grpc_status, grpc_message, http_status
         self.hold = hold  # answers wait for it
         self.dribble = dribble  # answers sent in pieces of this many bytes, each read on its own
+        self.late_window_update = late_window_update  # a stream's data acknowledged once it is answered
         self.answered = 0
         self.connections = 0
         self.ping_acks = 0
@@ -61,6 +65,7 @@ class FakeRls:
             conn.ping(b"12345678")
         await stream.send_all(conn.data_to_send())
         bodies: dict[int, bytes] = {}
+        unacknowledged: list[tuple[int, int]] = []
         pending: list[int] = []
         answered = self.answered
         while True:
@@ -70,10 +75,13 @@ class FakeRls:
             for event in conn.receive_data(data):
                 if isinstance(event, h2.events.RequestReceived):
                     bodies[event.stream_id] = b""
+                    self.headers[event.stream_id] = {n.decode(): v.decode() for n, v in event.headers}
                     self.most_open = max(self.most_open, len(bodies))
                 elif isinstance(event, h2.events.DataReceived):
                     bodies[event.stream_id] += event.data
-                    conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                    unacknowledged.append((event.flow_controlled_length, event.stream_id))
+                    if not self.late_window_update:
+                        conn.acknowledge_received_data(*unacknowledged.pop())
                 elif isinstance(event, h2.events.StreamEnded):
                     pending.append(event.stream_id)
                 elif isinstance(event, h2.events.PingAckReceived):
@@ -91,6 +99,9 @@ class FakeRls:
                 self._answer(conn, sid, bodies.pop(sid))
             last = max(pending, default=0)
             pending.clear()
+            for length, sid in [u for u in unacknowledged if u[1] not in bodies]:  # the answered streams'
+                conn.acknowledge_received_data(length, sid)
+                unacknowledged.remove((length, sid))
             out = conn.data_to_send()
             for i in range(0, len(out), self.dribble or len(out) or 1):
                 await stream.send_all(out[i:i + (self.dribble or len(out))])
@@ -106,6 +117,7 @@ class FakeRls:
                 return
 
     def _answer(self, conn: h2.connection.H2Connection, sid: int, body: bytes) -> None:
+        self.requests.append((self.headers.pop(sid, {}), rls_pb2.RateLimitRequest.FromString(body[5:])))
         if self.silent and rls_pb2.RateLimitRequest.FromString(body[5:]).descriptors[0].entries[0].value == self.silent:
             return
         self.answered += 1
@@ -291,6 +303,39 @@ async def test_a_write_to_a_full_socket_waits_and_loses_nothing():
     b.close()
 
 
+async def test_what_a_call_sends(nursery):
+    fake = FakeRls()
+    client = await start(nursery, fake)
+    await client.should_rate_limit("dom", [([("k", "v"), ("k2", "w")], None), ([("t", "x")], 0)], 2.5)
+    (headers, request), = fake.requests
+    assert headers == {":method": "POST", ":scheme": "http", ":authority": client.target,
+                       ":path": "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+                       "content-type": "application/grpc", "te": "trailers", "grpc-timeout": "2500m"}
+    assert request.domain == "dom"
+    assert [[(e.key, e.value) for e in d.entries] for d in request.descriptors] == [[("k", "v"), ("k2", "w")], [("t", "x")]]
+    assert [d.HasField("hits_addend") for d in request.descriptors] == [False, True]
+
+
+async def test_requests_past_the_connection_window_wait_for_the_servers_window_update(nursery):
+    """The server keeps HTTP/2's default 64 KiB connection window and opens it again only as it
+    answers: three 40 KB requests must wait for its WINDOW_UPDATEs; sending past the window would
+    be a flow-control error."""
+    fake = FakeRls(late_window_update=True)
+    client = await start(nursery, fake)
+    await echo(client, "warm")
+    results: dict[int, str] = {}
+
+    async def one(i: int) -> None:
+        response = await client.should_rate_limit("d", [([("k", str(i)), ("pad", "p" * 40_000)], None)], 5)
+        results[i] = response.response_headers_to_add[0].value
+
+    async with trio.open_nursery() as calls:
+        for i in range(3):
+            calls.start_soon(one, i)
+    assert results == {0: "0", 1: "1", 2: "2"}
+    assert fake.connections == 1
+
+
 def _task_names() -> list[str]:
     names, todo = [], [trio.lowlevel.current_root_task()]
     while todo:
@@ -325,14 +370,15 @@ async def test_a_caller_cancelled_while_waiting_leaves_the_connection_working(nu
     assert fake.connections == 1 and fake.answered == 2
 
 
-@pytest.mark.parametrize(("fake", "error"), [
-    (FakeRls(grpc_status="14", grpc_message="store down"), "gRPC status 14: store down"),
-    (FakeRls(grpc_status="8"), "gRPC status 8: $"),
-    (FakeRls(http_status="503"), "UNAVAILABLE: HTTP status 503"),
+@pytest.mark.parametrize(("answer", "error"), [
+    ({"grpc_status": "14", "grpc_message": "store down"}, "gRPC status 14: store down"),
+    ({"grpc_status": "8"}, "gRPC status 8: $"),
+    ({"http_status": "503"}, "UNAVAILABLE: HTTP status 503"),
 ])
-async def test_error_answers_fail_the_call_every_time(nursery, fake, error):
+async def test_error_answers_fail_the_call_every_time(nursery, answer, error):
     """The second and third answers' header blocks come from the decoded-block cache: they must
     mean what the first meant."""
+    fake = FakeRls(**answer)
     client = await start(nursery, fake)
     for _ in range(3):
         with pytest.raises(RlsCallFailed, match=error):
