@@ -448,6 +448,19 @@ class RawClient:
         path_field = b"\x44" + ws._literal(path) if index_path else b"\x04" + ws._literal(path)
         return b"\x83\x86" + path_field + b"\x0f\x10" + ws._literal(b"application/grpc")
 
+    async def next_frame_any(self) -> tuple[int, int, int, bytes] | None:
+        """The next frame, the server's SETTINGS and WINDOW_UPDATEs included."""
+        while len(self.buf) < 9 or len(self.buf) < 9 + int.from_bytes(self.buf[:3], "big"):
+            with trio.fail_after(STUCK):
+                data = await self.stream.receive_some(65536)
+            if not data:
+                return None
+            self.buf += data
+        length = int.from_bytes(self.buf[:3], "big")
+        got = (self.buf[3], self.buf[4], int.from_bytes(self.buf[5:9], "big"), bytes(self.buf[9:9 + length]))
+        del self.buf[:9 + length]
+        return got
+
     async def next_frame(self) -> tuple[int, int, int, bytes] | None:
         while True:
             if len(self.buf) >= 9:
@@ -528,6 +541,12 @@ async def test_cached_header_blocks_follow_the_dynamic_table(nursery, autojump_c
         assert trailers[b"grpc-status"] == status, (i, trailers)
     (conn,) = h.server.connections
     assert set(conn.known_blocks) == {indexed, RawClient.request_block(b"/t.S/Echo")}  # never a block that adds
+    decoded = []
+    decode = conn.decoder.decode
+    conn.decoder.decode = lambda *a, **k: decoded.append(1) or decode(*a, **k)
+    sid = 1 + 2 * len(sends)
+    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, sid, indexed), frame(ws.DATA, ws.END_STREAM, sid, grpc_message(b"")))
+    assert (await raw.answer(sid))[2][b"grpc-status"] == b"12" and not decoded  # from the cache
 
 
 @pytest.mark.parametrize("data, code", [
@@ -557,6 +576,10 @@ async def test_cached_header_blocks_follow_the_dynamic_table(nursery, autojump_c
     (PREFACE + frame(ws.HEADERS, ws.END_HEADERS | ws.PADDED, 1, b"\x05ab"), ws.PROTOCOL_ERROR),
     (PREFACE + frame(ws.HEADERS, ws.END_HEADERS | ws.PRIORITY_FLAG, 1, b"\x00\x00"), ws.FRAME_SIZE_ERROR),
     (PREFACE + frame(ws.HEADERS, ws.END_HEADERS, 0, b"\x83"), ws.PROTOCOL_ERROR),
+    (PREFACE + frame(ws.HEADERS, ws.END_HEADERS, 1, RawClient.request_block()) + frame(ws.DATA, ws.PADDED, 1, b"\x02x"),
+     ws.PROTOCOL_ERROR),  # padding as long as the frame
+    (PREFACE + frame(ws.HEADERS, ws.END_HEADERS, 1, RawClient.request_block()) + frame(ws.DATA, ws.PADDED, 1, b""),
+     ws.PROTOCOL_ERROR),
 ])
 async def test_protocol_errors_get_goaway_then_close(nursery, autojump_clock, data, code):
     h = Harness()
@@ -565,7 +588,7 @@ async def test_protocol_errors_get_goaway_then_close(nursery, autojump_clock, da
     got = await raw.next_frame()
     assert got is not None and got[0] == ws.GOAWAY and got[1] == 0 and got[2] == 0, got
     assert int.from_bytes(got[3][4:8], "big") == code, got[3][8:]
-    assert got[3][:4] == b"\x00" * 4 and got[3][8:] and got[3][8:].decode() in h.logs[0]  # debug data: why
+    assert got[3][:4] in (b"\x00" * 4, b"\x00\x00\x00\x01") and got[3][8:] and got[3][8:].decode() in h.logs[0]  # debug data: why
     assert await raw.next_frame() is None  # then the server closes
     assert h.logs and h.logs[0].startswith("connection error: ")  # one line, no traceback
 
@@ -661,3 +684,72 @@ async def test_answered_calls_leave_no_deadline_behind(nursery, autojump_clock):
         sids = [client.call("/t.S/Echo", b"", timeout="24H") for _ in range(100)]
         await client.pump(lambda sids=sids: set(sids) <= client.ended)
     assert len(conn.deadlines) <= 64 + 2 * 100 + 1
+
+
+async def test_request_trailers_early_answers_and_closed_streams(nursery, autojump_clock):
+    """A request ended by a trailers HEADERS frame is served; a call answered before its request
+    ended (unknown method, not gRPC) is followed by RST_STREAM NO_ERROR; HEADERS on a closed
+    stream are decoded (the table must be followed) and otherwise ignored."""
+    h = Harness()
+    raw = RawClient(h.connect(nursery))
+    await raw.start()
+    trailer_block = b"\x00" + ws._literal(b"x-trailer") + ws._literal(b"1")
+    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 1, RawClient.request_block()),
+                   frame(ws.DATA, 0, 1, grpc_message(b"t")),
+                   frame(ws.HEADERS, ws.END_HEADERS | ws.END_STREAM, 1, trailer_block))
+    assert (await raw.answer(1))[1] == grpc_message(b"echo:t")
+    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 3, RawClient.request_block(b"/t.S/Nope")))
+    kind, flags, sid, payload = await raw.next_frame()
+    assert (kind, sid) == (ws.HEADERS, 3) and dict(raw.decoder.decode(payload, raw=True))[b"grpc-status"] == b"12"
+    assert await raw.next_frame() == (ws.RST_STREAM, 0, 3, b"\x00" * 4)
+    not_grpc = b"\x83\x86\x04" + ws._literal(b"/t.S/Echo") + b"\x0f\x10" + ws._literal(b"text/plain")
+    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 5, not_grpc))
+    kind, flags, sid, payload = await raw.next_frame()
+    assert (kind, sid) == (ws.HEADERS, 5) and dict(raw.decoder.decode(payload, raw=True)) == {b":status": b"415"}
+    assert await raw.next_frame() == (ws.RST_STREAM, 0, 5, b"\x00" * 4)
+    await raw.send(frame(ws.HEADERS, ws.END_HEADERS | ws.END_STREAM, 5, RawClient.request_block()),
+                   frame(ws.HEADERS, ws.END_HEADERS, 7, RawClient.request_block()),
+                   frame(ws.DATA, ws.END_STREAM, 7, grpc_message(b"7")))
+    assert await raw.next_frame() == (ws.HEADERS, ws.END_HEADERS, 7, ws.RESPONSE_HEADERS)  # nothing for 5
+
+
+async def test_streams_past_max_concurrent_streams_are_refused(nursery, autojump_clock, monkeypatch):
+    monkeypatch.setattr(ws, "MAX_STREAMS", 2)
+    h = Harness()
+    raw = RawClient(h.connect(nursery))
+    await raw.start()
+    for sid in (1, 3, 5):
+        await raw.send(frame(ws.HEADERS, ws.END_HEADERS, sid, RawClient.request_block(b"/t.S/Hold")),
+                       frame(ws.DATA, ws.END_STREAM, sid, grpc_message(b"")))
+    assert await raw.next_frame() == (ws.RST_STREAM, 0, 5, ws.REFUSED_STREAM.to_bytes(4, "big"))
+    await h.wait_held(2)
+    h.held[0].reply(b"")  # a slot frees up
+    assert (await raw.answer(1))[2][b"grpc-status"] == b"0"
+    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 7, RawClient.request_block()),
+                   frame(ws.DATA, ws.END_STREAM, 7, grpc_message(b"")))
+    assert (await raw.answer(7))[2][b"grpc-status"] == b"0"
+
+
+async def test_our_receive_window_is_enforced_and_topped_up(nursery, autojump_clock, monkeypatch):
+    monkeypatch.setattr(ws, "TOP_UP", 30)
+    h = Harness()
+    raw = RawClient(h.connect(nursery))
+    await raw.start()
+    await trio.testing.wait_all_tasks_blocked()
+    (conn,) = h.server.connections
+    conn.recv_window = 40  # as if the peer had used the rest
+    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 1, RawClient.request_block()),
+                   frame(ws.DATA, 0, 1, b"\x00\x00\x00\x00\x20" + b"a" * 15),
+                   frame(ws.DATA, ws.END_STREAM, 1, b"b" * 17))  # 37 bytes: over TOP_UP
+    raw.buf.clear()
+    got = []
+    while len(got) < 4:
+        frm = await raw.next_frame_any()
+        got.append(frm)
+    assert (ws.WINDOW_UPDATE, 0, 0, (37).to_bytes(4, "big")) in got and conn.recv_window == 40
+    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 3, RawClient.request_block()),
+                   frame(ws.DATA, 0, 3, b"c" * 41))
+    kind = None
+    while kind != ws.GOAWAY:
+        kind, _, _, payload = await raw.next_frame()
+    assert kind == ws.GOAWAY and int.from_bytes(payload[4:8], "big") == ws.FLOW_CONTROL_ERROR
