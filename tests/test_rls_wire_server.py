@@ -574,6 +574,7 @@ async def test_cached_header_blocks_follow_the_dynamic_table(nursery, autojump_c
     (PREFACE + frame(ws.PUSH_PROMISE, ws.END_HEADERS, 1, b"\x00\x00\x00\x02"), ws.PROTOCOL_ERROR),
     (PREFACE + frame(ws.PRIORITY, 0, 1, b"\x00"), ws.FRAME_SIZE_ERROR),
     (PREFACE + frame(ws.HEADERS, ws.END_HEADERS | ws.PADDED, 1, b"\x05ab"), ws.PROTOCOL_ERROR),
+    (PREFACE + frame(ws.HEADERS, ws.END_HEADERS | ws.PADDED, 1, b"\x03\x00\x00"), ws.PROTOCOL_ERROR),
     (PREFACE + frame(ws.HEADERS, ws.END_HEADERS | ws.PRIORITY_FLAG, 1, b"\x00\x00"), ws.FRAME_SIZE_ERROR),
     (PREFACE + frame(ws.HEADERS, ws.END_HEADERS, 0, b"\x83"), ws.PROTOCOL_ERROR),
     (PREFACE + frame(ws.HEADERS, ws.END_HEADERS, 1, RawClient.request_block()) + frame(ws.DATA, ws.PADDED, 1, b"\x02x"),
@@ -753,3 +754,28 @@ async def test_our_receive_window_is_enforced_and_topped_up(nursery, autojump_cl
     while kind != ws.GOAWAY:
         kind, _, _, payload = await raw.next_frame()
     assert kind == ws.GOAWAY and int.from_bytes(payload[4:8], "big") == ws.FLOW_CONTROL_ERROR
+
+
+def _settings(*pairs: tuple[int, int]) -> bytes:
+    return frame(ws.SETTINGS, 0, 0, b"".join(i.to_bytes(2, "big") + v.to_bytes(4, "big") for i, v in pairs))
+
+
+async def test_settings_with_several_entries_and_window_changes_on_open_streams(nursery, autojump_clock):
+    """Every entry of a SETTINGS frame is applied; a new INITIAL_WINDOW_SIZE moves the windows of
+    the streams already open by the difference (RFC 9113 6.9.2); the largest legal values pass."""
+    h = Harness()
+    raw = RawClient(h.connect(nursery))
+    await raw.send(PREFACE + _settings((0x2, 0), (0x5, 2**24 - 1), (0x4, 7), (0x3, 100)))
+    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 1, RawClient.request_block(b"/t.S/Hold")),
+                   frame(ws.DATA, ws.END_STREAM, 1, grpc_message(b"")))
+    await h.wait_held(1)
+    h.held[0].reply(b"x" * 20)  # 25 bytes, 7 fit
+    headers = await raw.next_frame()
+    assert headers[0] == ws.HEADERS
+    assert await raw.next_frame() == (ws.DATA, 0, 1, grpc_message(b"x" * 20)[:7])
+    await raw.send(_settings((0x4, 17)))  # +10 for the open stream
+    assert await raw.next_frame() == (ws.DATA, 0, 1, grpc_message(b"x" * 20)[7:17])
+    await raw.send(_settings((0x4, ws.MAX_WINDOW)), frame(ws.WINDOW_UPDATE, 0, 0, (ws.MAX_WINDOW - 65535).to_bytes(4, "big")))
+    assert await raw.next_frame() == (ws.DATA, 0, 1, grpc_message(b"x" * 20)[17:])
+    assert (await raw.next_frame())[:3] == (ws.HEADERS, ws.END_HEADERS | ws.END_STREAM, 1)
+    assert not h.logs  # the largest legal window and frame size are no errors
