@@ -779,3 +779,22 @@ async def test_settings_with_several_entries_and_window_changes_on_open_streams(
     assert await raw.next_frame() == (ws.DATA, 0, 1, grpc_message(b"x" * 20)[17:])
     assert (await raw.next_frame())[:3] == (ws.HEADERS, ws.END_HEADERS | ws.END_STREAM, 1)
     assert not h.logs  # the largest legal window and frame size are no errors
+
+
+async def test_answers_sent_at_once_use_up_the_windows(nursery, autojump_clock):
+    """Whole answers sent at once count against the stream's and the connection's windows: the
+    next ones wait (h2 raises if a window is overrun)."""
+    h = Harness()
+    client = H2Client(h.connect(nursery), {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 15})
+    client.ack = False
+    await client.start()
+    watch = client.call("/t.S/Watch", b"")
+    await client.pump(lambda: client.data.get(watch) == grpc_message(b"first"))  # 10 of 15
+    await h.watch_send.send(b"second")
+    await client.pump(lambda: len(client.data[watch]) == 15)
+    client2 = H2Client(h.connect(nursery), {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 2**20})
+    client2.ack = False
+    await client2.start()
+    sids = [client2.call("/t.S/Echo", b"e" * 16000) for _ in range(5)]  # 16,010 bytes each
+    await client2.pump(lambda: sum(map(len, client2.data.values())) == 65535)
+    assert [s in client2.ended for s in sids] == [True] * 4 + [False]
