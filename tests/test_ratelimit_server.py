@@ -337,3 +337,18 @@ def test_reload_waits_for_the_file_to_settle(config_file):
     assert server.config.find([("user", "x")]).requests_per_unit == 44
     body = generate_latest(server.metrics.registry).decode()
     assert 'result="error"} 1.0' in body and 'result="ok"} 1.0' in body
+
+
+@pytest.mark.parametrize("flags, exit_code, message", [
+    (["--addr", "127.0.0.1:99999"], 2, "--addr: port 99999 is over 65535"),
+    (["--addr", "127.0.0.1:0", "--stats-addr", "nowhere"], 2, "--stats-addr: expected HOST:PORT"),
+    (["--addr", "203.0.113.1:0"], 1, "--addr: cannot listen on 203.0.113.1:0"),
+])
+def test_bad_flags_exit_with_one_line(config_file, flags, exit_code, message):
+    import sys
+
+    from tests.rls_helpers import ROOT
+    out = subprocess.run([sys.executable, "-m", "trioproxy", "ratelimit-server", "--config", str(config_file), *flags],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == exit_code
+    assert out.stderr.strip().count("\n") == 0 and message in out.stderr

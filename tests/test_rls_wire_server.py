@@ -448,6 +448,19 @@ class RawClient:
         path_field = b"\x44" + ws._literal(path) if index_path else b"\x04" + ws._literal(path)
         return b"\x83\x86" + path_field + b"\x0f\x10" + ws._literal(b"application/grpc")
 
+    async def next_frame_any(self) -> tuple[int, int, int, bytes] | None:
+        """The next frame, the server's SETTINGS and WINDOW_UPDATEs included."""
+        while len(self.buf) < 9 or len(self.buf) < 9 + int.from_bytes(self.buf[:3], "big"):
+            with trio.fail_after(STUCK):
+                data = await self.stream.receive_some(65536)
+            if not data:
+                return None
+            self.buf += data
+        length = int.from_bytes(self.buf[:3], "big")
+        got = (self.buf[3], self.buf[4], int.from_bytes(self.buf[5:9], "big"), bytes(self.buf[9:9 + length]))
+        del self.buf[:9 + length]
+        return got
+
     async def next_frame(self) -> tuple[int, int, int, bytes] | None:
         while True:
             if len(self.buf) >= 9:
@@ -528,6 +541,12 @@ async def test_cached_header_blocks_follow_the_dynamic_table(nursery, autojump_c
         assert trailers[b"grpc-status"] == status, (i, trailers)
     (conn,) = h.server.connections
     assert set(conn.known_blocks) == {indexed, RawClient.request_block(b"/t.S/Echo")}  # never a block that adds
+    decoded = []
+    decode = conn.decoder.decode
+    conn.decoder.decode = lambda *a, **k: decoded.append(1) or decode(*a, **k)
+    sid = 1 + 2 * len(sends)
+    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, sid, indexed), frame(ws.DATA, ws.END_STREAM, sid, grpc_message(b"")))
+    assert (await raw.answer(sid))[2][b"grpc-status"] == b"12" and not decoded  # from the cache
 
 
 @pytest.mark.parametrize("data, code", [
@@ -555,8 +574,13 @@ async def test_cached_header_blocks_follow_the_dynamic_table(nursery, autojump_c
     (PREFACE + frame(ws.PUSH_PROMISE, ws.END_HEADERS, 1, b"\x00\x00\x00\x02"), ws.PROTOCOL_ERROR),
     (PREFACE + frame(ws.PRIORITY, 0, 1, b"\x00"), ws.FRAME_SIZE_ERROR),
     (PREFACE + frame(ws.HEADERS, ws.END_HEADERS | ws.PADDED, 1, b"\x05ab"), ws.PROTOCOL_ERROR),
+    (PREFACE + frame(ws.HEADERS, ws.END_HEADERS | ws.PADDED, 1, b"\x03\x00\x00"), ws.PROTOCOL_ERROR),
     (PREFACE + frame(ws.HEADERS, ws.END_HEADERS | ws.PRIORITY_FLAG, 1, b"\x00\x00"), ws.FRAME_SIZE_ERROR),
     (PREFACE + frame(ws.HEADERS, ws.END_HEADERS, 0, b"\x83"), ws.PROTOCOL_ERROR),
+    (PREFACE + frame(ws.HEADERS, ws.END_HEADERS, 1, RawClient.request_block()) + frame(ws.DATA, ws.PADDED, 1, b"\x02x"),
+     ws.PROTOCOL_ERROR),  # padding as long as the frame
+    (PREFACE + frame(ws.HEADERS, ws.END_HEADERS, 1, RawClient.request_block()) + frame(ws.DATA, ws.PADDED, 1, b""),
+     ws.PROTOCOL_ERROR),
 ])
 async def test_protocol_errors_get_goaway_then_close(nursery, autojump_clock, data, code):
     h = Harness()
@@ -565,7 +589,7 @@ async def test_protocol_errors_get_goaway_then_close(nursery, autojump_clock, da
     got = await raw.next_frame()
     assert got is not None and got[0] == ws.GOAWAY and got[1] == 0 and got[2] == 0, got
     assert int.from_bytes(got[3][4:8], "big") == code, got[3][8:]
-    assert got[3][:4] == b"\x00" * 4 and got[3][8:] and got[3][8:].decode() in h.logs[0]  # debug data: why
+    assert got[3][:4] in (b"\x00" * 4, b"\x00\x00\x00\x01") and got[3][8:] and got[3][8:].decode() in h.logs[0]  # debug data: why
     assert await raw.next_frame() is None  # then the server closes
     assert h.logs and h.logs[0].startswith("connection error: ")  # one line, no traceback
 
@@ -661,3 +685,116 @@ async def test_answered_calls_leave_no_deadline_behind(nursery, autojump_clock):
         sids = [client.call("/t.S/Echo", b"", timeout="24H") for _ in range(100)]
         await client.pump(lambda sids=sids: set(sids) <= client.ended)
     assert len(conn.deadlines) <= 64 + 2 * 100 + 1
+
+
+async def test_request_trailers_early_answers_and_closed_streams(nursery, autojump_clock):
+    """A request ended by a trailers HEADERS frame is served; a call answered before its request
+    ended (unknown method, not gRPC) is followed by RST_STREAM NO_ERROR; HEADERS on a closed
+    stream are decoded (the table must be followed) and otherwise ignored."""
+    h = Harness()
+    raw = RawClient(h.connect(nursery))
+    await raw.start()
+    trailer_block = b"\x00" + ws._literal(b"x-trailer") + ws._literal(b"1")
+    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 1, RawClient.request_block()),
+                   frame(ws.DATA, 0, 1, grpc_message(b"t")),
+                   frame(ws.HEADERS, ws.END_HEADERS | ws.END_STREAM, 1, trailer_block))
+    assert (await raw.answer(1))[1] == grpc_message(b"echo:t")
+    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 3, RawClient.request_block(b"/t.S/Nope")))
+    kind, flags, sid, payload = await raw.next_frame()
+    assert (kind, sid) == (ws.HEADERS, 3) and dict(raw.decoder.decode(payload, raw=True))[b"grpc-status"] == b"12"
+    assert await raw.next_frame() == (ws.RST_STREAM, 0, 3, b"\x00" * 4)
+    not_grpc = b"\x83\x86\x04" + ws._literal(b"/t.S/Echo") + b"\x0f\x10" + ws._literal(b"text/plain")
+    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 5, not_grpc))
+    kind, flags, sid, payload = await raw.next_frame()
+    assert (kind, sid) == (ws.HEADERS, 5) and dict(raw.decoder.decode(payload, raw=True)) == {b":status": b"415"}
+    assert await raw.next_frame() == (ws.RST_STREAM, 0, 5, b"\x00" * 4)
+    await raw.send(frame(ws.HEADERS, ws.END_HEADERS | ws.END_STREAM, 5, RawClient.request_block()),
+                   frame(ws.HEADERS, ws.END_HEADERS, 7, RawClient.request_block()),
+                   frame(ws.DATA, ws.END_STREAM, 7, grpc_message(b"7")))
+    assert await raw.next_frame() == (ws.HEADERS, ws.END_HEADERS, 7, ws.RESPONSE_HEADERS)  # nothing for 5
+
+
+async def test_streams_past_max_concurrent_streams_are_refused(nursery, autojump_clock, monkeypatch):
+    monkeypatch.setattr(ws, "MAX_STREAMS", 2)
+    h = Harness()
+    raw = RawClient(h.connect(nursery))
+    await raw.start()
+    for sid in (1, 3, 5):
+        await raw.send(frame(ws.HEADERS, ws.END_HEADERS, sid, RawClient.request_block(b"/t.S/Hold")),
+                       frame(ws.DATA, ws.END_STREAM, sid, grpc_message(b"")))
+    assert await raw.next_frame() == (ws.RST_STREAM, 0, 5, ws.REFUSED_STREAM.to_bytes(4, "big"))
+    await h.wait_held(2)
+    h.held[0].reply(b"")  # a slot frees up
+    assert (await raw.answer(1))[2][b"grpc-status"] == b"0"
+    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 7, RawClient.request_block()),
+                   frame(ws.DATA, ws.END_STREAM, 7, grpc_message(b"")))
+    assert (await raw.answer(7))[2][b"grpc-status"] == b"0"
+
+
+async def test_our_receive_window_is_enforced_and_topped_up(nursery, autojump_clock, monkeypatch):
+    monkeypatch.setattr(ws, "TOP_UP", 30)
+    h = Harness()
+    raw = RawClient(h.connect(nursery))
+    await raw.start()
+    await trio.testing.wait_all_tasks_blocked()
+    (conn,) = h.server.connections
+    conn.recv_window = 40  # as if the peer had used the rest
+    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 1, RawClient.request_block()),
+                   frame(ws.DATA, 0, 1, b"\x00\x00\x00\x00\x20" + b"a" * 15),
+                   frame(ws.DATA, ws.END_STREAM, 1, b"b" * 17))  # 37 bytes: over TOP_UP
+    raw.buf.clear()
+    got = []
+    while len(got) < 4:
+        frm = await raw.next_frame_any()
+        got.append(frm)
+    assert (ws.WINDOW_UPDATE, 0, 0, (37).to_bytes(4, "big")) in got and conn.recv_window == 40
+    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 3, RawClient.request_block()),
+                   frame(ws.DATA, 0, 3, b"c" * 41))
+    kind = None
+    while kind != ws.GOAWAY:
+        kind, _, _, payload = await raw.next_frame()
+    assert kind == ws.GOAWAY and int.from_bytes(payload[4:8], "big") == ws.FLOW_CONTROL_ERROR
+
+
+def _settings(*pairs: tuple[int, int]) -> bytes:
+    return frame(ws.SETTINGS, 0, 0, b"".join(i.to_bytes(2, "big") + v.to_bytes(4, "big") for i, v in pairs))
+
+
+async def test_settings_with_several_entries_and_window_changes_on_open_streams(nursery, autojump_clock):
+    """Every entry of a SETTINGS frame is applied; a new INITIAL_WINDOW_SIZE moves the windows of
+    the streams already open by the difference (RFC 9113 6.9.2); the largest legal values pass."""
+    h = Harness()
+    raw = RawClient(h.connect(nursery))
+    await raw.send(PREFACE + _settings((0x2, 0), (0x5, 2**24 - 1), (0x4, 7), (0x3, 100)))
+    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 1, RawClient.request_block(b"/t.S/Hold")),
+                   frame(ws.DATA, ws.END_STREAM, 1, grpc_message(b"")))
+    await h.wait_held(1)
+    h.held[0].reply(b"x" * 20)  # 25 bytes, 7 fit
+    headers = await raw.next_frame()
+    assert headers[0] == ws.HEADERS
+    assert await raw.next_frame() == (ws.DATA, 0, 1, grpc_message(b"x" * 20)[:7])
+    await raw.send(_settings((0x4, 17)))  # +10 for the open stream
+    assert await raw.next_frame() == (ws.DATA, 0, 1, grpc_message(b"x" * 20)[7:17])
+    await raw.send(_settings((0x4, ws.MAX_WINDOW)), frame(ws.WINDOW_UPDATE, 0, 0, (ws.MAX_WINDOW - 65535).to_bytes(4, "big")))
+    assert await raw.next_frame() == (ws.DATA, 0, 1, grpc_message(b"x" * 20)[17:])
+    assert (await raw.next_frame())[:3] == (ws.HEADERS, ws.END_HEADERS | ws.END_STREAM, 1)
+    assert not h.logs  # the largest legal window and frame size are no errors
+
+
+async def test_answers_sent_at_once_use_up_the_windows(nursery, autojump_clock):
+    """Whole answers sent at once count against the stream's and the connection's windows: the
+    next ones wait (h2 raises if a window is overrun)."""
+    h = Harness()
+    client = H2Client(h.connect(nursery), {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 15})
+    client.ack = False
+    await client.start()
+    watch = client.call("/t.S/Watch", b"")
+    await client.pump(lambda: client.data.get(watch) == grpc_message(b"first"))  # 10 of 15
+    await h.watch_send.send(b"second")
+    await client.pump(lambda: len(client.data[watch]) == 15)
+    client2 = H2Client(h.connect(nursery), {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 2**20})
+    client2.ack = False
+    await client2.start()
+    sids = [client2.call("/t.S/Echo", b"e" * 16000) for _ in range(5)]  # 16,010 bytes each
+    await client2.pump(lambda: sum(map(len, client2.data.values())) == 65535)
+    assert [s in client2.ended for s in sids] == [True] * 4 + [False]
