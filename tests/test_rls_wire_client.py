@@ -411,7 +411,7 @@ async def test_reset_stream_fails_the_call(nursery):
 
 async def test_a_malformed_frame_fails_the_call_not_the_gateway(nursery):
     """The reader is a Trio system task: anything it raised would end the gateway's whole run."""
-    from trioproxy.rls.wire_client import END_HEADERS, HEADERS, PADDED, frame
+    from trioproxy.rls.h2_frames import END_HEADERS, HEADERS, PADDED, frame
 
     async def malformed(stream: trio.SocketStream) -> None:
         await stream.receive_some(65536)

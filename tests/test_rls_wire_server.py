@@ -19,8 +19,10 @@ import pytest
 import trio
 import trio.testing
 
+from trioproxy.rls import h2_frames as hf
 from trioproxy.rls import wire_server as ws
-from trioproxy.rls.wire_server import PREFACE, WireServer, frame
+from trioproxy.rls.h2_frames import PREFACE, frame
+from trioproxy.rls.wire_server import WireServer
 
 STUCK = 60  # virtual seconds: with the autojump clock a hang fails at once instead of blocking
 
@@ -165,10 +167,10 @@ async def test_unary_calls_many_concurrent_streams_and_ping(nursery, autojump_cl
         assert client.trailers[sid] == {b"grpc-status": b"0"}
     assert client.pings == 1
     assert client.conn.remote_settings.max_concurrent_streams == ws.MAX_STREAMS
-    assert client.conn.remote_settings.initial_window_size == ws.MAX_WINDOW
+    assert client.conn.remote_settings.initial_window_size == hf.MAX_WINDOW
     assert client.conn.remote_settings.max_header_list_size == ws.MAX_HEADER_LIST
     sent = sum(len(grpc_message(b"m%d" % i)) for i in range(200))
-    assert client.conn.outbound_flow_control_window == ws.MAX_WINDOW - sent  # our connection WINDOW_UPDATE
+    assert client.conn.outbound_flow_control_window == hf.MAX_WINDOW - sent  # our connection WINDOW_UPDATE
 
 
 async def test_a_tiny_peer_window_is_respected_and_data_resumes_on_window_update(nursery, autojump_clock):
@@ -407,7 +409,7 @@ async def test_a_connection_after_shutdown_gets_goaway_at_once(nursery, autojump
     raw = RawClient(h.connect(nursery))
     await raw.start()
     kind, _, _, payload = await raw.next_frame()
-    assert kind == ws.GOAWAY and payload == b"\x00" * 8
+    assert kind == hf.GOAWAY and payload == b"\x00" * 8
     assert await raw.next_frame() is None
 
 
@@ -421,9 +423,9 @@ async def test_a_stream_opened_after_goaway_is_refused(nursery, autojump_clock):
     h.server.shutdown()
     await client.pump(lambda: client.goaway is not None)
     raw = RawClient(client.stream, started=True)  # h2 would refuse to open a stream after GOAWAY
-    await raw.send(frame(ws.HEADERS, ws.END_HEADERS | ws.END_STREAM, held + 2, raw.request_block()))
+    await raw.send(frame(hf.HEADERS, hf.END_HEADERS | hf.END_STREAM, held + 2, raw.request_block()))
     kind, flags, sid, payload = await raw.next_frame()
-    assert (kind, sid, int.from_bytes(payload, "big")) == (ws.RST_STREAM, held + 2, ws.REFUSED_STREAM)
+    assert (kind, sid, int.from_bytes(payload, "big")) == (hf.RST_STREAM, held + 2, hf.REFUSED_STREAM)
     h.held[0].reply(b"done")
 
 
@@ -437,7 +439,7 @@ class RawClient:
         self.started = started
 
     async def start(self) -> None:
-        await self.stream.send_all(PREFACE + frame(ws.SETTINGS, 0, 0, b""))
+        await self.stream.send_all(PREFACE + frame(hf.SETTINGS, 0, 0, b""))
         self.started = True
 
     async def send(self, *frames: bytes) -> None:
@@ -445,8 +447,8 @@ class RawClient:
 
     @staticmethod
     def request_block(path: bytes = b"/t.S/Echo", index_path: bool = False) -> bytes:
-        path_field = b"\x44" + ws._literal(path) if index_path else b"\x04" + ws._literal(path)
-        return b"\x83\x86" + path_field + b"\x0f\x10" + ws._literal(b"application/grpc")
+        path_field = b"\x44" + hf.hpack_literal(path) if index_path else b"\x04" + hf.hpack_literal(path)
+        return b"\x83\x86" + path_field + b"\x0f\x10" + hf.hpack_literal(b"application/grpc")
 
     async def next_frame_any(self) -> tuple[int, int, int, bytes] | None:
         """The next frame, the server's SETTINGS and WINDOW_UPDATEs included."""
@@ -470,7 +472,7 @@ class RawClient:
                     sid = int.from_bytes(self.buf[5:9], "big")
                     payload = bytes(self.buf[9:9 + length])
                     del self.buf[:9 + length]
-                    if kind in (ws.SETTINGS, ws.WINDOW_UPDATE) and sid == 0:
+                    if kind in (hf.SETTINGS, hf.WINDOW_UPDATE) and sid == 0:
                         continue  # the server's opening frames and acks
                     return kind, flags, sid, payload
             with trio.fail_after(STUCK):
@@ -489,12 +491,12 @@ class RawClient:
             kind, flags, fsid, payload = got
             if fsid != sid:
                 continue
-            if kind == ws.HEADERS:
+            if kind == hf.HEADERS:
                 block = dict(self.decoder.decode(payload, raw=True))
-                if flags & ws.END_STREAM:
+                if flags & hf.END_STREAM:
                     return headers or block, body, block
                 headers = block
-            elif kind == ws.DATA:
+            elif kind == hf.DATA:
                 body += payload
 
 
@@ -507,11 +509,11 @@ async def test_continuation_padding_and_priority_flags(nursery, autojump_clock):
                             (":authority", "rls"), ("content-type", "application/grpc"), ("te", "trailers"),
                             ("x-pad", "p" * 300)])
     head = b"\x03" + b"\x00\x00\x00\x00\x10" + block[:20] + b"PAD"  # pad length 3, priority fields
-    await raw.send(frame(ws.HEADERS, ws.PADDED | ws.PRIORITY_FLAG, 1, head),
-                   frame(ws.CONTINUATION, 0, 1, block[20:100]),
-                   frame(ws.CONTINUATION, ws.END_HEADERS, 1, block[100:]),
-                   frame(ws.DATA, ws.PADDED, 1, b"\x02" + grpc_message(b"a")[:3] + b"\x00\x00"),
-                   frame(ws.DATA, ws.END_STREAM, 1, grpc_message(b"a")[3:]))
+    await raw.send(frame(hf.HEADERS, hf.PADDED | hf.PRIORITY_FLAG, 1, head),
+                   frame(hf.CONTINUATION, 0, 1, block[20:100]),
+                   frame(hf.CONTINUATION, hf.END_HEADERS, 1, block[100:]),
+                   frame(hf.DATA, hf.PADDED, 1, b"\x02" + grpc_message(b"a")[:3] + b"\x00\x00"),
+                   frame(hf.DATA, hf.END_STREAM, 1, grpc_message(b"a")[3:]))
     headers, body, trailers = await raw.answer(1)
     assert headers[b":status"] == b"200" and body == grpc_message(b"echo:a") and trailers[b"grpc-status"] == b"0"
     # the same headers again: now mostly indices into the dynamic table
@@ -519,7 +521,7 @@ async def test_continuation_padding_and_priority_flags(nursery, autojump_clock):
                              (":authority", "rls"), ("content-type", "application/grpc"), ("te", "trailers"),
                              ("x-pad", "p" * 300)])
     assert len(block2) < 20
-    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 3, block2), frame(ws.DATA, ws.END_STREAM, 3, grpc_message(b"b")))
+    await raw.send(frame(hf.HEADERS, hf.END_HEADERS, 3, block2), frame(hf.DATA, hf.END_STREAM, 3, grpc_message(b"b")))
     assert (await raw.answer(3))[1] == grpc_message(b"echo:b")
 
 
@@ -528,7 +530,7 @@ async def test_cached_header_blocks_follow_the_dynamic_table(nursery, autojump_c
     h = Harness()
     raw = RawClient(h.connect(nursery))
     await raw.start()
-    indexed = b"\x83\x86\xbe\x0f\x10" + ws._literal(b"application/grpc")  # :path = dynamic entry 62
+    indexed = b"\x83\x86\xbe\x0f\x10" + hf.hpack_literal(b"application/grpc")  # :path = dynamic entry 62
     sends = [(RawClient.request_block(b"/t.S/Echo", index_path=True), b"0"),  # adds /t.S/Echo as entry 62
              (indexed, b"0"), (indexed, b"0"),  # decoded, then from the cache
              (RawClient.request_block(b"/t.S/Nope", index_path=True), b"12"),  # entry 62 is now /t.S/Nope
@@ -536,7 +538,7 @@ async def test_cached_header_blocks_follow_the_dynamic_table(nursery, autojump_c
              (RawClient.request_block(b"/t.S/Echo"), b"0"), (RawClient.request_block(b"/t.S/Echo"), b"0")]
     for i, (block, status) in enumerate(sends):
         sid = 1 + 2 * i
-        await raw.send(frame(ws.HEADERS, ws.END_HEADERS, sid, block), frame(ws.DATA, ws.END_STREAM, sid, grpc_message(b"")))
+        await raw.send(frame(hf.HEADERS, hf.END_HEADERS, sid, block), frame(hf.DATA, hf.END_STREAM, sid, grpc_message(b"")))
         _, _, trailers = await raw.answer(sid)
         assert trailers[b"grpc-status"] == status, (i, trailers)
     (conn,) = h.server.connections
@@ -545,49 +547,49 @@ async def test_cached_header_blocks_follow_the_dynamic_table(nursery, autojump_c
     decode = conn.decoder.decode
     conn.decoder.decode = lambda *a, **k: decoded.append(1) or decode(*a, **k)
     sid = 1 + 2 * len(sends)
-    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, sid, indexed), frame(ws.DATA, ws.END_STREAM, sid, grpc_message(b"")))
+    await raw.send(frame(hf.HEADERS, hf.END_HEADERS, sid, indexed), frame(hf.DATA, hf.END_STREAM, sid, grpc_message(b"")))
     assert (await raw.answer(sid))[2][b"grpc-status"] == b"12" and not decoded  # from the cache
 
 
 @pytest.mark.parametrize("data, code", [
-    (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", ws.PROTOCOL_ERROR),  # not the preface
-    (PREFACE + frame(ws.PING, 0, 0, b"1234"), ws.FRAME_SIZE_ERROR),
-    (PREFACE + frame(ws.PING, 0, 1, b"12345678"), ws.PROTOCOL_ERROR),
-    (PREFACE + b"\x00\x40\x01" + bytes((ws.DATA, 0)) + b"\x00\x00\x00\x01", ws.FRAME_SIZE_ERROR),  # > 16384
-    (PREFACE + frame(ws.HEADERS, ws.END_HEADERS, 2, RawClient.request_block()), ws.PROTOCOL_ERROR),  # even id
-    (PREFACE + frame(ws.HEADERS, ws.END_HEADERS, 1, b"\xff\xff\xff\xff"), ws.COMPRESSION_ERROR),
-    (PREFACE + frame(ws.HEADERS, 0, 1, b"\x83") + frame(ws.PING, 0, 0, b"12345678"), ws.PROTOCOL_ERROR),
-    (PREFACE + frame(ws.CONTINUATION, ws.END_HEADERS, 1, b"\x83"), ws.PROTOCOL_ERROR),
-    (PREFACE + frame(ws.DATA, 0, 5, b"x"), ws.PROTOCOL_ERROR),  # idle stream
-    (PREFACE + frame(ws.DATA, 0, 0, b"x"), ws.PROTOCOL_ERROR),
-    (PREFACE + frame(ws.SETTINGS, 0, 0, b"\x00\x04\x80\x00\x00\x00"), ws.FLOW_CONTROL_ERROR),
-    (PREFACE + frame(ws.SETTINGS, 0, 0, b"\x00\x05\x00\x00\x00\x01"), ws.PROTOCOL_ERROR),
-    (PREFACE + frame(ws.SETTINGS, 0, 0, b"\x00\x02\x00\x00\x00\x02"), ws.PROTOCOL_ERROR),
-    (PREFACE + frame(ws.SETTINGS, 0, 0, b"\x00\x04\x00"), ws.FRAME_SIZE_ERROR),
-    (PREFACE + frame(ws.SETTINGS, ws.ACK, 0, b"\x00\x04\x00\x00\x00\x00"), ws.FRAME_SIZE_ERROR),
-    (PREFACE + frame(ws.SETTINGS, 0, 1, b""), ws.PROTOCOL_ERROR),
-    (PREFACE + frame(ws.WINDOW_UPDATE, 0, 0, b"\x00\x00\x00\x00"), ws.PROTOCOL_ERROR),
-    (PREFACE + frame(ws.WINDOW_UPDATE, 0, 0, b"\x7f\xff\xff\xff"), ws.FLOW_CONTROL_ERROR),
-    (PREFACE + frame(ws.WINDOW_UPDATE, 0, 0, b"\x01"), ws.FRAME_SIZE_ERROR),
-    (PREFACE + frame(ws.RST_STREAM, 0, 9, b"\x00\x00\x00\x08"), ws.PROTOCOL_ERROR),  # idle stream
-    (PREFACE + frame(ws.RST_STREAM, 0, 0, b"\x00\x00\x00\x08"), ws.PROTOCOL_ERROR),
-    (PREFACE + frame(ws.PUSH_PROMISE, ws.END_HEADERS, 1, b"\x00\x00\x00\x02"), ws.PROTOCOL_ERROR),
-    (PREFACE + frame(ws.PRIORITY, 0, 1, b"\x00"), ws.FRAME_SIZE_ERROR),
-    (PREFACE + frame(ws.HEADERS, ws.END_HEADERS | ws.PADDED, 1, b"\x05ab"), ws.PROTOCOL_ERROR),
-    (PREFACE + frame(ws.HEADERS, ws.END_HEADERS | ws.PADDED, 1, b"\x03\x00\x00"), ws.PROTOCOL_ERROR),
-    (PREFACE + frame(ws.HEADERS, ws.END_HEADERS | ws.PRIORITY_FLAG, 1, b"\x00\x00"), ws.FRAME_SIZE_ERROR),
-    (PREFACE + frame(ws.HEADERS, ws.END_HEADERS, 0, b"\x83"), ws.PROTOCOL_ERROR),
-    (PREFACE + frame(ws.HEADERS, ws.END_HEADERS, 1, RawClient.request_block()) + frame(ws.DATA, ws.PADDED, 1, b"\x02x"),
-     ws.PROTOCOL_ERROR),  # padding as long as the frame
-    (PREFACE + frame(ws.HEADERS, ws.END_HEADERS, 1, RawClient.request_block()) + frame(ws.DATA, ws.PADDED, 1, b""),
-     ws.PROTOCOL_ERROR),
+    (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", hf.PROTOCOL_ERROR),  # not the preface
+    (PREFACE + frame(hf.PING, 0, 0, b"1234"), hf.FRAME_SIZE_ERROR),
+    (PREFACE + frame(hf.PING, 0, 1, b"12345678"), hf.PROTOCOL_ERROR),
+    (PREFACE + b"\x00\x40\x01" + bytes((hf.DATA, 0)) + b"\x00\x00\x00\x01", hf.FRAME_SIZE_ERROR),  # > 16384
+    (PREFACE + frame(hf.HEADERS, hf.END_HEADERS, 2, RawClient.request_block()), hf.PROTOCOL_ERROR),  # even id
+    (PREFACE + frame(hf.HEADERS, hf.END_HEADERS, 1, b"\xff\xff\xff\xff"), hf.COMPRESSION_ERROR),
+    (PREFACE + frame(hf.HEADERS, 0, 1, b"\x83") + frame(hf.PING, 0, 0, b"12345678"), hf.PROTOCOL_ERROR),
+    (PREFACE + frame(hf.CONTINUATION, hf.END_HEADERS, 1, b"\x83"), hf.PROTOCOL_ERROR),
+    (PREFACE + frame(hf.DATA, 0, 5, b"x"), hf.PROTOCOL_ERROR),  # idle stream
+    (PREFACE + frame(hf.DATA, 0, 0, b"x"), hf.PROTOCOL_ERROR),
+    (PREFACE + frame(hf.SETTINGS, 0, 0, b"\x00\x04\x80\x00\x00\x00"), hf.FLOW_CONTROL_ERROR),
+    (PREFACE + frame(hf.SETTINGS, 0, 0, b"\x00\x05\x00\x00\x00\x01"), hf.PROTOCOL_ERROR),
+    (PREFACE + frame(hf.SETTINGS, 0, 0, b"\x00\x02\x00\x00\x00\x02"), hf.PROTOCOL_ERROR),
+    (PREFACE + frame(hf.SETTINGS, 0, 0, b"\x00\x04\x00"), hf.FRAME_SIZE_ERROR),
+    (PREFACE + frame(hf.SETTINGS, hf.ACK, 0, b"\x00\x04\x00\x00\x00\x00"), hf.FRAME_SIZE_ERROR),
+    (PREFACE + frame(hf.SETTINGS, 0, 1, b""), hf.PROTOCOL_ERROR),
+    (PREFACE + frame(hf.WINDOW_UPDATE, 0, 0, b"\x00\x00\x00\x00"), hf.PROTOCOL_ERROR),
+    (PREFACE + frame(hf.WINDOW_UPDATE, 0, 0, b"\x7f\xff\xff\xff"), hf.FLOW_CONTROL_ERROR),
+    (PREFACE + frame(hf.WINDOW_UPDATE, 0, 0, b"\x01"), hf.FRAME_SIZE_ERROR),
+    (PREFACE + frame(hf.RST_STREAM, 0, 9, b"\x00\x00\x00\x08"), hf.PROTOCOL_ERROR),  # idle stream
+    (PREFACE + frame(hf.RST_STREAM, 0, 0, b"\x00\x00\x00\x08"), hf.PROTOCOL_ERROR),
+    (PREFACE + frame(hf.PUSH_PROMISE, hf.END_HEADERS, 1, b"\x00\x00\x00\x02"), hf.PROTOCOL_ERROR),
+    (PREFACE + frame(hf.PRIORITY, 0, 1, b"\x00"), hf.FRAME_SIZE_ERROR),
+    (PREFACE + frame(hf.HEADERS, hf.END_HEADERS | hf.PADDED, 1, b"\x05ab"), hf.PROTOCOL_ERROR),
+    (PREFACE + frame(hf.HEADERS, hf.END_HEADERS | hf.PADDED, 1, b"\x03\x00\x00"), hf.PROTOCOL_ERROR),
+    (PREFACE + frame(hf.HEADERS, hf.END_HEADERS | hf.PRIORITY_FLAG, 1, b"\x00\x00"), hf.FRAME_SIZE_ERROR),
+    (PREFACE + frame(hf.HEADERS, hf.END_HEADERS, 0, b"\x83"), hf.PROTOCOL_ERROR),
+    (PREFACE + frame(hf.HEADERS, hf.END_HEADERS, 1, RawClient.request_block()) + frame(hf.DATA, hf.PADDED, 1, b"\x02x"),
+     hf.PROTOCOL_ERROR),  # padding as long as the frame
+    (PREFACE + frame(hf.HEADERS, hf.END_HEADERS, 1, RawClient.request_block()) + frame(hf.DATA, hf.PADDED, 1, b""),
+     hf.PROTOCOL_ERROR),
 ])
 async def test_protocol_errors_get_goaway_then_close(nursery, autojump_clock, data, code):
     h = Harness()
     raw = RawClient(h.connect(nursery))
     await raw.send(data)
     got = await raw.next_frame()
-    assert got is not None and got[0] == ws.GOAWAY and got[1] == 0 and got[2] == 0, got
+    assert got is not None and got[0] == hf.GOAWAY and got[1] == 0 and got[2] == 0, got
     assert int.from_bytes(got[3][4:8], "big") == code, got[3][8:]
     assert got[3][:4] in (b"\x00" * 4, b"\x00\x00\x00\x01") and got[3][8:] and got[3][8:].decode() in h.logs[0]  # debug data: why
     assert await raw.next_frame() is None  # then the server closes
@@ -598,10 +600,10 @@ async def test_a_huge_header_block_is_refused(nursery, autojump_clock):
     h = Harness()
     raw = RawClient(h.connect(nursery))
     await raw.start()
-    frames = [frame(ws.HEADERS, 0, 1, b"\x83")] + [frame(ws.CONTINUATION, 0, 1, b"\x00" * 16000)] * 3
+    frames = [frame(hf.HEADERS, 0, 1, b"\x83")] + [frame(hf.CONTINUATION, 0, 1, b"\x00" * 16000)] * 3
     await raw.send(*frames)
     kind, _, _, payload = await raw.next_frame()
-    assert kind == ws.GOAWAY and int.from_bytes(payload[4:8], "big") == ws.ENHANCE_YOUR_CALM
+    assert kind == hf.GOAWAY and int.from_bytes(payload[4:8], "big") == hf.ENHANCE_YOUR_CALM
 
 
 async def test_peer_goaway_and_eof_end_the_connection_quietly(nursery, autojump_clock):
@@ -624,10 +626,10 @@ async def test_peer_goaway_and_eof_end_the_connection_quietly(nursery, autojump_
 async def test_frames_queued_before_a_protocol_error_still_go_out(nursery, autojump_clock):
     h = Harness()
     raw = RawClient(h.connect(nursery))
-    await raw.send(PREFACE + frame(ws.PING, 0, 0, b"pingpong") + frame(ws.PING, 0, 0, b"short"))
-    assert await raw.next_frame() == (ws.PING, ws.ACK, 0, b"pingpong")
+    await raw.send(PREFACE + frame(hf.PING, 0, 0, b"pingpong") + frame(hf.PING, 0, 0, b"short"))
+    assert await raw.next_frame() == (hf.PING, hf.ACK, 0, b"pingpong")
     kind, _, _, payload = await raw.next_frame()
-    assert kind == ws.GOAWAY and int.from_bytes(payload[4:8], "big") == ws.FRAME_SIZE_ERROR
+    assert kind == hf.GOAWAY and int.from_bytes(payload[4:8], "big") == hf.FRAME_SIZE_ERROR
 
 
 async def test_a_call_is_answered_once(nursery, autojump_clock):
@@ -655,7 +657,7 @@ def test_header_encoding_decodes_with_an_independent_decoder():
     assert not decoder.header_table.dynamic_entries  # never indexed: we keep no table on our side
     assert ws.trailers(ws.OK) == ws.TRAILERS_OK and decoder.decode(ws.TRAILERS_OK, raw=True) == [(b"grpc-status", b"0")]
     for value, prefix in ((0, 7), (126, 7), (127, 7), (128, 7), (300, 7), (2**20, 7), (14, 4), (15, 4), (16, 4)):
-        encoded = ws.hpack_int(value, prefix, 0)
+        encoded = hf.hpack_int(value, prefix, 0)
         limit = (1 << prefix) - 1
         if value < limit:
             assert encoded == bytes((value,))
@@ -694,24 +696,24 @@ async def test_request_trailers_early_answers_and_closed_streams(nursery, autoju
     h = Harness()
     raw = RawClient(h.connect(nursery))
     await raw.start()
-    trailer_block = b"\x00" + ws._literal(b"x-trailer") + ws._literal(b"1")
-    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 1, RawClient.request_block()),
-                   frame(ws.DATA, 0, 1, grpc_message(b"t")),
-                   frame(ws.HEADERS, ws.END_HEADERS | ws.END_STREAM, 1, trailer_block))
+    trailer_block = b"\x00" + hf.hpack_literal(b"x-trailer") + hf.hpack_literal(b"1")
+    await raw.send(frame(hf.HEADERS, hf.END_HEADERS, 1, RawClient.request_block()),
+                   frame(hf.DATA, 0, 1, grpc_message(b"t")),
+                   frame(hf.HEADERS, hf.END_HEADERS | hf.END_STREAM, 1, trailer_block))
     assert (await raw.answer(1))[1] == grpc_message(b"echo:t")
-    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 3, RawClient.request_block(b"/t.S/Nope")))
+    await raw.send(frame(hf.HEADERS, hf.END_HEADERS, 3, RawClient.request_block(b"/t.S/Nope")))
     kind, flags, sid, payload = await raw.next_frame()
-    assert (kind, sid) == (ws.HEADERS, 3) and dict(raw.decoder.decode(payload, raw=True))[b"grpc-status"] == b"12"
-    assert await raw.next_frame() == (ws.RST_STREAM, 0, 3, b"\x00" * 4)
-    not_grpc = b"\x83\x86\x04" + ws._literal(b"/t.S/Echo") + b"\x0f\x10" + ws._literal(b"text/plain")
-    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 5, not_grpc))
+    assert (kind, sid) == (hf.HEADERS, 3) and dict(raw.decoder.decode(payload, raw=True))[b"grpc-status"] == b"12"
+    assert await raw.next_frame() == (hf.RST_STREAM, 0, 3, b"\x00" * 4)
+    not_grpc = b"\x83\x86\x04" + hf.hpack_literal(b"/t.S/Echo") + b"\x0f\x10" + hf.hpack_literal(b"text/plain")
+    await raw.send(frame(hf.HEADERS, hf.END_HEADERS, 5, not_grpc))
     kind, flags, sid, payload = await raw.next_frame()
-    assert (kind, sid) == (ws.HEADERS, 5) and dict(raw.decoder.decode(payload, raw=True)) == {b":status": b"415"}
-    assert await raw.next_frame() == (ws.RST_STREAM, 0, 5, b"\x00" * 4)
-    await raw.send(frame(ws.HEADERS, ws.END_HEADERS | ws.END_STREAM, 5, RawClient.request_block()),
-                   frame(ws.HEADERS, ws.END_HEADERS, 7, RawClient.request_block()),
-                   frame(ws.DATA, ws.END_STREAM, 7, grpc_message(b"7")))
-    assert await raw.next_frame() == (ws.HEADERS, ws.END_HEADERS, 7, ws.RESPONSE_HEADERS)  # nothing for 5
+    assert (kind, sid) == (hf.HEADERS, 5) and dict(raw.decoder.decode(payload, raw=True)) == {b":status": b"415"}
+    assert await raw.next_frame() == (hf.RST_STREAM, 0, 5, b"\x00" * 4)
+    await raw.send(frame(hf.HEADERS, hf.END_HEADERS | hf.END_STREAM, 5, RawClient.request_block()),
+                   frame(hf.HEADERS, hf.END_HEADERS, 7, RawClient.request_block()),
+                   frame(hf.DATA, hf.END_STREAM, 7, grpc_message(b"7")))
+    assert await raw.next_frame() == (hf.HEADERS, hf.END_HEADERS, 7, ws.RESPONSE_HEADERS)  # nothing for 5
 
 
 async def test_streams_past_max_concurrent_streams_are_refused(nursery, autojump_clock, monkeypatch):
@@ -720,14 +722,14 @@ async def test_streams_past_max_concurrent_streams_are_refused(nursery, autojump
     raw = RawClient(h.connect(nursery))
     await raw.start()
     for sid in (1, 3, 5):
-        await raw.send(frame(ws.HEADERS, ws.END_HEADERS, sid, RawClient.request_block(b"/t.S/Hold")),
-                       frame(ws.DATA, ws.END_STREAM, sid, grpc_message(b"")))
-    assert await raw.next_frame() == (ws.RST_STREAM, 0, 5, ws.REFUSED_STREAM.to_bytes(4, "big"))
+        await raw.send(frame(hf.HEADERS, hf.END_HEADERS, sid, RawClient.request_block(b"/t.S/Hold")),
+                       frame(hf.DATA, hf.END_STREAM, sid, grpc_message(b"")))
+    assert await raw.next_frame() == (hf.RST_STREAM, 0, 5, hf.REFUSED_STREAM.to_bytes(4, "big"))
     await h.wait_held(2)
     h.held[0].reply(b"")  # a slot frees up
     assert (await raw.answer(1))[2][b"grpc-status"] == b"0"
-    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 7, RawClient.request_block()),
-                   frame(ws.DATA, ws.END_STREAM, 7, grpc_message(b"")))
+    await raw.send(frame(hf.HEADERS, hf.END_HEADERS, 7, RawClient.request_block()),
+                   frame(hf.DATA, hf.END_STREAM, 7, grpc_message(b"")))
     assert (await raw.answer(7))[2][b"grpc-status"] == b"0"
 
 
@@ -739,25 +741,25 @@ async def test_our_receive_window_is_enforced_and_topped_up(nursery, autojump_cl
     await trio.testing.wait_all_tasks_blocked()
     (conn,) = h.server.connections
     conn.recv_window = 40  # as if the peer had used the rest
-    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 1, RawClient.request_block()),
-                   frame(ws.DATA, 0, 1, b"\x00\x00\x00\x00\x20" + b"a" * 15),
-                   frame(ws.DATA, ws.END_STREAM, 1, b"b" * 17))  # 37 bytes: over TOP_UP
+    await raw.send(frame(hf.HEADERS, hf.END_HEADERS, 1, RawClient.request_block()),
+                   frame(hf.DATA, 0, 1, b"\x00\x00\x00\x00\x20" + b"a" * 15),
+                   frame(hf.DATA, hf.END_STREAM, 1, b"b" * 17))  # 37 bytes: over TOP_UP
     raw.buf.clear()
     got = []
     while len(got) < 4:
         frm = await raw.next_frame_any()
         got.append(frm)
-    assert (ws.WINDOW_UPDATE, 0, 0, (37).to_bytes(4, "big")) in got and conn.recv_window == 40
-    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 3, RawClient.request_block()),
-                   frame(ws.DATA, 0, 3, b"c" * 41))
+    assert (hf.WINDOW_UPDATE, 0, 0, (37).to_bytes(4, "big")) in got and conn.recv_window == 40
+    await raw.send(frame(hf.HEADERS, hf.END_HEADERS, 3, RawClient.request_block()),
+                   frame(hf.DATA, 0, 3, b"c" * 41))
     kind = None
-    while kind != ws.GOAWAY:
+    while kind != hf.GOAWAY:
         kind, _, _, payload = await raw.next_frame()
-    assert kind == ws.GOAWAY and int.from_bytes(payload[4:8], "big") == ws.FLOW_CONTROL_ERROR
+    assert kind == hf.GOAWAY and int.from_bytes(payload[4:8], "big") == hf.FLOW_CONTROL_ERROR
 
 
 def _settings(*pairs: tuple[int, int]) -> bytes:
-    return frame(ws.SETTINGS, 0, 0, b"".join(i.to_bytes(2, "big") + v.to_bytes(4, "big") for i, v in pairs))
+    return frame(hf.SETTINGS, 0, 0, b"".join(i.to_bytes(2, "big") + v.to_bytes(4, "big") for i, v in pairs))
 
 
 async def test_settings_with_several_entries_and_window_changes_on_open_streams(nursery, autojump_clock):
@@ -766,18 +768,18 @@ async def test_settings_with_several_entries_and_window_changes_on_open_streams(
     h = Harness()
     raw = RawClient(h.connect(nursery))
     await raw.send(PREFACE + _settings((0x2, 0), (0x5, 2**24 - 1), (0x4, 7), (0x3, 100)))
-    await raw.send(frame(ws.HEADERS, ws.END_HEADERS, 1, RawClient.request_block(b"/t.S/Hold")),
-                   frame(ws.DATA, ws.END_STREAM, 1, grpc_message(b"")))
+    await raw.send(frame(hf.HEADERS, hf.END_HEADERS, 1, RawClient.request_block(b"/t.S/Hold")),
+                   frame(hf.DATA, hf.END_STREAM, 1, grpc_message(b"")))
     await h.wait_held(1)
     h.held[0].reply(b"x" * 20)  # 25 bytes, 7 fit
     headers = await raw.next_frame()
-    assert headers[0] == ws.HEADERS
-    assert await raw.next_frame() == (ws.DATA, 0, 1, grpc_message(b"x" * 20)[:7])
+    assert headers[0] == hf.HEADERS
+    assert await raw.next_frame() == (hf.DATA, 0, 1, grpc_message(b"x" * 20)[:7])
     await raw.send(_settings((0x4, 17)))  # +10 for the open stream
-    assert await raw.next_frame() == (ws.DATA, 0, 1, grpc_message(b"x" * 20)[7:17])
-    await raw.send(_settings((0x4, ws.MAX_WINDOW)), frame(ws.WINDOW_UPDATE, 0, 0, (ws.MAX_WINDOW - 65535).to_bytes(4, "big")))
-    assert await raw.next_frame() == (ws.DATA, 0, 1, grpc_message(b"x" * 20)[17:])
-    assert (await raw.next_frame())[:3] == (ws.HEADERS, ws.END_HEADERS | ws.END_STREAM, 1)
+    assert await raw.next_frame() == (hf.DATA, 0, 1, grpc_message(b"x" * 20)[7:17])
+    await raw.send(_settings((0x4, hf.MAX_WINDOW)), frame(hf.WINDOW_UPDATE, 0, 0, (hf.MAX_WINDOW - 65535).to_bytes(4, "big")))
+    assert await raw.next_frame() == (hf.DATA, 0, 1, grpc_message(b"x" * 20)[17:])
+    assert (await raw.next_frame())[:3] == (hf.HEADERS, hf.END_HEADERS | hf.END_STREAM, 1)
     assert not h.logs  # the largest legal window and frame size are no errors
 
 

@@ -40,50 +40,46 @@ import hpack
 import trio
 
 from .client import RlsCallFailed
+from .h2_frames import (
+    ACK,
+    CONTINUATION,
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    GOAWAY,
+    HEADERS,
+    MAX_FRAME,
+    MAX_WINDOW,
+    PADDED,
+    PING,
+    PREFACE,
+    PRIORITY_FLAG,
+    PUSH_PROMISE,
+    REFUSED_STREAM,
+    RST_STREAM,
+    SETTINGS,
+    TOP_UP,
+    WINDOW_UPDATE,
+    frame,
+    hpack_int,
+    hpack_literal,
+)
 from .protos import rls_pb2
 
 PATH = b"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 MAX_MESSAGE = 4 * 1024 * 1024
-MAX_FRAME = 16384  # SETTINGS_MAX_FRAME_SIZE we announce (the default)
-BIG_WINDOW = 2**31 - 1
-TOP_UP = 2**30  # consumed connection window that triggers a WINDOW_UPDATE
+BIG_WINDOW = MAX_WINDOW
 KNOWN_BLOCKS = 256  # decoded header blocks kept per connection
-
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
-END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
-
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-
-def frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
-    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + sid.to_bytes(4, "big") + payload
-
-
-def _hpack_int(value: int, prefix_bits: int, first: int) -> bytes:
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes((first | value,))
-    out = bytearray((first | limit,))
-    value -= limit
-    while value >= 128:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _literal(value: bytes) -> bytes:
-    return _hpack_int(len(value), 7, 0) + value  # no Huffman
 
 
 def header_block(authority: bytes, timeout_ms: int) -> bytes:
     """The request's HPACK block: indexed ``:method POST`` (3) and ``:scheme http`` (6), names
     indexed from the static table for ``:path`` (4) and ``:authority`` (1), the rest literal; all
     "without indexing", so the server's table never changes and the block can be reused."""
-    return (b"\x83\x86" + _hpack_int(4, 4, 0) + _literal(PATH) + _hpack_int(1, 4, 0) + _literal(authority)
-            + b"\x00" + _literal(b"content-type") + _literal(b"application/grpc")
-            + b"\x00" + _literal(b"te") + _literal(b"trailers")
-            + b"\x00" + _literal(b"grpc-timeout") + _literal(b"%dm" % timeout_ms))
+    return (b"\x83\x86" + hpack_int(4, 4, 0) + hpack_literal(PATH) + hpack_int(1, 4, 0) + hpack_literal(authority)
+            + b"\x00" + hpack_literal(b"content-type") + hpack_literal(b"application/grpc")
+            + b"\x00" + hpack_literal(b"te") + hpack_literal(b"trailers")
+            + b"\x00" + hpack_literal(b"grpc-timeout") + hpack_literal(b"%dm" % timeout_ms))
 
 
 def encode_request(domain: str, descriptors: Sequence[tuple[Sequence[tuple[str, str]], int | None]]) -> bytes:
@@ -103,7 +99,6 @@ class RlsCallError(Exception):
     pass
 
 
-REFUSED_STREAM = 7
 
 
 DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED: no answer within the timeout"

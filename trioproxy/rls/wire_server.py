@@ -46,56 +46,55 @@ from typing import Any
 import hpack
 import trio
 
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
-END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
-# RFC 9113 §7 error codes
-NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0x0, 0x1, 0x2, 0x3
-FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR, ENHANCE_YOUR_CALM = 0x6, 0x7, 0x8, 0x9, 0xB
+from .h2_frames import (
+    ACK,
+    COMPRESSION_ERROR,
+    CONTINUATION,
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    ENHANCE_YOUR_CALM,
+    FLOW_CONTROL_ERROR,
+    FRAME_HEAD,
+    FRAME_SIZE_ERROR,
+    GOAWAY,
+    HEADERS,
+    MAX_FRAME,
+    MAX_WINDOW,
+    NO_ERROR,
+    PADDED,
+    PING,
+    PREFACE,
+    PRIORITY,
+    PRIORITY_FLAG,
+    PROTOCOL_ERROR,
+    PUSH_PROMISE,
+    REFUSED_STREAM,
+    RST_STREAM,
+    SETTINGS,
+    TOP_UP,
+    WINDOW_UPDATE,
+    frame,
+    hpack_int,
+    hpack_literal,
+)
+
 # gRPC status codes
 OK, CANCELLED, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND = 0, 1, 3, 4, 5
 RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE = 8, 12, 13, 14
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-MAX_WINDOW = 2**31 - 1
-MAX_FRAME = 16384  # our SETTINGS_MAX_FRAME_SIZE (the default, so not announced)
 MAX_STREAMS = 1000  # SETTINGS_MAX_CONCURRENT_STREAMS we announce
 MAX_HEADER_LIST = 16384  # SETTINGS_MAX_HEADER_LIST_SIZE we announce (decoded size, RFC 9113 §6.5.2)
 MAX_MESSAGE = 4 * 1024 * 1024  # grpcio's default limit on a received message
-TOP_UP = 2**30  # consumed connection window that triggers our WINDOW_UPDATE
 KNOWN_BLOCKS = 256  # decoded request header blocks cached per connection
-
-_HEAD = struct.Struct(">HBBBI")  # a frame header: 24-bit length as 16 + 8 bits, type, flags, stream
-
-
-def frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
-    n = len(payload)
-    return _HEAD.pack(n >> 8, n & 0xFF, kind, flags, sid) + payload
-
-
-def hpack_int(value: int, prefix_bits: int, first: int) -> bytes:
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes((first | value,))
-    out = bytearray((first | limit,))
-    value -= limit
-    while value >= 128:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _literal(value: bytes) -> bytes:
-    return hpack_int(len(value), 7, 0) + value  # no Huffman
-
 
 def _field(name: bytes, value: bytes) -> bytes:
     """A literal header field never added to a table, its name literal too (RFC 7541 §6.2.2)."""
-    return b"\x00" + _literal(name) + _literal(value)
+    return b"\x00" + hpack_literal(name) + hpack_literal(value)
 
 
 #: ``:status 200`` (static index 8) and ``content-type`` (static name 31) ``application/grpc``
-RESPONSE_HEADERS = b"\x88" + hpack_int(31, 4, 0) + _literal(b"application/grpc")
+RESPONSE_HEADERS = b"\x88" + hpack_int(31, 4, 0) + hpack_literal(b"application/grpc")
 
 
 def _percent(text: str) -> bytes:
@@ -349,7 +348,7 @@ class Connection:
                 if not PREFACE.startswith(bytes(buf[:len(PREFACE)])):
                     raise H2Error(PROTOCOL_ERROR, "not an HTTP/2 client preface")
             del buf[:len(PREFACE)]
-            unpack = _HEAD.unpack_from
+            unpack = FRAME_HEAD.unpack_from
             while True:
                 pos, size = 0, len(buf)
                 while size - pos >= 9:
@@ -523,7 +522,7 @@ class Connection:
         if not grpc_type:
             call.done = call.headers_sent = True
             self._forget(call)
-            self.out += frame(HEADERS, END_HEADERS | END_STREAM, sid, hpack_int(8, 4, 0) + _literal(b"415"))
+            self.out += frame(HEADERS, END_HEADERS | END_STREAM, sid, hpack_int(8, 4, 0) + hpack_literal(b"415"))
             if not flags & END_STREAM:
                 self.out += frame(RST_STREAM, 0, sid, NO_ERROR.to_bytes(4, "big"))
             return
