@@ -68,10 +68,41 @@ def rss_mb(pid: int, field: str = "VmRSS") -> float:
     return 0.0
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (a ``--workers`` supervisor and its workers)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):  # children of every thread, not only the main one
+                todo += [int(c) for c in Path(f"/proc/{p}/task/{task}/children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+def tree_rss_mb(pid: int, field: str = "VmRSS") -> tuple[float, float]:
+    """(largest, sum) of the tree's per-process RSS: the target is per process."""
+    values = []
+    for p in process_tree(pid):
+        try:
+            values.append(rss_mb(p, field))
+        except OSError:
+            pass
+    return max(values, default=0.0), sum(values)
+
+
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of ``pid`` and its waited-for children so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time of ``pid``'s tree (each process and its waited-for children) so far."""
+    total = 0
+    for p in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(v) for v in fields[11:15])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def fds(pid: int) -> int:
@@ -138,12 +169,13 @@ binds:
 """
 
 
-def start_trioproxy(mock_port: int, port: int, tmp: Path, cpu: int | None = None) -> subprocess.Popen:
+def start_trioproxy(mock_port: int, port: int, tmp: Path, cpu: int | None = None, workers: int = 1) -> subprocess.Popen:
     path = tmp / "gw.yaml"
     path.write_text(gateway_config(mock_port, port))
     env = {"ADMIN_ADDR": "127.0.0.1:0", "STATS_ADDR": "127.0.0.1:0", "READINESS_ADDR": "127.0.0.1:0",
            "TRIOPROXY_RUNTIME_DIR": str(tmp / "rt"), "LOG_LEVEL": "error"}
-    proc, _ = start([sys.executable, "-m", "trioproxy", "--config", str(path)], r"bind \d+ listening", env=env,
+    extra = ["--workers", str(workers)] if workers > 1 else []
+    proc, _ = start([sys.executable, "-m", "trioproxy", "--config", str(path), *extra], r"bind \d+ listening", env=env,
                     cpu=cpu)
     return proc
 
@@ -373,7 +405,9 @@ def measure(name: str, rate: float, duration: float, port: int, gateway: subproc
     }
     if gateway is not None:
         cpu = cpu_seconds(gateway.pid) - gw_cpu
-        line.update(rss_mb=round(rss_mb(gateway.pid), 1), peak_rss_mb=round(rss_mb(gateway.pid, "VmHWM"), 1),
+        largest, total = tree_rss_mb(gateway.pid)
+        line.update(rss_mb=round(largest, 1), peak_rss_mb=round(tree_rss_mb(gateway.pid, "VmHWM")[0], 1),
+                    rss_all_processes_mb=round(total, 1),
                     gateway_cpu_ms_per_request=round(cpu * 1000 / max(1, requests), 3),
                     gateway_core_busy_pct=round(cpu / wall * 100, 1))
     return line
@@ -397,7 +431,7 @@ class Target:
                 self.gateway = start_litellm(args.litellm_bin, mock_port, self.port, tmp, gateway_cpu)
             else:
                 self.port = _free_port()
-                self.gateway = start_trioproxy(mock_port, self.port, tmp, gateway_cpu)
+                self.gateway = start_trioproxy(mock_port, self.port, tmp, gateway_cpu, args.workers)
         except BaseException:
             self.close()
             raise
@@ -434,6 +468,10 @@ def table(lines: list[dict[str, Any]]) -> str:
 
 def _cores(args: argparse.Namespace) -> tuple[int | None, int | None]:
     cpus = os.sched_getaffinity(0)
+    if args.workers > 1:  # the workers take every core, the peers share them
+        print(f"note: --workers {args.workers}: nothing pinned; 'gw core %' is the share of one core "
+              "(over 100: more than one)", file=sys.stderr)
+        return None, None
     if args.no_pin or shutil.which("taskset") is None or not {args.gateway_cpu, args.peer_cpu} <= cpus \
             or args.gateway_cpu == args.peer_cpu:
         if not args.no_pin:
@@ -574,6 +612,8 @@ def main() -> None:
     parser.add_argument("--gateway-cpu", type=int, default=1, help="core for the gateway (default 1)")
     parser.add_argument("--peer-cpu", type=int, default=0, help="core for the mock and the generator (default 0)")
     parser.add_argument("--no-pin", action="store_true", help="do not use taskset")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="trioproxy --workers N (N > 1: nothing pinned; RSS is the largest process's)")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--idle", type=int, default=0, help="hold N idle keep-alive connections, report RSS")
     parser.add_argument("--sse", type=int, default=0, help="hold N concurrent SSE streams, report RSS")

@@ -31,3 +31,15 @@ def test_llm_load_short_run_succeeds_through_trioproxy_and_direct():
     assert lines[0]["client_connections"] < 90  # reused: ~60 in flight (1.5 s answers at 40/s)
     assert lines[0]["gateway_cpu_ms_per_request"] > 0 and lines[0]["p50_added_ms"] >= 0
     assert done.stdout.splitlines()[-2].startswith("| trioproxy")
+
+
+def test_llm_load_with_workers_reports_per_process_rss_and_the_whole_trees_cpu():
+    """``--workers 2``: RSS is the largest process's (the per-process target), the sum is beside
+    it, and the CPU is the supervisor's and both workers' (not the supervisor's alone)."""
+    done = subprocess.run([sys.executable, "-m", "bench.llm_load", "--rate", "40", "--duration", "3", "--workers", "2"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    (line,) = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert (line["requests"], line["success"]) == (120, 100.0)
+    assert line["rss_all_processes_mb"] > 2 * line["rss_mb"] > 0  # supervisor + two workers
+    assert line["gateway_cpu_ms_per_request"] > 0.2  # the workers' CPU counted
