@@ -415,6 +415,10 @@ def measure(name: str, rate: float, duration: float, port: int, gateway: subproc
 
 # --- targets ----------------------------------------------------------------------------------
 
+class TargetDied(Exception):
+    pass
+
+
 class Target:
     """A gateway (or none, ``direct``) in front of its own bench mock, started on the pinned cores."""
 
@@ -437,7 +441,21 @@ class Target:
             raise
 
     def run(self, rate: float, args: argparse.Namespace) -> dict[str, Any]:
-        return measure(self.name, rate, args.duration, self.port, self.gateway, self.mock, args.timeout)
+        """One rate; a process of the target that is gone (before or during the run) makes an
+        ``error`` line naming it, with its last output, instead of a traceback."""
+        try:
+            self._check_alive()
+            return measure(self.name, rate, args.duration, self.port, self.gateway, self.mock, args.timeout)
+        except OSError:
+            self._check_alive()
+            raise
+
+    def _check_alive(self) -> None:
+        for what, proc in (("gateway", self.gateway), ("mock", self.mock)):
+            if proc is not None and proc.poll() is not None:
+                tail = "".join(getattr(proc, "output_lines", [])[-5:]).strip()
+                raise TargetDied(f"{self.name}: the {what} exited with code {proc.returncode}"
+                                 + (f"; its last output: {tail}" if tail else ""))
 
     def close(self) -> None:
         for proc in (self.gateway, self.mock):
@@ -501,15 +519,28 @@ def run_rates(args: argparse.Namespace) -> None:
             target = Target(name, args, Path(tmp_dir), cores)
             try:
                 if args.find_max:
-                    lines += find_max(target, args)
+                    try:
+                        lines += find_max(target, args)
+                    except TargetDied as died:
+                        lines.append({"target": name, "error": str(died)})
+                        print(json.dumps(lines[-1]), flush=True)
                 else:
                     for rate in args.rate:
-                        line = target.run(rate, args)
+                        try:
+                            line = target.run(rate, args)
+                        except TargetDied as died:
+                            line = {"target": name, "rate": rate, "error": str(died)}
+                            print(json.dumps(line), flush=True)
+                            lines.append(line)
+                            break  # the next rates of this target would only repeat it
                         print(json.dumps(line), flush=True)
                         lines.append(line)
             finally:
                 target.close()
-    print(table(lines))
+    print(table([line for line in lines if "rate" in line]))
+    for line in lines:
+        if "error" in line:
+            print(f"error: {line['error']}")
 
 
 def find_max(target: Target, args: argparse.Namespace) -> list[dict[str, Any]]:

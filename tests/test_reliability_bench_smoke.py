@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
+
+import pytest
 
 from tests.conftest import ROOT
 
@@ -43,3 +46,15 @@ def test_llm_load_with_workers_reports_per_process_rss_and_the_whole_trees_cpu()
     assert (line["requests"], line["success"]) == (120, 100.0)
     assert line["rss_all_processes_mb"] > 2 * line["rss_mb"] > 0  # supervisor + two workers
     assert line["gateway_cpu_ms_per_request"] > 0.2  # the workers' CPU counted
+
+
+def test_a_target_whose_mock_died_is_named_not_a_traceback():
+    from bench.llm_load import Target, TargetDied
+
+    target = Target.__new__(Target)  # no processes started: the mock is one that has already exited
+    target.name, target.gateway, target.port = "direct", None, 1
+    target.mock = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    target.mock.wait(30)
+    target.mock.output_lines = ["llm-mock: too many open files\n"]
+    with pytest.raises(TargetDied, match=r"direct: the mock exited with code 3; its last output: llm-mock: too many"):
+        target.run(100, argparse.Namespace(duration=1, timeout=1))
