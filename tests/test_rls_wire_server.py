@@ -800,3 +800,31 @@ async def test_answers_sent_at_once_use_up_the_windows(nursery, autojump_clock):
     sids = [client2.call("/t.S/Echo", b"e" * 16000) for _ in range(5)]  # 16,010 bytes each
     await client2.pump(lambda: sum(map(len, client2.data.values())) == 65535)
     assert [s in client2.ended for s in sids] == [True] * 4 + [False]
+
+
+async def test_a_message_in_many_frames_arrives_whole(nursery, autojump_clock):
+    h = Harness()
+    client = H2Client(h.connect(nursery))
+    await client.start()
+    message = bytes(range(256)) * 1200  # 300 KiB: about 19 DATA frames
+    sid = client.call("/t.S/Echo", message)
+    await client.pump(lambda: sid in client.ended)
+    assert client.status(sid) == b"0"
+    assert client.data[sid] == grpc_message(b"echo:" + message)
+
+
+async def test_unfinished_messages_past_the_connection_budget_get_goaway(nursery, autojump_clock):
+    """Each stream stays under the message limit; together they pass MAX_BUFFERED."""
+    h = Harness()
+    raw = RawClient(h.connect(nursery))
+    await raw.start()
+    chunk = b"\x00" * 16384
+    per_stream = (ws.MAX_MESSAGE - 65536) // len(chunk)  # under max_message each
+    streams = ws.MAX_BUFFERED // (per_stream * len(chunk)) + 1
+    for i in range(streams):
+        sid = 1 + 2 * i
+        await raw.send(frame(hf.HEADERS, hf.END_HEADERS, sid, RawClient.request_block(b"/t.S/Hold")),
+                       *[frame(hf.DATA, 0, sid, chunk)] * per_stream)
+    kind, _, _, payload = await raw.next_frame()
+    assert kind == hf.GOAWAY and int.from_bytes(payload[4:8], "big") == hf.ENHANCE_YOUR_CALM
+    assert any("unfinished request messages" in line for line in h.logs)

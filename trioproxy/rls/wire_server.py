@@ -86,6 +86,10 @@ RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE = 8, 12, 13, 14
 MAX_STREAMS = 1000  # SETTINGS_MAX_CONCURRENT_STREAMS we announce
 MAX_HEADER_LIST = 16384  # SETTINGS_MAX_HEADER_LIST_SIZE we announce (decoded size, RFC 9113 §6.5.2)
 MAX_MESSAGE = 4 * 1024 * 1024  # grpcio's default limit on a received message
+#: unfinished request messages one connection may hold; our windows are large (a check is tiny),
+#: so without it one client could park max_message bytes on each of MAX_STREAMS streams
+MAX_BUFFERED = 4 * MAX_MESSAGE
+LARGE_BODY = 65536  # a body past this makes the connection's total be checked
 KNOWN_BLOCKS = 256  # decoded request header blocks cached per connection
 
 def _field(name: bytes, value: bytes) -> bytes:
@@ -149,7 +153,7 @@ class Call:
 
     def __init__(self, conn: Connection, sid: int, path: bytes, deadline: float, window: int) -> None:
         self.conn, self.sid, self.path, self.deadline = conn, sid, path, deadline
-        self.body = b""
+        self.body: bytes | bytearray = b""
         self.window = window  # the peer's flow-control window for our DATA on this stream
         self.done = False  # answered (or reset): anything later is dropped
         self.headers_sent = False
@@ -481,9 +485,16 @@ class Connection:
             if not payload or payload[0] >= n:
                 raise H2Error(PROTOCOL_ERROR, "padding longer than the frame")
             payload = payload[1:n - payload[0]]
-        call.body = call.body + payload if call.body else payload
+        if not call.body:
+            call.body = payload
+        else:  # a bytearray from the second frame on: appending stays linear in the message size
+            if not isinstance(call.body, bytearray):
+                call.body = bytearray(call.body)
+            call.body += payload
+        if len(call.body) > LARGE_BODY and sum(len(c.body) for c in self.calls.values()) > MAX_BUFFERED:
+            raise H2Error(ENHANCE_YOUR_CALM, f"over {MAX_BUFFERED} bytes of unfinished request messages")
         if len(call.body) > self.server.max_message + 5:
-            call.handler = None
+            call.handler, call.body = None, b""
             call.fail(RESOURCE_EXHAUSTED, f"request message larger than {self.server.max_message} bytes")
             self.out += frame(RST_STREAM, 0, sid, NO_ERROR.to_bytes(4, "big"))
             return
@@ -558,7 +569,7 @@ class Connection:
 
     def _dispatch(self, call: Call) -> None:
         handler, call.handler = call.handler, None
-        body = call.body
+        body = bytes(call.body) if isinstance(call.body, bytearray) else call.body
         call.body = b""
         if len(body) < 5 or len(body) != 5 + int.from_bytes(body[1:5], "big"):
             call.fail(INTERNAL, "expected one length-prefixed request message")
