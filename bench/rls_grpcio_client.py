@@ -14,10 +14,10 @@ from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 import trio
-from google.protobuf import wrappers_pb2  # type: ignore[import-untyped]
 
 from trioproxy.rls.client import METHOD, RlsCallFailed
 from trioproxy.rls.protos import rls_pb2
+from trioproxy.rls.wire_client import encode_request
 
 
 class RlsClient:
@@ -25,20 +25,14 @@ class RlsClient:
         self.target = target
         self.channel = grpc.insecure_channel(target, options=[("grpc.enable_retries", 0)])
         self._call = self.channel.unary_unary(
-            METHOD, request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
+            METHOD, request_serializer=None,  # requests arrive serialized (encode_request)
             response_deserializer=rls_pb2.RateLimitResponse.FromString)
 
     async def should_rate_limit(self, domain: str,
                                 descriptors: Sequence[tuple[Sequence[tuple[str, str]], int | None]],
                                 timeout: float) -> Any:
         """``descriptors``: ``(entries, hits)``; hits None: one hit; 0: only look; n: add n (tokens)."""
-        request = rls_pb2.RateLimitRequest(domain=domain)
-        for entries, hits in descriptors:
-            d = request.descriptors.add()
-            for key, value in entries:
-                d.entries.add(key=key, value=value)
-            if hits is not None:
-                d.hits_addend.CopyFrom(wrappers_pb2.UInt64Value(value=hits))
+        request = encode_request(domain, descriptors)  # the same bytes the gateway sends
         token = trio.lowlevel.current_trio_token()
         done = trio.Event()
         future = self._call.future(request, timeout=timeout)

@@ -19,6 +19,7 @@ import h2.exceptions
 import trio
 
 from trioproxy.rls.protos import rls_pb2
+from trioproxy.rls.wire_client import encode_request
 
 PATH = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 MAX_MESSAGE = 4 * 1024 * 1024
@@ -145,18 +146,9 @@ class H2RlsClient:
 
     async def should_rate_limit(self, domain: str, descriptors: Any, timeout: float) -> Any:
         """``descriptors``: ``(entries, hits)``; hits None: one hit; 0: only look; n: add n (tokens)."""
-        from google.protobuf import wrappers_pb2  # type: ignore[import-untyped]
-
         from trioproxy.rls.client import RlsCallFailed
 
-        request = rls_pb2.RateLimitRequest(domain=domain)
-        for entries, hits in descriptors:
-            d = request.descriptors.add()
-            for key, value in entries:
-                d.entries.add(key=key, value=value)
-            if hits is not None:
-                d.hits_addend.CopyFrom(wrappers_pb2.UInt64Value(value=hits))
-        payload = request.SerializeToString()
+        payload = encode_request(domain, descriptors)  # the same bytes the gateway sends
         call = _Call()
         sid = None
         conn = None
