@@ -85,14 +85,26 @@ class Gateway:
         elif kind == "websocket":
             await self.websocket(scope, receive, send)
 
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def open_exchange(self, scope: Scope, receive: Receive, send: Send) -> Exchange:
+        """An exchange with its trace claimed (when someone watches) and its span started: the
+        first step of a request, and of a WebSocket upgrade (whose scope then reads as a GET)."""
         runtime = self.runtime
         x = Exchange(scope, receive, send, trio.current_time())
-        x.body_idle_timeout = runtime.state.config.frontend.body_idle_timeout
         if runtime.trace.watchers:
             x.tracer = runtime.trace.claim(x.arrival, lambda: activation(x)) or NULL_TRACER
         if runtime.otel is not None:
             x.span = runtime.otel.start(scope["method"], scope["path"], scope["headers"], time.time_ns())
+        return x
+
+    def count_failure(self, x: Exchange, error: ProxyError) -> None:
+        """A request's or an upgrade's failure, counted when the backend side caused it."""
+        if isinstance(error, UpstreamError):
+            self.runtime.metrics.upstream_error(self.bind.key, x.route.key if x.route else "", type(error).__name__)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        runtime = self.runtime
+        x = self.open_exchange(scope, receive, send)
+        x.body_idle_timeout = runtime.state.config.frontend.body_idle_timeout
         metrics = runtime.metrics
         metrics.in_flight.inc()
         try:
@@ -101,8 +113,7 @@ class Gateway:
                 try:
                     await self._proxy(x)
                 except ProxyError as error:
-                    if isinstance(error, UpstreamError):
-                        metrics.upstream_error(self.bind.key, x.route.key if x.route else "", type(error).__name__)
+                    self.count_failure(x, error)
                     await x.respond_error(error)
                 except ClientDisconnected:
                     pass

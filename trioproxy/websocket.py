@@ -31,7 +31,6 @@ session once it ends, with status 101.
 
 from __future__ import annotations
 
-import time
 from math import inf
 from typing import TYPE_CHECKING, Any
 
@@ -45,14 +44,12 @@ from .errors import (
     BadUpstreamResponse,
     ProxyError,
     RequestTimeout,
-    UpstreamError,
     UpstreamTimeout,
     error_response,
 )
 from .exchange import Exchange
 from .policies.headers import forwarded_request_headers, header_value, without_hop_by_hop
 from .policies.ratelimit_local import LocalRateLimiter, most_constrained
-from .trace import NULL_TRACER, activation
 
 if TYPE_CHECKING:
     from .gateway import Gateway
@@ -90,14 +87,9 @@ class WebSocketProxy:
         first = await receive()
         if first["type"] != "websocket.connect":  # the client left before the app started
             return
-        runtime = self.gateway.runtime
         # Stages, routing and the access log read an HTTP request: the upgrade is a GET.
-        x = Exchange({**scope, "method": "GET"}, receive, send, trio.current_time())
-        if runtime.trace.watchers:
-            x.tracer = runtime.trace.claim(x.arrival, lambda: activation(x)) or NULL_TRACER
-        if runtime.otel is not None:
-            x.span = runtime.otel.start("GET", scope["path"], scope["headers"], time.time_ns())
-        metrics = runtime.metrics
+        x = self.gateway.open_exchange({**scope, "method": "GET"}, receive, send)
+        metrics = self.gateway.runtime.metrics
         metrics.in_flight.inc()
         try:
             async with trio.open_nursery() as nursery:
@@ -105,9 +97,7 @@ class WebSocketProxy:
                 try:
                     await self._upgrade(x)
                 except ProxyError as error:
-                    if isinstance(error, UpstreamError):
-                        metrics.upstream_error(self.gateway.bind.key, x.route.key if x.route else "",
-                                               type(error).__name__)
+                    self.gateway.count_failure(x, error)
                     await self._deny(x, error)
                 # The session (started in this nursery by the upgrade) ends on a close or idleness.
         finally:
