@@ -49,9 +49,10 @@ from typing import Any
 
 def _load_engine() -> Any:
     """The ``cel`` package, without its command-line tool: the package's ``__init__`` imports
-    ``cel.cli``, which pulls typer, rich and prompt_toolkit into every gateway process (~8 MB of
-    RSS, docs/reliability.md). A placeholder stands in for that one submodule while the package
-    loads, then goes, so a later ``import cel.cli`` would load the real one."""
+    ``cel.cli``, which pulls typer, rich and prompt_toolkit into every gateway process (part of
+    the ~11 MB measured in bench/README.md, llm_load section). A placeholder stands in for that
+    one submodule while the package loads, then goes, so a later ``import cel.cli`` would load
+    the real one."""
     if "cel" in sys.modules:
         return sys.modules["cel"]
     placeholder = types.ModuleType("cel.cli")
