@@ -69,7 +69,6 @@ def _load_engine() -> Any:
 
 #: the CEL engine (the ``cel`` package's Rust extension); import it from here, not as ``cel``
 engine: Any = _load_engine()
-_cel = engine
 
 __all__ = [
     "ALLOWED_ROOTS",
@@ -250,7 +249,7 @@ class Expression:
                 value = {f: value[f] for f in fields if f in value}
             bindings[name] = value
         if self._functions is not None:
-            return _cel.Context(variables=bindings, functions=self._functions)  # type: ignore[no-any-return]
+            return engine.Context(variables=bindings, functions=self._functions)  # type: ignore[no-any-return]
         return bindings
 
     def evaluate_strict(self, activation: Mapping[str, Any]) -> Any:
@@ -309,7 +308,7 @@ def compile_expression(source: str) -> Expression:
             source=source,
         )
     try:
-        program = _cel.compile(source)
+        program = engine.compile(source)
         names = program.variables()
     except BaseException as exc:
         if not _is_engine_failure(exc):

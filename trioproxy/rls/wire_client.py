@@ -68,7 +68,6 @@ from .protos import rls_pb2
 
 PATH = b"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 MAX_MESSAGE = 4 * 1024 * 1024
-BIG_WINDOW = MAX_WINDOW
 KNOWN_BLOCKS = 256  # decoded header blocks kept per connection
 
 
@@ -160,9 +159,9 @@ class _Connection:
     def start_bytes(self) -> bytes:
         settings = (b"\x00\x01" + (0).to_bytes(4, "big")  # HEADER_TABLE_SIZE 0: see _header_block
                     + b"\x00\x02" + (0).to_bytes(4, "big")  # ENABLE_PUSH 0
-                    + b"\x00\x04" + BIG_WINDOW.to_bytes(4, "big"))  # INITIAL_WINDOW_SIZE
+                    + b"\x00\x04" + MAX_WINDOW.to_bytes(4, "big"))  # INITIAL_WINDOW_SIZE
         return (PREFACE + frame(SETTINGS, 0, 0, settings)
-                + frame(WINDOW_UPDATE, 0, 0, (BIG_WINDOW - 65535).to_bytes(4, "big")))
+                + frame(WINDOW_UPDATE, 0, 0, (MAX_WINDOW - 65535).to_bytes(4, "big")))
 
     def fail_all(self, reason: str) -> None:
         self.closed = True
@@ -434,7 +433,7 @@ class _Connection:
             if (self.send_window < len(body) or self.stream_window < len(body)
                     or len(self.calls) >= self.max_streams) and not self.closed:
                 raise RlsCallFailed(DEADLINE_EXCEEDED)
-        if self.closed or self.next_sid > BIG_WINDOW:
+        if self.closed or self.next_sid > MAX_WINDOW:
             self.closed = True
             return None
         # From here to write() nothing yields: stream ids reach the wire in the order taken.
