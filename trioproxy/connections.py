@@ -47,6 +47,7 @@ from hypercorn.utils import ShutdownError, raise_shutdown
 
 from . import hypercorn_fixes  # noqa: F401 - hypercorn protocol faults fixed before any server starts
 from .asgi import CORK, expects_continue
+from .http1 import Http1Server
 
 log = logging.getLogger("trioproxy")
 
@@ -311,8 +312,12 @@ async def _serve_listener(sock: trio.socket.SocketType, handler: Callable[[Any],
         try:
             # hypercorn's connection task runs the TLS handshake (ssl_handshake_timeout) itself.
             await handler(trio.SSLStream(stream, ssl_context, server_side=True) if ssl_context else stream)
-        except trio.Cancelled:
-            counter.cut += 1
+        except BaseException as error:
+            # The drain deadline: a bare Cancelled, or (http1.py runs the app in this task) the
+            # app's nursery's group of them.
+            if isinstance(error, trio.Cancelled) or (
+                    isinstance(error, BaseExceptionGroup) and error.split(trio.Cancelled)[1] is None):
+                counter.cut += 1
             raise
         finally:
             counter.open -= 1
@@ -351,9 +356,12 @@ async def _serve_listener(sock: trio.socket.SocketType, handler: Callable[[Any],
 
 async def serve(app: Any, config: Config, sock: Any, counter: ConnectionCounter, *,
                 shutdown_trigger: Callable[[], Awaitable[None]], header_timeout: float = math.inf,
-                ssl_context: ssl.SSLContext | None = None,
+                ssl_context: ssl.SSLContext | None = None, http1_app: Any = None,
                 task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve ``app`` (hypercorn-wrapped) on a bound, listening stdlib socket until ``shutdown_trigger``."""
+    """Serve ``app`` (hypercorn-wrapped) on a bound, listening stdlib socket until ``shutdown_trigger``.
+
+    ``http1_app``: the same app unwrapped, for a plain socket's HTTP/1.1 to be served by ``http1.py``
+    (hypercorn then serves only what that loop hands over: upgrades and HTTP/2)."""
     lifespan_state: dict[str, Any] = {}
     lifespan = Lifespan(app, config, lifespan_state)
     context = WorkerContext(None)
@@ -362,8 +370,13 @@ async def serve(app: Any, config: Config, sock: Any, counter: ConnectionCounter,
         await lifespan.wait_for_startup()
         async with trio.open_nursery() as server_nursery:
             listener = trio.socket.from_stdlib_socket(sock)
-            handler = partial(_Connection, app, config, context, ConnectionState(lifespan_state.copy()),
-                              header_timeout=header_timeout)
+            handler: Callable[[Any], Awaitable[Any]] = partial(
+                _Connection, app, config, context, ConnectionState(lifespan_state.copy()), header_timeout=header_timeout)
+            lean = None
+            if http1_app is not None and ssl_context is None:
+                handler = lean = Http1Server(http1_app, idle_timeout=config.keep_alive_timeout,
+                                             header_timeout=header_timeout,
+                                             max_head=config.h11_max_incomplete_size, handoff=handler)
             task_status.started()
             try:
                 async with trio.open_nursery(strict_exception_groups=True) as nursery:
@@ -377,6 +390,8 @@ async def serve(app: Any, config: Config, sock: Any, counter: ConnectionCounter,
                     raise other from None  # the group was only the shutdown signal and these
             finally:
                 await context.terminated.set()
+                if lean is not None:
+                    lean.terminate()
                 server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
         if counter.cut:
             log.warning("%s: drain deadline (%.1fs) reached: %d connections with requests in flight were cut",

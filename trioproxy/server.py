@@ -106,7 +106,8 @@ async def _serve(app: Any, sock: socket.socket, graceful: float, shutdown: trio.
     config.include_date_header = not getattr(app, "sets_date_header", False)  # http_date.py
     await serve(wrap_app(app, config.wsgi_max_body_size, "asgi"), config, sock, counter,
                 shutdown_trigger=shutdown.wait, task_status=task_status,
-                header_timeout=frontend.header_timeout if frontend else math.inf, ssl_context=ssl_context)
+                header_timeout=frontend.header_timeout if frontend else math.inf, ssl_context=ssl_context,
+                http1_app=app if frontend is not None else None)  # a bind's HTTP/1.1: http1.py
 
 
 def _tls_contexts(config: Config) -> dict[int, ssl.SSLContext]:

@@ -95,7 +95,7 @@ def _socket_of(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
     return None
 
 
-def _is_readable(stream: trio.abc.Stream) -> bool:
+def is_readable(stream: trio.abc.Stream) -> bool:
     """True when a pooled stream has EOF or unexpected data waiting: it must not be reused.
 
     ``poll`` with a zero timeout, one syscall. Not ``select``: it raises for a descriptor at or
@@ -195,7 +195,7 @@ class UpstreamConnection:
 
     def is_readable(self) -> bool:
         """Stale: EOF or unasked-for bytes arrived while the connection sat in the pool."""
-        return _is_readable(self.stream)
+        return is_readable(self.stream)
 
     # --- one exchange -----------------------------------------------------------------------
 
