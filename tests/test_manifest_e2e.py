@@ -71,7 +71,8 @@ async def test_token_limit_delivers_the_overshoot_then_429_not_forwarded(nursery
         assert limits(sent[1]) == ("100", "40", "60")
         assert sent[2].text == "rate limit exceeded"
         assert mock.count == 2  # the 429 never reached the provider
-        mock_clock.jump(60)  # the window refills by itself: 100 - 20 overshoot
+    mock_clock.jump(60)  # the window refills by itself: 100 - 20 overshoot
+    async with gw.client() as client:  # a new connection: the old one reached http1IdleTimeout (60 s)
         after = await client.post("/v1/chat/completions", json=CHAT, headers={"x-mock-total-tokens": "10"})
     assert after.status_code == 200
     assert limits(after) == ("100", "80", "60")
@@ -98,7 +99,8 @@ async def test_gateway_targeted_budget_is_shared_by_two_routes(nursery, backend,
     async with gw.client() as client:
         statuses = [(await client.get(path)).status_code for path in ("/a", "/b", "/a", "/b")]
         assert statuses == [200, 200, 429, 429]
-        mock_clock.jump(3600)
+    mock_clock.jump(3600)
+    async with gw.client() as client:  # a new connection: the old one idled past http1IdleTimeout
         assert (await client.get("/b")).status_code == 200
 
 
