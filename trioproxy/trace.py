@@ -123,7 +123,7 @@ def request_state(x: Exchange, *, headers: list[Header] | None = None, response:
     if x.backend is not None:
         state["backend"] = {"name": x.backend.name, "type": x.backend.kind, "protocol": "http"}
     if x.llm is not None:
-        state["llm"] = x.llm
+        state["llm"] = dict(x.llm)  # as it is now: token counts are added to x.llm later
     if x.jwt is not None:
         state["jwt"] = x.jwt
     if response is not None:
