@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
@@ -123,8 +124,8 @@ class Http1Server:
 class Http1Connection:
     """One client connection: read a head, run the app, repeat while the connection may be kept."""
 
-    __slots__ = ("server", "stream", "client", "address", "buffer", "parser", "method", "status", "headers",
-                 "head_sent", "complete", "body_done", "gone", "broken", "ahead", "continue_owed", "corked",
+    __slots__ = ("server", "stream", "fd", "client", "address", "buffer", "parser", "method", "status", "headers",
+                 "head_sent", "complete", "body_done", "gone", "broken", "ahead", "continue_owed", "corked", "served",
                  "_stashed")
 
     parser: h11.Connection  # this request's h11 state
@@ -137,11 +138,13 @@ class Http1Connection:
         self.server = server
         self.stream = stream
         sock = stream.socket
+        self.fd = sock.fileno()
         self.client = _address(sock.getpeername())
         self.address = _address(sock.getsockname())
         self.buffer = bytearray()  # bytes read and not yet given to a request's h11 connection
         self.corked: list[bytes] | None = None
         self.gone = False  # the client left (EOF, reset, a failed write)
+        self.served = False  # a first request arrives with the connection; later ones are awaited
 
     async def run(self) -> None:
         try:
@@ -198,6 +201,7 @@ class Http1Connection:
                 or self.server.terminated:
             return False  # a truncated answer, a body left unread, connection: close, or shutdown
         self.buffer = bytearray(conn.trailing_data[0])  # what the client sent after this request
+        self.served = True
         return True
 
     async def _read_head(self) -> bytes | None:
@@ -231,7 +235,7 @@ class Http1Connection:
                 if not buffer:
                     server._waiting.add(wait)
                 try:
-                    data = await self.stream.receive_some(MAX_RECV)
+                    data = await self._read(wait_first=self.served or bool(buffer))
                 finally:
                     server._waiting.discard(wait)
             if wait.cancelled_caught:
@@ -272,10 +276,7 @@ class Http1Connection:
                 self.body_done = True
                 return {"type": "http.request", "body": b"", "more_body": False}
             if event is h11.NEED_DATA:
-                try:
-                    data = await self.stream.receive_some(MAX_RECV)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    data = b""
+                data = await self._read(wait_first=False)
                 if not data:
                     self.gone = True
                     return DISCONNECT
@@ -303,10 +304,7 @@ class Http1Connection:
         while not self.gone:
             if self.ahead > MAX_AHEAD:
                 await trio.sleep_forever()  # read no more until this request is answered
-            try:
-                data = await self.stream.receive_some(MAX_RECV)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                data = b""
+            data = await self._read(wait_first=True)
             if not data:
                 self.gone = True
                 break
@@ -356,13 +354,46 @@ class Http1Connection:
         data: bytes = conn.send(event) or b""
         return data
 
+    # --- the socket ---------------------------------------------------------------------------
+    # Used directly rather than through ``SocketStream``: trio's ``receive_some`` always tries a
+    # ``recv`` before it waits, which fails (EAGAIN) wherever the client has nothing to send yet
+    # (the next request while this one is answered, the disconnect watch), and both calls pass a
+    # conflict detector, an error translator and a scheduling round per call. One task reads at a
+    # time here (the head loop, then the app's body reads, then its disconnect watch), and one
+    # writes (the app's task).
+
+    async def _read(self, *, wait_first: bool) -> bytes:
+        """The client's next bytes; ``b""`` once it closed or reset the connection."""
+        fd = self.fd
+        if wait_first:
+            await trio.lowlevel.wait_readable(fd)
+        else:
+            await trio.lowlevel.checkpoint_if_cancelled()
+        while True:
+            try:
+                return os.read(fd, MAX_RECV)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(fd)
+            except OSError:
+                return b""
+
     async def _write(self, data: bytes) -> None:
+        """All of ``data``: at once when the socket takes it (a response usually fits), else by
+        ``send_all``. A client gone is recorded, never raised (the app learns it from ``receive``)."""
         if self.gone or not data:
             return
         try:
-            await self.stream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            sent = os.write(self.fd, data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
             self.gone = True
+            return
+        if sent < len(data):
+            try:
+                await self.stream.send_all(memoryview(data)[sent:])
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self.gone = True
 
     def _cork(self) -> _Cork:
         return _Cork(self)
