@@ -161,11 +161,44 @@ class UpstreamConnection:
 
     # --- I/O --------------------------------------------------------------------------------
 
+    # A plain TCP stream's socket is used directly where that saves work, as in http1.py: a
+    # write the socket takes whole needs no ``send_all`` machinery, and the response head is
+    # waited for before the first ``recv`` (trio's ``receive_some`` tries one first, which fails
+    # with EAGAIN: a backend never answers within the microseconds after the request went out).
+
+    def _socket_fd(self) -> int:
+        """The socket's descriptor for direct I/O; -1 for TLS and test streams, or once closed."""
+        stream = self.stream
+        return stream.socket.fileno() if type(stream) is trio.SocketStream else -1
+
     async def send(self, data: bytes) -> None:
+        sent = 0
+        fd = self._socket_fd()
         try:
-            await self.stream.send_all(data)
+            if fd >= 0:
+                try:
+                    sent = os.write(fd, data)
+                except BlockingIOError:
+                    pass
+                if sent == len(data):
+                    return
+            await self.stream.send_all(memoryview(data)[sent:])
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise BackendUnreachable(f"upstream connection reset while sending: {exc}") from None
+
+    async def _receive(self, *, wait_first: bool) -> bytes:
+        fd = self._socket_fd()
+        if fd < 0:
+            return cast(bytes, await self.stream.receive_some(READ_SIZE))
+        if wait_first:
+            await trio.lowlevel.wait_readable(fd)
+        else:
+            await trio.lowlevel.checkpoint_if_cancelled()
+        while True:
+            try:
+                return os.read(fd, READ_SIZE)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(fd)
 
     def parse(self) -> h11.Event | type[h11.NEED_DATA]:
         """The next event from the bytes already received (no I/O), or ``NEED_DATA``."""
@@ -186,12 +219,12 @@ class UpstreamConnection:
             if event is not h11.NEED_DATA:
                 return cast(h11.Event, event)
             try:
-                data = await self.stream.receive_some(READ_SIZE)
+                data = await self._receive(wait_first=conn.their_state is h11.SEND_RESPONSE)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 raise BadUpstreamResponse(f"upstream connection reset: {exc}") from None
             if data:
                 self.got_bytes = True
-            conn.receive_data(cast(bytes, data))  # h11 takes any bytes-like
+            conn.receive_data(data)
 
     def is_readable(self) -> bool:
         """Stale: EOF or unasked-for bytes arrived while the connection sat in the pool."""
