@@ -106,7 +106,7 @@ class Gateway:
         x = self.open_exchange(scope, receive, send)
         x.body_idle_timeout = runtime.state.config.frontend.body_idle_timeout
         metrics = runtime.metrics
-        metrics.in_flight.inc()
+        metrics.requests_active += 1
         try:
             async with trio.open_nursery() as nursery:
                 x.nursery = nursery
@@ -119,7 +119,7 @@ class Gateway:
                     pass
                 nursery.cancel_scope.cancel()
         finally:
-            metrics.in_flight.dec()
+            metrics.requests_active -= 1
             status = 499 if x.disconnected else x.status
             if x.disconnected:
                 x.error = x.error or "client disconnected"

@@ -90,7 +90,7 @@ class WebSocketProxy:
         # Stages, routing and the access log read an HTTP request: the upgrade is a GET.
         x = self.gateway.open_exchange({**scope, "method": "GET"}, receive, send)
         metrics = self.gateway.runtime.metrics
-        metrics.in_flight.inc()
+        metrics.requests_active += 1
         try:
             async with trio.open_nursery() as nursery:
                 x.nursery = nursery
@@ -101,7 +101,7 @@ class WebSocketProxy:
                     await self._deny(x, error)
                 # The session (started in this nursery by the upgrade) ends on a close or idleness.
         finally:
-            metrics.in_flight.dec()
+            metrics.requests_active -= 1
             self.gateway._finished(x, x.status, trio.current_time() - x.arrival)
             x.tracer.finish(x.status, x.error)
 
