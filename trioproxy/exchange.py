@@ -25,6 +25,20 @@ DRAIN_LIMIT = 64 * 1024
 _NOT_CORKED: AbstractAsyncContextManager[None] = nullcontext()
 
 
+def _host_and_framing(headers: list[Header]) -> tuple[bytes, bool]:
+    """The request's (first) ``host`` value, and whether its head declares a body
+    (``content-length`` or ``transfer-encoding``): one pass over the headers."""
+    host = None
+    declares_body = False
+    for name, value in headers:
+        if name == b"host":
+            if host is None:
+                host = value
+        elif name == b"content-length" or name == b"transfer-encoding":
+            declares_body = True
+    return host or b"", declares_body
+
+
 class ClientDisconnected(Exception):
     """The client went away; nobody is left to answer."""
 
@@ -35,6 +49,7 @@ class Exchange:
     __slots__ = (
         "_body_claimed",
         "_body_done",
+        "_declares_body",
         "_first_body",
         "arrival",
         "backend",
@@ -79,7 +94,7 @@ class Exchange:
         self.nursery: trio.Nursery | None = None
         self.tracer: Tracer | NullTracer = NULL_TRACER  # a Tracer when a /debug/trace watcher claimed it
         self.headers: list[Header] = scope["headers"]  # replaced (never mutated) by policies
-        raw_host = next((v for k, v in self.headers if k == b"host"), b"")
+        raw_host, self._declares_body = _host_and_framing(self.headers)
         self.host = host_without_port(raw_host.decode("latin-1"))
         self.listener: Listener | None = None
         self.route: Route | None = None
@@ -136,8 +151,7 @@ class Exchange:
                 return
 
     def has_body(self) -> bool:
-        return self._first_body is not None or any(
-            name in (b"content-length", b"transfer-encoding") for name, _ in self.scope["headers"])
+        return self._first_body is not None or self._declares_body
 
     async def peek_body(self) -> None:
         """HTTP/2 (and 3) may send a body without ``content-length``, and a request without one
