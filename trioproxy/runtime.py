@@ -7,6 +7,7 @@ import random
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from itertools import accumulate
+from math import inf
 
 import trio
 from prometheus_client.metrics_core import Metric
@@ -179,7 +180,8 @@ def compile_phase(name: str, policies: Policies, key: str, compiler: StageCompil
 class CompiledRoute:
     """A route plus its phases and what choosing among its backends needs, computed once."""
 
-    __slots__ = ("backend_phases", "backends", "cumulative", "limiter", "phase", "phases_by_index", "route")
+    __slots__ = ("backend_phases", "backends", "cumulative", "limiter", "phase", "phases_by_index", "request_timeout",
+                 "route")
 
     def __init__(self, route: Route, phase: Phase, backend_phases: tuple[Phase, ...],
                  limiter: LocalRateLimiter | None = None) -> None:
@@ -191,6 +193,12 @@ class CompiledRoute:
         self.backend_phases = tuple(p for _, p in chosen)
         self.cumulative = list(accumulate(b.weight for b in self.backends))
         self.limiter = limiter
+        timeout = route.policies.timeout
+        self.request_timeout = timeout.request_timeout if timeout and timeout.request_timeout else None
+
+    def request_deadline(self, arrival: float) -> float:
+        """When ``requestTimeout``, counted from the request's arrival, runs out; ``inf`` without one."""
+        return arrival + self.request_timeout if self.request_timeout is not None else inf
 
     def choose_backend(self) -> tuple[Backend, Phase] | None:
         """A backend by weight, with its compiled phase."""
