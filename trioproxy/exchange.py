@@ -11,8 +11,9 @@ from typing import Any
 
 import trio
 
-from .asgi import CORK, Header, Receive, Scope, Send, expects_continue
+from .asgi import CLIENT_FD, CORK, Header, Receive, Scope, Send, expects_continue
 from .config.model import Address, Backend, Listener, Route, RouteMatch
+from .disconnect_monitor import DisconnectMonitor
 from .errors import PayloadTooLarge, ProxyError, RequestBodyTimeout, error_response
 from .http_date import with_date
 from .policies.ratelimit_local import Decision, LocalRateLimiter
@@ -51,10 +52,12 @@ class Exchange:
         "_body_done",
         "_declares_body",
         "_first_body",
+        "_watched_fd",
         "arrival",
         "backend",
         "backend_phase",
         "body_idle_timeout",
+        "disconnect_monitor",
         "disconnected",
         "error",
         "error_kind",
@@ -124,6 +127,8 @@ class Exchange:
         self._body_claimed = False  # someone (the upload) reads the body; nobody else may
         self._first_body: Any = None  # an HTTP/2 body's first message, read by ``peek_body``
         self.body_idle_timeout = inf  # the longest gap between two body pieces (frontendPolicies.http)
+        self.disconnect_monitor: DisconnectMonitor | None = None  # the runtime's, for a request (not an upgrade)
+        self._watched_fd: int | None = None  # the client socket the monitor watches for this request
 
     # --- what traces and CEL see (request_state / activation in trace.py) --------------------
 
@@ -135,20 +140,37 @@ class Exchange:
     # --- the request body ---------------------------------------------------------------------
 
     def _watch_disconnect(self) -> None:
-        """Called once the body is read: from now on ``receive`` only reports disconnects."""
+        """Called once the body is read: from now on ``receive`` only reports disconnects. With
+        the server's ``CLIENT_FD`` the process's epoll set watches the socket (no task);
+        otherwise a task waits in ``receive`` until the request ends."""
         self._body_done = True
+        monitor = self.disconnect_monitor
+        if monitor is not None:
+            fd = self.scope.get("extensions", {}).get(CLIENT_FD)
+            if fd is not None and monitor.watch(fd, self._client_gone):
+                self._watched_fd = fd
+                return
         assert self.nursery is not None
         self.nursery.start_soon(self._disconnect_watcher)
+
+    def stop_watching(self) -> None:
+        """The request ends: the monitor lets go of the client's socket (the server reads it next)."""
+        if self._watched_fd is not None and self.disconnect_monitor is not None:
+            self.disconnect_monitor.unwatch(self._watched_fd)
+            self._watched_fd = None
 
     async def _disconnect_watcher(self) -> None:
         while True:
             message = await self.receive()
             if message["type"] == "http.disconnect":
-                if not self.finished:  # after a complete response a close is just the client leaving
-                    self.disconnected = True
-                    assert self.nursery is not None
-                    self.nursery.cancel_scope.cancel()
+                self._client_gone()
                 return
+
+    def _client_gone(self) -> None:
+        if not self.finished:  # after a complete response a close is just the client leaving
+            self.disconnected = True
+            assert self.nursery is not None
+            self.nursery.cancel_scope.cancel()
 
     def has_body(self) -> bool:
         return self._first_body is not None or self._declares_body

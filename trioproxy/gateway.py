@@ -105,6 +105,7 @@ class Gateway:
         runtime = self.runtime
         x = self.open_exchange(scope, receive, send)
         x.body_idle_timeout = runtime.state.config.frontend.body_idle_timeout
+        x.disconnect_monitor = runtime.disconnects
         metrics = runtime.metrics
         metrics.requests_active += 1
         try:
@@ -119,6 +120,7 @@ class Gateway:
                     pass
                 nursery.cancel_scope.cancel()
         finally:
+            x.stop_watching()
             metrics.requests_active -= 1
             status = 499 if x.disconnected else x.status
             if x.disconnected:

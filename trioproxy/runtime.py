@@ -14,6 +14,8 @@ from prometheus_client.metrics_core import Metric
 
 from .access_log import AccessLog
 from .config.model import Backend, Config, Listener, Policies, Route
+from .disconnect_monitor import DisconnectMonitor
+from .disconnect_monitor import available as disconnect_monitor_available
 from .metrics import Metrics
 from .otel import OtelTracing
 from .policies.authorization import AuthorizationPolicy, AuthorizationStage
@@ -264,6 +266,8 @@ class Runtime:
         self.otel: OtelTracing | None = None
         self._observability(config)
         self.reload_errors: list[str] = []  # problems of the last rejected reload, [] after a good one
+        #: client disconnects of requests whose server gives the socket (asgi.CLIENT_FD); Linux
+        self.disconnects = DisconnectMonitor() if disconnect_monitor_available() else None
 
     async def _own_metric_families(self) -> Iterable[Metric]:
         return self.metrics.registry.collect()
