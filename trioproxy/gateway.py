@@ -118,7 +118,8 @@ class Gateway:
                     await x.respond_error(error)
                 except ClientDisconnected:
                     pass
-                nursery.cancel_scope.cancel()
+                if nursery.child_tasks:  # a disconnect watcher or an unfinished upload: stop it
+                    nursery.cancel_scope.cancel()
         finally:
             x.stop_watching()
             metrics.requests_active -= 1
