@@ -145,9 +145,9 @@ def start_mock() -> tuple[subprocess.Popen, int]:
     return proc, int(m.group(1))
 
 
-def start_bench_mock(cpu: int | None) -> tuple[subprocess.Popen, int]:
+def start_bench_mock(cpu: int | None, delay_ms: float = DELAY_MS) -> tuple[subprocess.Popen, int]:
     """The cheap mock (bench/llm_mock.py) for the rate runs."""
-    proc, m = start([sys.executable, "-m", "bench.llm_mock", "--port", "0", "--delay-ms", str(DELAY_MS)],
+    proc, m = start([sys.executable, "-m", "bench.llm_mock", "--port", "0", "--delay-ms", str(delay_ms)],
                     r"listening on http://[^:]+:(\d+)", cpu=cpu)
     return proc, int(m.group(1))
 

@@ -50,3 +50,19 @@ def test_result_has_no_dot_segments_or_empty_runs_and_agrees_with_posixpath(part
 def test_remove_dot_segments_rfc_examples() -> None:
     assert remove_dot_segments("/a/b/c/./../../g") == "/a/g"
     assert remove_dot_segments("/mid/content=5/../6") == "/mid/6"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="/.%2eEfF5cC\\ \x00\x7fab:?é", max_size=12))
+def test_the_already_normal_shortcut_agrees_with_the_full_normalisation(target: str) -> None:
+    from trioproxy.paths import _normalize
+
+    try:
+        expected: str | type[PathError] = _normalize(target)
+    except PathError:
+        expected = PathError
+    try:
+        got: str | type[PathError] = normalize_path(target)
+    except PathError:
+        got = PathError
+    assert got == expected

@@ -18,6 +18,11 @@ CORK = "trioproxy.cork"
 socket write when it ends, instead of one write per piece (status line and headers, body, end).
 Only for what is already at hand, so nothing waits in the buffer for the network."""
 
+CLIENT_FD = "trioproxy.client_fd"
+"""ASGI scope extension a server may set (HTTP/1.1, one request at a time per connection): the
+client socket's file descriptor, valid until the app returns. With it the gateway notices the
+client leaving through ``disconnect_monitor.py`` instead of a task waiting in ``receive``."""
+
 
 def expects_continue(scope: Scope) -> bool:
     """An HTTP/1.1 request whose client waits for ``100 Continue`` before sending its body."""

@@ -11,8 +11,9 @@ from typing import Any
 
 import trio
 
-from .asgi import CORK, Header, Receive, Scope, Send, expects_continue
+from .asgi import CLIENT_FD, CORK, Header, Receive, Scope, Send, expects_continue
 from .config.model import Address, Backend, Listener, Route, RouteMatch
+from .disconnect_monitor import DisconnectMonitor
 from .errors import PayloadTooLarge, ProxyError, RequestBodyTimeout, error_response
 from .http_date import with_date
 from .policies.ratelimit_local import Decision, LocalRateLimiter
@@ -25,6 +26,20 @@ DRAIN_LIMIT = 64 * 1024
 _NOT_CORKED: AbstractAsyncContextManager[None] = nullcontext()
 
 
+def _host_and_framing(headers: list[Header]) -> tuple[bytes, bool]:
+    """The request's (first) ``host`` value, and whether its head declares a body
+    (``content-length`` or ``transfer-encoding``): one pass over the headers."""
+    host = None
+    declares_body = False
+    for name, value in headers:
+        if name == b"host":
+            if host is None:
+                host = value
+        elif name == b"content-length" or name == b"transfer-encoding":
+            declares_body = True
+    return host or b"", declares_body
+
+
 class ClientDisconnected(Exception):
     """The client went away; nobody is left to answer."""
 
@@ -35,11 +50,14 @@ class Exchange:
     __slots__ = (
         "_body_claimed",
         "_body_done",
+        "_declares_body",
         "_first_body",
+        "_watched_fd",
         "arrival",
         "backend",
         "backend_phase",
         "body_idle_timeout",
+        "disconnect_monitor",
         "disconnected",
         "error",
         "error_kind",
@@ -79,7 +97,7 @@ class Exchange:
         self.nursery: trio.Nursery | None = None
         self.tracer: Tracer | NullTracer = NULL_TRACER  # a Tracer when a /debug/trace watcher claimed it
         self.headers: list[Header] = scope["headers"]  # replaced (never mutated) by policies
-        raw_host = next((v for k, v in self.headers if k == b"host"), b"")
+        raw_host, self._declares_body = _host_and_framing(self.headers)
         self.host = host_without_port(raw_host.decode("latin-1"))
         self.listener: Listener | None = None
         self.route: Route | None = None
@@ -109,6 +127,8 @@ class Exchange:
         self._body_claimed = False  # someone (the upload) reads the body; nobody else may
         self._first_body: Any = None  # an HTTP/2 body's first message, read by ``peek_body``
         self.body_idle_timeout = inf  # the longest gap between two body pieces (frontendPolicies.http)
+        self.disconnect_monitor: DisconnectMonitor | None = None  # the runtime's, for a request (not an upgrade)
+        self._watched_fd: int | None = None  # the client socket the monitor watches for this request
 
     # --- what traces and CEL see (request_state / activation in trace.py) --------------------
 
@@ -120,24 +140,40 @@ class Exchange:
     # --- the request body ---------------------------------------------------------------------
 
     def _watch_disconnect(self) -> None:
-        """Called once the body is read: from now on ``receive`` only reports disconnects."""
+        """Called once the body is read: from now on ``receive`` only reports disconnects. With
+        the server's ``CLIENT_FD`` the process's epoll set watches the socket (no task);
+        otherwise a task waits in ``receive`` until the request ends."""
         self._body_done = True
+        monitor = self.disconnect_monitor
+        if monitor is not None:
+            fd = self.scope.get("extensions", {}).get(CLIENT_FD)
+            if fd is not None and monitor.watch(fd, self._client_gone):
+                self._watched_fd = fd
+                return
         assert self.nursery is not None
         self.nursery.start_soon(self._disconnect_watcher)
+
+    def stop_watching(self) -> None:
+        """The request ends: the monitor lets go of the client's socket (the server reads it next)."""
+        if self._watched_fd is not None and self.disconnect_monitor is not None:
+            self.disconnect_monitor.unwatch(self._watched_fd)
+            self._watched_fd = None
 
     async def _disconnect_watcher(self) -> None:
         while True:
             message = await self.receive()
             if message["type"] == "http.disconnect":
-                if not self.finished:  # after a complete response a close is just the client leaving
-                    self.disconnected = True
-                    assert self.nursery is not None
-                    self.nursery.cancel_scope.cancel()
+                self._client_gone()
                 return
 
+    def _client_gone(self) -> None:
+        if not self.finished:  # after a complete response a close is just the client leaving
+            self.disconnected = True
+            assert self.nursery is not None
+            self.nursery.cancel_scope.cancel()
+
     def has_body(self) -> bool:
-        return self._first_body is not None or any(
-            name in (b"content-length", b"transfer-encoding") for name, _ in self.scope["headers"])
+        return self._first_body is not None or self._declares_body
 
     async def peek_body(self) -> None:
         """HTTP/2 (and 3) may send a body without ``content-length``, and a request without one

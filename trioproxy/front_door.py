@@ -36,9 +36,9 @@ async def _answer(send: Any, status: int, text: str, *, close: bool) -> None:
 
 def _normalised(scope: dict[str, Any]) -> dict[str, Any]:
     """``scope`` with its path normalised (``PathError`` when it cannot be)."""
-    raw = scope.get("raw_path") or scope["path"].encode()
-    normal = normalize_path(raw.decode("latin-1"))
-    if normal != raw.decode("latin-1"):
+    raw = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+    normal = normalize_path(raw)
+    if normal != raw:
         scope = {**scope, "raw_path": normal.encode("latin-1"), "path": unquote(normal)}
     return scope
 

@@ -105,8 +105,9 @@ class Gateway:
         runtime = self.runtime
         x = self.open_exchange(scope, receive, send)
         x.body_idle_timeout = runtime.state.config.frontend.body_idle_timeout
+        x.disconnect_monitor = runtime.disconnects
         metrics = runtime.metrics
-        metrics.in_flight.inc()
+        metrics.requests_active += 1
         try:
             async with trio.open_nursery() as nursery:
                 x.nursery = nursery
@@ -117,9 +118,11 @@ class Gateway:
                     await x.respond_error(error)
                 except ClientDisconnected:
                     pass
-                nursery.cancel_scope.cancel()
+                if nursery.child_tasks:  # a disconnect watcher or an unfinished upload: stop it
+                    nursery.cancel_scope.cancel()
         finally:
-            metrics.in_flight.dec()
+            x.stop_watching()
+            metrics.requests_active -= 1
             status = 499 if x.disconnected else x.status
             if x.disconnected:
                 x.error = x.error or "client disconnected"
@@ -218,16 +221,40 @@ class Gateway:
         x.route_match = selection.match
         return gateway, state.routes[selection.route.key]
 
+    async def route_and_backend_stages(self, x: Exchange, compiled: CompiledRoute, *,
+                                       by_model: bool = True) -> Backend:
+        """Steps 4-5, shared by HTTP requests and WebSocket upgrades: the route's stages, the
+        backend chosen (by the body's model on an ``llm:`` route, when ``by_model``), and its
+        stages; the backend and its phase are left in ``x.backend`` and ``x.backend_phase``."""
+        tr = x.tracer
+        route = compiled.route
+
+        # 4. route phase
+        tr.policy_selection("route", route.policies)
+        for stage in compiled.phase.request:
+            await stage.request(x)
+        tr.snapshot("route policies", x)
+
+        # 5. backend phase (the llm: format chooses by the body's model)
+        chosen = await self._choose_model(x, compiled) if by_model and route.models else compiled.choose_backend()
+        if chosen is None:
+            raise BackendUnreachable(f"no backend available for route {route.name}")
+        backend, phase = chosen
+        x.backend = backend
+        tr.policy_selection("backend", backend.policies)
+        for stage in phase.request:
+            await stage.request(x)
+        x.backend_phase = phase
+        return backend
+
     async def _proxy(self, x: Exchange) -> None:
         tr = x.tracer
         gateway, compiled = await self.admit_and_route(x, x.scope["method"])
-        route = compiled.route
 
         # requestTimeout: from arrival, over everything from here to the upstream's response
         # headers (route and backend stages, the LLM body read, the upstream call); not over the
         # streamed response body (docs/configuration.md, "timeout").
-        timeout = route.policies.timeout
-        deadline = x.arrival + timeout.request_timeout if timeout and timeout.request_timeout else inf
+        deadline = compiled.request_deadline(x.arrival)
         response = None
         if deadline == inf:  # no requestTimeout: no cancel scope to enter and leave (~4-8 us)
             response = await self._route_to_upstream(x, compiled)
@@ -254,23 +281,7 @@ class Gateway:
         tr = x.tracer
         scope = x.scope
         route = compiled.route
-
-        # 4. route phase
-        tr.policy_selection("route", route.policies)
-        for stage in compiled.phase.request:
-            await stage.request(x)
-        tr.snapshot("route policies", x)
-
-        # 5. backend phase (the llm: format chooses by the body's model)
-        chosen = await self._choose_model(x, compiled) if route.models else compiled.choose_backend()
-        if chosen is None:
-            raise BackendUnreachable(f"no backend available for route {route.name}")
-        backend, phase = chosen
-        x.backend = backend
-        tr.policy_selection("backend", backend.policies)
-        for stage in phase.request:
-            await stage.request(x)
-        x.backend_phase = phase
+        backend = await self.route_and_backend_stages(x, compiled)
         if tr.active:
             x.request_capture = BodyCapture(tr.body_limit)
         if backend.ai is not None:

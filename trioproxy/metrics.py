@@ -2,7 +2,7 @@
 
 Each gateway process owns one ``Metrics`` (its own ``CollectorRegistry``), so in-process tests
 can run several gateways without their counters mixing. Labelled children are cached per
-(route, status) so a request pays a dict lookup, not prometheus-client's label resolution.
+label tuple so a request pays a dict lookup, not prometheus-client's label resolution.
 """
 
 from __future__ import annotations
@@ -74,6 +74,10 @@ class Metrics:
         self.in_flight = Gauge(
             "trioproxy_requests_in_flight", "Requests being handled now.", registry=self.registry,
         )
+        #: what ``in_flight`` reports, counted by the gateway: a plain int, not a locked gauge
+        #: update twice per request
+        self.requests_active = 0
+        self.in_flight.set_function(lambda: self.requests_active)
         self.upstream_connections = Gauge(
             "trioproxy_upstream_connections_open", "Open connections to backends (pooled and busy).",
             registry=self.registry,
@@ -106,6 +110,7 @@ class Metrics:
         )
         self._requests: dict[tuple[str, ...], tuple[Callable[[], None], Callable[[float], None]]] = {}
         self._decisions: dict[tuple[str, str, str], Callable[[], None]] = {}
+        self._tokens: dict[tuple[str, str, str], Callable[[float], None]] = {}
 
     def observe(self, bind: str, gateway: str, listener: str, route: str, backend: str, method: str, status: int,
                 reason: str, seconds: float) -> None:
@@ -129,12 +134,20 @@ class Metrics:
 
     def tokens(self, model: str, route: str, input_tokens: int | None, output_tokens: int | None) -> None:
         if input_tokens is not None:
-            self.token_usage.labels("input", model, route).observe(input_tokens)
+            self._token_observer("input", model, route)(input_tokens)
         if output_tokens is not None:
-            self.token_usage.labels("output", model, route).observe(output_tokens)
+            self._token_observer("output", model, route)(output_tokens)
+
+    def _token_observer(self, kind: str, model: str, route: str) -> Callable[[float], None]:
+        """The cached child's ``observe``, as ``observe`` caches the request counters."""
+        labels = (kind, model, route)
+        observe = self._tokens.get(labels)
+        if observe is None:
+            observe = self._tokens[labels] = self.token_usage.labels(*labels).observe
+        return observe
 
     def requests_in_flight(self) -> int:
-        return int(next(iter(self.in_flight.collect())).samples[0].value)
+        return self.requests_active
 
     def reload(self, applied: bool) -> None:
         self.config_reloads.labels("applied" if applied else "rejected").inc()

@@ -7,12 +7,15 @@ import random
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from itertools import accumulate
+from math import inf
 
 import trio
 from prometheus_client.metrics_core import Metric
 
 from .access_log import AccessLog
 from .config.model import Backend, Config, Listener, Policies, Route
+from .disconnect_monitor import DisconnectMonitor
+from .disconnect_monitor import available as disconnect_monitor_available
 from .metrics import Metrics
 from .otel import OtelTracing
 from .policies.authorization import AuthorizationPolicy, AuthorizationStage
@@ -179,7 +182,8 @@ def compile_phase(name: str, policies: Policies, key: str, compiler: StageCompil
 class CompiledRoute:
     """A route plus its phases and what choosing among its backends needs, computed once."""
 
-    __slots__ = ("backend_phases", "backends", "cumulative", "limiter", "phase", "phases_by_index", "route")
+    __slots__ = ("backend_phases", "backends", "cumulative", "limiter", "phase", "phases_by_index", "request_timeout",
+                 "route")
 
     def __init__(self, route: Route, phase: Phase, backend_phases: tuple[Phase, ...],
                  limiter: LocalRateLimiter | None = None) -> None:
@@ -191,6 +195,12 @@ class CompiledRoute:
         self.backend_phases = tuple(p for _, p in chosen)
         self.cumulative = list(accumulate(b.weight for b in self.backends))
         self.limiter = limiter
+        timeout = route.policies.timeout
+        self.request_timeout = timeout.request_timeout if timeout and timeout.request_timeout else None
+
+    def request_deadline(self, arrival: float) -> float:
+        """When ``requestTimeout``, counted from the request's arrival, runs out; ``inf`` without one."""
+        return arrival + self.request_timeout if self.request_timeout is not None else inf
 
     def choose_backend(self) -> tuple[Backend, Phase] | None:
         """A backend by weight, with its compiled phase."""
@@ -256,6 +266,8 @@ class Runtime:
         self.otel: OtelTracing | None = None
         self._observability(config)
         self.reload_errors: list[str] = []  # problems of the last rejected reload, [] after a good one
+        #: client disconnects of requests whose server gives the socket (asgi.CLIENT_FD); Linux
+        self.disconnects = DisconnectMonitor() if disconnect_monitor_available() else None
 
     async def _own_metric_families(self) -> Iterable[Metric]:
         return self.metrics.registry.collect()

@@ -31,7 +31,6 @@ session once it ends, with status 101.
 
 from __future__ import annotations
 
-from math import inf
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -90,7 +89,7 @@ class WebSocketProxy:
         # Stages, routing and the access log read an HTTP request: the upgrade is a GET.
         x = self.gateway.open_exchange({**scope, "method": "GET"}, receive, send)
         metrics = self.gateway.runtime.metrics
-        metrics.in_flight.inc()
+        metrics.requests_active += 1
         try:
             async with trio.open_nursery() as nursery:
                 x.nursery = nursery
@@ -101,33 +100,18 @@ class WebSocketProxy:
                     await self._deny(x, error)
                 # The session (started in this nursery by the upgrade) ends on a close or idleness.
         finally:
-            metrics.in_flight.dec()
+            metrics.requests_active -= 1
             self.gateway._finished(x, x.status, trio.current_time() - x.arrival)
             x.tracer.finish(x.status, x.error)
 
     # --- the upgrade ------------------------------------------------------------------------
 
     async def _upgrade(self, x: Exchange) -> None:
-        tr = x.tracer
-        _, compiled = await self.gateway.admit_and_route(x, "GET")  # an upgrade is a GET
-        route = compiled.route
-
-        timeout = route.policies.timeout
-        deadline = x.arrival + timeout.request_timeout if timeout and timeout.request_timeout else inf
-        with trio.CancelScope(deadline=deadline) as request_scope:
-            tr.policy_selection("route", route.policies)
-            for stage in compiled.phase.request:
-                await stage.request(x)
-            tr.snapshot("route policies", x)
-            chosen = compiled.choose_backend()
-            if chosen is None:
-                raise BackendUnreachable(f"no backend available for route {route.name}")
-            backend, phase = chosen
-            x.backend = backend
-            tr.policy_selection("backend", backend.policies)
-            for stage in phase.request:
-                await stage.request(x)
-            x.backend_phase = phase
+        gateway = self.gateway
+        _, compiled = await gateway.admit_and_route(x, "GET")  # an upgrade is a GET
+        with trio.CancelScope(deadline=compiled.request_deadline(x.arrival)) as request_scope:
+            # No body to read: an llm: route's backend is chosen by weight, not by model.
+            backend = await gateway.route_and_backend_stages(x, compiled, by_model=False)
             if backend.ai is not None:
                 raise BadRequest("bad request: WebSocket upgrade to an ai backend")
             assert x.nursery is not None

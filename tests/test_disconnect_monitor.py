@@ -1,0 +1,177 @@
+"""Client disconnects through the process's epoll set (trioproxy/disconnect_monitor.py), with real
+socket pairs: the monitor itself, and a request whose server hands over its socket (asgi.CLIENT_FD)."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from trioproxy.asgi import CLIENT_FD
+from trioproxy.config import parse_config
+from trioproxy.disconnect_monitor import DisconnectMonitor, available
+from trioproxy.gateway import Gateway
+from trioproxy.runtime import Runtime
+from trioproxy.upstream import UpstreamPool
+
+pytestmark = pytest.mark.skipif(not available(), reason="epoll is Linux only")
+
+
+@pytest.fixture
+def pair():
+    a, b = socket.socketpair()
+    yield a, b
+    a.close()
+    b.close()
+
+
+async def test_a_peer_that_closes_is_reported_once(pair) -> None:
+    ours, theirs = pair
+    monitor = DisconnectMonitor()
+    calls = []
+    gone = trio.Event()
+    assert monitor.watch(ours.fileno(), lambda: (calls.append(1), gone.set()))
+    theirs.close()
+    with trio.fail_after(5):
+        await gone.wait()
+    await trio.testing.wait_all_tasks_blocked()
+    assert calls == [1] and monitor.watching == 0
+
+
+async def test_bytes_sent_ahead_are_not_a_disconnect_and_a_half_close_is(pair) -> None:
+    ours, theirs = pair
+    monitor = DisconnectMonitor()
+    gone = trio.Event()
+    monitor.watch(ours.fileno(), gone.set)
+    theirs.sendall(b"GET /next HTTP/1.1\r\n\r\n")  # a pipelined request: stays unread
+    await trio.testing.wait_all_tasks_blocked()
+    assert not gone.is_set()
+    theirs.shutdown(socket.SHUT_WR)
+    with trio.fail_after(5):
+        await gone.wait()
+    assert ours.recv(100) == b"GET /next HTTP/1.1\r\n\r\n"
+
+
+async def test_an_unwatched_socket_is_not_reported_and_one_socket_is_watched_once(pair) -> None:
+    ours, theirs = pair
+    monitor = DisconnectMonitor()
+    calls: list[int] = []
+    assert monitor.watch(ours.fileno(), lambda: calls.append(1))
+    assert not monitor.watch(ours.fileno(), lambda: calls.append(2))  # the caller watches another way
+    monitor.unwatch(ours.fileno())
+    monitor.unwatch(ours.fileno())  # twice: nothing to do
+    theirs.close()
+    await trio.testing.wait_all_tasks_blocked()
+    assert calls == [] and monitor.watching == 0
+
+
+CONFIG = """binds:
+- port: 3000
+  listeners:
+  - routes:
+    - name: llm
+      backends:
+      - ai: {name: mock, provider: {openAI: {model: m}}, hostOverride: "127.0.0.1:9"}
+"""
+
+
+ANSWER = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+
+
+class _Backend(trio.abc.Stream):
+    """A backend that takes the request and answers ``answer``, or never (None)."""
+
+    def __init__(self, answer: bytes | None) -> None:
+        self.answer = answer
+        self.asked = False
+        self.closed = False
+
+    async def send_all(self, data: Any) -> None:
+        self.asked = True  # the request arrives in one write (a buffered body)
+        await trio.lowlevel.checkpoint()
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self.answer is None or not self.asked:
+            await trio.sleep_forever()
+        self.asked = False
+        await trio.lowlevel.checkpoint()
+        return self.answer or b""
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _gateway(answer: bytes | None) -> tuple[Runtime, Gateway, list[_Backend]]:
+    backends: list[_Backend] = []
+
+    async def connect(target: Any) -> trio.abc.Stream:
+        backends.append(_Backend(answer))
+        return backends[-1]
+
+    runtime = Runtime(parse_config(CONFIG, env={}), pool=UpstreamPool(connect=connect))
+    return runtime, Gateway(runtime, 3000), backends
+
+
+BODY = b'{"model": "m", "messages": []}'
+
+
+def _scope(fd: int) -> dict[str, Any]:
+    return {"type": "http", "http_version": "1.1", "method": "POST", "scheme": "http", "path": "/v1/chat",
+            "raw_path": b"/v1/chat", "query_string": b"", "headers": [
+                (b"host", b"x"), (b"content-length", str(len(BODY)).encode())],
+            "client": ("127.0.0.1", 5000), "extensions": {CLIENT_FD: fd}}
+
+
+def _client() -> tuple[Any, Any, list[dict[str, Any]]]:
+    """(receive, send, what was sent): the body once, then no more reads (the monitor watches)."""
+    sent: list[dict[str, Any]] = []
+    reads = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal reads
+        reads += 1
+        if reads == 1:
+            return {"type": "http.request", "body": BODY, "more_body": False}
+        raise AssertionError("receive after the body: the monitor, not a task, watches")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    return receive, send, sent
+
+
+async def test_a_request_whose_client_leaves_stops_at_once_without_a_watcher_task(pair) -> None:
+    ours, theirs = pair
+    runtime, app, backends = _gateway(None)
+    assert runtime.disconnects is not None
+    receive, send, sent = _client()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(app, _scope(ours.fileno()), receive, send)
+        await trio.testing.wait_all_tasks_blocked()
+        assert runtime.disconnects.watching == 1 and backends and runtime.metrics.requests_in_flight() == 1
+        theirs.close()
+        with trio.fail_after(5):
+            while runtime.metrics.requests_in_flight():
+                await trio.sleep(0.001)
+    assert sent == [] and runtime.disconnects.watching == 0 and backends[0].closed
+
+
+async def test_a_finished_request_lets_go_of_the_socket_for_the_next_one(pair) -> None:
+    ours, theirs = pair
+    runtime, app, backends = _gateway(ANSWER)
+    assert runtime.disconnects is not None
+    for _ in range(2):  # the same connection, one request after the other
+        receive, send, sent = _client()
+        await app(_scope(ours.fileno()), receive, send)
+        assert sent[0]["status"] == 200 and sent[-1]["more_body"] is False
+        assert runtime.disconnects.watching == 0
+    assert len(backends) == 1  # the backend connection was pooled and reused
