@@ -318,3 +318,18 @@ async def test_the_gateway_serves_pipelined_requests_on_a_plain_bind(nursery, ba
     await stream.send_all(b"GET /a HTTP/1.1\r\nhost: x\r\n\r\nGET /b HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
     answers = await read_until_closed(stream)
     assert answers.count(b"HTTP/1.1 200 OK\r\n") == 2
+
+
+async def test_a_client_that_leaves_while_the_backend_works_gets_no_answer_and_frees_the_backend(nursery):
+    """The gateway learns of the close from the socket it is handed (asgi.CLIENT_FD), so the loop
+    never sees it in ``receive``: it must not then answer 500 to a client that half-closed."""
+    from tests.fault_helpers import HangingBackend
+
+    hanging = await nursery.start(HangingBackend().serve)
+    gw = await start_gateway(nursery, SIMPLE, port=free_port(), backend=hanging.port)
+    stream = await trio.open_tcp_stream("127.0.0.1", gw.info.ports[gw.port])
+    await stream.send_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+    await wait_for(lambda: hanging.connections == 1)
+    await stream.send_eof()
+    assert await read_until_closed(stream) == b""
+    await wait_for(lambda: gw.info.runtime.metrics.requests_in_flight() == 0)

@@ -13,7 +13,8 @@ nothing more (the CPU it saves: docs/reliability.md, "Where the CPU goes"):
   ``raw_path``, ``query_string``, ``headers``, ``client``, ``server``), with the app run in the
   connection's own task. ``receive`` reads the socket when the app asks for body; once the body is
   read it waits for the client's close and reports ``http.disconnect``, as hypercorn's does.
-  ``send`` never raises for a client that left: the app learns it from ``receive``.
+  ``send`` never raises for a client that left: the app learns it from ``receive``, or from
+  ``disconnect_monitor.py`` watching the socket the scope hands it (``asgi.CLIENT_FD``).
 - **what connections.py adds to hypercorn**, the same here: the head size limit however the bytes
   arrive (431), the head timeout from a head's first byte (408), the idle timeout between requests
   (close), a client's EOF while idle frees the socket at once, ``100 Continue`` only when the app
@@ -29,6 +30,7 @@ import logging
 import math
 import os
 import re
+import select
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
@@ -37,7 +39,7 @@ from urllib.parse import unquote
 import h11
 import trio
 
-from .asgi import CORK, Scope
+from .asgi import CLIENT_FD, CORK, Scope
 from .upstream import is_readable
 
 log = logging.getLogger("trioproxy")
@@ -182,7 +184,10 @@ class Http1Connection:
             "type": "http", "asgi": ASGI_VERSION, "http_version": request.http_version.decode(),
             "method": method, "scheme": "http", "path": unquote(path.decode("ascii")), "raw_path": path,
             "query_string": query, "root_path": "", "headers": list(request.headers),
-            "client": self.client, "server": self.address, "extensions": {CORK: self._cork},
+            "client": self.client, "server": self.address,
+            # CLIENT_FD: one request at a time per socket, so the gateway may watch it for the
+            # client's close itself (disconnect_monitor.py) instead of waiting in ``receive``.
+            "extensions": {CORK: self._cork, CLIENT_FD: self.fd},
         }
         try:
             await self.server.app(scope, self.receive, self.send)
@@ -190,8 +195,11 @@ class Http1Connection:
             log.exception("Error in ASGI Framework")
         if self.gone:
             return False
-        if not self.head_sent:  # no answer: an app error
-            await self._write(error_answer(500))
+        if not self.head_sent:
+            # No answer: an app error, or the client left (the app was told by the disconnect
+            # monitor, not through ``receive``): a client that closed gets nothing.
+            if not peer_closed(self.fd):
+                await self._write(error_answer(500))
             return False
         while conn.their_state is h11.SEND_BODY:  # a body the app did not ask for (none, or already here)
             event = self._next_event()
@@ -416,6 +424,17 @@ class _Cork:
         pending, connection.corked = connection.corked, None
         if pending:
             await connection._write(b"".join(pending))
+
+
+def peer_closed(fd: int) -> bool:
+    """The client closed (or half-closed) its side, or reset: ``poll`` says so without reading
+    (bytes it sent ahead stay unread)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLRDHUP)  # POLLHUP and POLLERR are always reported
+    try:
+        return bool(poller.poll(0))
+    except OSError:  # pragma: no cover
+        return True
 
 
 def _address(name: Any) -> tuple[str, int] | None:
