@@ -333,3 +333,47 @@ async def test_a_client_that_leaves_while_the_backend_works_gets_no_answer_and_f
     await stream.send_eof()
     assert await read_until_closed(stream) == b""
     await wait_for(lambda: gw.info.runtime.metrics.requests_in_flight() == 0)
+
+
+async def test_the_scope_is_the_one_hypercorn_builds(nursery):
+    scopes = []
+
+    async def record(scope, receive, send) -> None:
+        scopes.append(scope)
+        await ok(scope, receive, send)
+
+    served, stream = await connect(nursery, record)
+    await stream.send_all(b"GET /a%20b?x=1&y HTTP/1.1\r\nHost: h\r\nX-Up: V\r\n\r\n")
+    await read_answers(stream, 1)
+    scope = scopes[0]
+    client, server = stream.socket.getsockname(), stream.socket.getpeername()
+    extensions = scope.pop("extensions")
+    assert scope == {
+        "type": "http", "asgi": {"spec_version": "2.1", "version": "3.0"}, "http_version": "1.1", "method": "GET",
+        "scheme": "http", "path": "/a b", "raw_path": b"/a%20b", "query_string": b"x=1&y", "root_path": "",
+        "headers": [(b"host", b"h"), (b"x-up", b"V")], "client": client[:2], "server": server[:2]}
+    assert set(extensions) == {"trioproxy.cork", "trioproxy.client_fd"}
+
+
+@pytest.mark.parametrize("status", [204, 304])
+async def test_no_body_goes_out_with_204_or_304(nursery, status):
+    async def body_anyway(scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": status, "headers": []})
+        await send({"type": "http.response.body", "body": b"body"})
+
+    _, stream = await connect(nursery, body_anyway)
+    await stream.send_all(b"GET / HTTP/1.1\r\nhost: a\r\n\r\nGET / HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n")
+    answers = await read_until_closed(stream)
+    assert answers.count(b"HTTP/1.1 %d " % status) == 2 and b"body" not in answers
+
+
+async def test_a_head_of_exactly_the_limit_is_served(nursery):
+    request = b"GET / HTTP/1.1\r\nhost: a\r\nx: "
+    request += b"y" * (200 - len(request) - 4) + b"\r\n\r\n"
+    assert len(request) == 200
+    _, stream = await connect(nursery, ok, max_head=200)
+    await stream.send_all(request)
+    assert (await read_answers(stream, 1)).startswith(b"HTTP/1.1 200 OK\r\n")
+    _, stream = await connect(nursery, ok, max_head=199)
+    await stream.send_all(request)
+    assert (await read_until_closed(stream)).startswith(b"HTTP/1.1 431 ")
