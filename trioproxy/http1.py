@@ -4,7 +4,7 @@ gateway's ASGI app inline.
 Why not hypercorn here: its HTTP/1.1 path takes every request through four layers (``TCPServer``,
 ``ProtocolWrapper``, ``H11Protocol``, ``HTTPStream``), a new task per request fed through a memory
 channel, and a lock around every write. This loop does what those layers did for the gateway and
-nothing more (the CPU it saves: docs/reliability.md, "Where the CPU goes"):
+nothing more (the instructions it saves per request: docs/protocols.md, bench/README.md):
 
 - **framing**: h11's state machine parses each request (head, Content-Length or chunked body,
   keep-alive, HTTP/1.0) and frames each response, as the upstream pool uses it. One h11 connection
