@@ -429,11 +429,11 @@ class _Connection:
                 start, stop = 1, stop - payload[0]
             if flags & PRIORITY_FLAG:
                 start += 5
-            block = bytearray(payload[start:stop])
-            if flags & END_HEADERS:
-                self._header_block(sid, block, bool(flags & END_STREAM))
+            if flags & END_HEADERS:  # (the common case: the block as bytes, no copy to gather it)
+                self._header_block(sid, payload[start:stop] if start or flags & PADDED else payload,
+                                   bool(flags & END_STREAM))
             else:
-                self._headers = (sid, block, bool(flags & END_STREAM))
+                self._headers = (sid, bytearray(payload[start:stop]), bool(flags & END_STREAM))
         elif kind == CONTINUATION:
             if self._headers is None or self._headers[0] != sid:
                 raise RlsCallError("unexpected CONTINUATION")
@@ -487,13 +487,13 @@ class _Connection:
                 self.max_frame = value
         self._wake()
 
-    def _header_block(self, sid: int, block: bytearray, end_stream: bool) -> None:
+    def _header_block(self, sid: int, block: bytes | bytearray, end_stream: bool) -> None:
         """Answers repeat the same header blocks (``:status 200``..., trailers ``grpc-status 0``), and
         with the table size 0 we announce the server's encoder keeps no dynamic table, so a block
         decoded with the table empty before and after means the same every time: it is decoded
         once and then looked up. Any other block goes through the decoder, which follows the
         server's table should it keep one anyway."""
-        raw = bytes(block)
+        raw = block if type(block) is bytes else bytes(block)
         meaning = self.known_blocks.get(raw)
         if meaning is None:
             table = self.decoder.header_table.dynamic_entries
@@ -670,7 +670,9 @@ class WireRlsClient:
             call = _Call(deadline)
             conn = None
             try:
-                conn = await self._connection(deadline)
+                conn = self._conn  # (the usual case without a coroutine: see _connection)
+                if conn is None or conn.closed or trio.lowlevel.current_root_task() is not self._root:
+                    conn = await self._connection(deadline)
                 sid = await conn.open_stream(message, timeout_ms, call)
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 if conn is not None:
