@@ -91,8 +91,9 @@ def _header(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> str | None:
     """``request.headers[name]`` (``name`` lowercase) as the activation has it: names compared
     lowercased (the map's keys are), repeats joined with ``,``, latin-1."""
     found = None
+    size = len(name)
     for raw_name, raw_value in headers:
-        if raw_name == name or raw_name.lower() == name:
+        if len(raw_name) == size and (raw_name == name or raw_name.lower() == name):  # (lower() only if it can match)
             value = raw_value.decode("latin-1")
             found = value if found is None else f"{found},{value}"
     return found

@@ -564,25 +564,25 @@ class _Connection:
         call's deadline); None when the connection closed first (nothing was sent: the caller
         takes a new one)."""
         body = b"\x00" + len(message).to_bytes(4, "big") + message
+        size = len(body)
         acks = b""
         if not self.reading:
             caught_up = self._caught_up()
             if caught_up is None:
                 return None
             acks = caught_up
-        if (self.send_window < len(body) or self.stream_window < len(body)
-                or len(self.calls) >= self.max_streams):
+        if self.send_window < size or self.stream_window < size or len(self.calls) >= self.max_streams:
             self.room_waiters += 1
             if not self.reading:
                 self._reader_turn()  # the WINDOW_UPDATE or SETTINGS that gives room must be read
             try:
                 with trio.move_on_at(call.deadline):
-                    while (self.send_window < len(body) or self.stream_window < len(body)
+                    while (self.send_window < size or self.stream_window < size
                            or len(self.calls) >= self.max_streams) and not self.closed:
                         await self.room.wait()
             finally:
                 self.room_waiters -= 1
-            if (self.send_window < len(body) or self.stream_window < len(body)
+            if (self.send_window < size or self.stream_window < size
                     or len(self.calls) >= self.max_streams) and not self.closed:
                 raise RlsCallFailed(DEADLINE_EXCEEDED)
             if not self.reading:  # (the reader parked meanwhile)
@@ -600,10 +600,12 @@ class _Connection:
         if block is None:
             block = self.blocks[timeout_ms] = header_block(self.authority, timeout_ms)
         out = acks + frame(HEADERS, END_HEADERS, sid, block)
-        for i in range(0, len(body), self.max_frame):
-            chunk = body[i:i + self.max_frame]
-            out += frame(DATA, END_STREAM if i + self.max_frame >= len(body) else 0, sid, chunk)
-        self.send_window -= len(body)
+        if size <= self.max_frame:  # (a check: always one DATA frame)
+            out += frame(DATA, END_STREAM, sid, body)
+        else:
+            for i in range(0, size, self.max_frame):
+                out += frame(DATA, END_STREAM if i + self.max_frame >= size else 0, sid, body[i:i + self.max_frame])
+        self.send_window -= size
         self.calls[sid] = call
         if call.deadline < self.next_deadline:  # earlier than the timer will look: wake it then
             self.next_deadline = call.deadline
