@@ -653,6 +653,7 @@ class WireRlsClient:
             except BaseException:
                 trio.lowlevel.notify_closing(sock)
                 sock.close()
+                os.close(conn.rfd)  # (no task waited on it yet)
                 raise
             trio.lowlevel.spawn_system_task(conn.read_loop, name=f"rls-wire-reader {self.target}")
             trio.lowlevel.spawn_system_task(conn.timer_loop, name=f"rls-wire-timer {self.target}")
