@@ -582,6 +582,30 @@ async def test_an_idle_connection_the_service_closed_is_replaced_before_a_call_i
     assert fake.connections == 2 and fake.answered == 2
 
 
+async def test_an_idle_connection_that_received_a_malformed_frame_is_replaced(nursery):
+    fake = FakeRls()
+    scopes: list[trio.CancelScope] = []
+    junk = trio.Event()
+
+    async def serve(stream: trio.SocketStream) -> None:
+        with trio.CancelScope() as scope:
+            scopes.append(scope)
+            await fake.serve(stream)
+        await stream.send_all(b"\xff\xff\xff" + bytes(6))  # a frame longer than SETTINGS_MAX_FRAME_SIZE
+        junk.set()
+        await trio.sleep_forever()  # (open: the frame, not the end of the stream, must retire it)
+
+    listeners = await nursery.start(trio.serve_tcp, serve, 0)
+    client = WireRlsClient(f"127.0.0.1:{listeners[0].socket.getsockname()[1]}")
+    assert await echo(client, "a") == "a"
+    scopes[0].cancel()
+    await junk.wait()
+    await trio.testing.wait_all_tasks_blocked()
+    old = client._conn
+    assert await echo(client, "b") == "b"
+    assert fake.connections == 2 and old is not None and old.closed
+
+
 async def test_an_idle_goaway_moves_the_next_call_to_a_new_connection_and_closes_the_old(nursery):
     fake = FakeRls(goaway_after=1, idle_goaway=True)
     client = await start(nursery, fake)

@@ -224,7 +224,6 @@ class _Connection:
         write): wake it out of ``wait_readable`` (``ClosedResourceError`` on ``rfd`` only;
         ``lead`` takes it as "look at your call again")."""
         if self.leader_waiting:
-            self.leader_waiting = False
             trio.lowlevel.notify_closing(self.rfd)
 
     async def wait(self, call: _Call) -> None:
@@ -541,18 +540,13 @@ class _Connection:
             return b""
         try:
             data = self.sock.recv(65536)
+            out = self._take(data) if data else None
         except BlockingIOError:
             return b""
-        except OSError as exc:
-            self.fail_all(f"UNAVAILABLE: {exc}")
-            return None
-        if not data:
-            self.fail_all("UNAVAILABLE: connection closed")
-            return None
-        try:
-            out = self._take(data)
-        except Exception as exc:  # noqa: BLE001 -- as the reader: the connection is done
-            self.fail_all(f"UNAVAILABLE: connection failed: {exc or type(exc).__name__}")
+        except Exception:  # noqa: BLE001 -- a failed read, a malformed frame: as the reader, the connection is done
+            out = None
+        if out is None:
+            self.fail_all("UNAVAILABLE: connection closed")  # (no call waits on an idle connection)
             return None
         if self.closed:
             self.close()  # GOAWAY: the reader task closes the socket
