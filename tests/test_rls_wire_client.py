@@ -663,3 +663,48 @@ async def test_a_frame_half_read_when_the_leader_is_cancelled_is_finished_by_the
             assert bytes(follow_call.body[5:]) == message
             n.cancel_scope.cancel()
     b.close()
+
+
+@pytest.mark.parametrize(("ending", "error"), [
+    (b"", "UNAVAILABLE: connection closed"),
+    (b"\xff\xff\xff" + bytes(6), "UNAVAILABLE: connection failed: frame of 16777215 bytes is larger than SETTINGS_MAX_FRAME_SIZE"),
+])
+async def test_the_reader_task_after_a_leader_left_answers_pings_and_fails_the_waiting_calls(ending, error):
+    """Once the reader task holds the socket (the leader cancelled), it acknowledges a PING, and
+    the service closing the connection or sending a malformed frame fails the calls it reads for."""
+    import socket
+
+    from trioproxy.rls.h2_frames import ACK, PING, frame
+    from trioproxy.rls.wire_client import _Call, _Connection
+
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    conn = _Connection(a, "x:1")
+    lead_call, follow_call = _Call(float("inf")), _Call(float("inf"))
+    conn.calls[1], conn.calls[3] = lead_call, follow_call
+    scope = trio.CancelScope()
+
+    async def leader() -> None:
+        with scope:
+            await conn.lead(lead_call)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as n:
+            n.start_soon(conn.read_loop)
+            n.start_soon(leader)
+            n.start_soon(conn.wait, follow_call)
+            await trio.testing.wait_all_tasks_blocked()
+            scope.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert conn.reader_turn and conn.leader is None
+            b.sendall(frame(PING, 0, 0, b"12345678"))
+            await trio.testing.wait_all_tasks_blocked()
+            assert b.recv(100) == frame(PING, ACK, 0, b"12345678")  # written by the reader task
+            if ending:
+                b.sendall(ending)
+            else:
+                b.shutdown(socket.SHUT_WR)
+    assert follow_call.done and lead_call.done
+    assert follow_call.error == error and lead_call.error == error
+    assert conn.closed and a.fileno() == -1  # the reader closed the socket as it ended
+    b.close()
