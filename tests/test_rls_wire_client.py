@@ -669,9 +669,10 @@ async def test_a_frame_half_read_when_the_leader_is_cancelled_is_finished_by_the
     (b"", "UNAVAILABLE: connection closed"),
     (b"\xff\xff\xff" + bytes(6), "UNAVAILABLE: connection failed: frame of 16777215 bytes is larger than SETTINGS_MAX_FRAME_SIZE"),
 ])
-async def test_the_reader_task_after_a_leader_left_answers_pings_and_fails_the_waiting_calls(ending, error):
-    """Once the reader task holds the socket (the leader cancelled), it acknowledges a PING, and
-    the service closing the connection or sending a malformed frame fails the calls it reads for."""
+async def test_leader_and_then_reader_answer_pings_and_the_reader_fails_the_waiting_calls(ending, error):
+    """The leader acknowledges a PING; once the reader task holds the socket (the leader
+    cancelled), it does, and the service closing the connection or sending a malformed frame
+    fails the calls it reads for."""
     import socket
 
     from trioproxy.rls.h2_frames import ACK, PING, frame
@@ -694,6 +695,9 @@ async def test_the_reader_task_after_a_leader_left_answers_pings_and_fails_the_w
             n.start_soon(leader)
             n.start_soon(conn.wait, follow_call)
             await trio.testing.wait_all_tasks_blocked()
+            b.sendall(frame(PING, 0, 0, b"leader!!"))
+            await trio.testing.wait_all_tasks_blocked()
+            assert b.recv(100) == frame(PING, ACK, 0, b"leader!!")  # written by the leader
             scope.cancel()
             await trio.testing.wait_all_tasks_blocked()
             assert conn.reader_turn and conn.leader is None
