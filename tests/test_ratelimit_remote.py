@@ -310,6 +310,18 @@ def test_decision_derives_headers_from_fewest_remaining_unless_service_sent_them
     assert not d.allowed and d.body == "slow down" and d.response_headers == ((b"x-ratelimit-limit", b"9"),)
 
 
+def test_decision_without_detail_skips_the_statuses_only_when_the_service_sent_its_headers():
+    """The stage asks for ``limit``/``remaining`` only when a trace watcher will show them."""
+    sent = _response(1, (5, 1, 1), headers=[("X-RateLimit-Remaining", "1"), ("x-other", "o")])
+    assert RemoteRateLimitPolicy.decide(sent, False) == (
+        True, "", ((b"x-ratelimit-remaining", b"1"), (b"x-other", b"o")), (), None, None)
+    assert RemoteRateLimitPolicy.decide(sent, True)[4:] == (5, 1)
+    derived = RemoteRateLimitPolicy.decide(_response(1, (10, 8, 2), (5, 1, 1), headers=[("x-other", "o")]), False)
+    assert derived.response_headers == ((b"x-other", b"o"), (b"x-ratelimit-limit", b"5, 5;w=1"),
+                                        (b"x-ratelimit-remaining", b"1"), (b"x-ratelimit-reset", b"7"))
+    assert (derived.limit, derived.remaining) == (5, 1)
+
+
 def test_descriptor_with_failing_entry_is_skipped_with_reason():
     spec = RemoteRateLimitSpec("h:1", "gw", (
         RemoteDescriptor((RemoteEntry("user", "jwt.sub"),)),

@@ -28,7 +28,7 @@ class FakeRls:
                  big_header: int = 0, pad: int = 0, ping: bool = False, reset: bool = False,
                  big_window: bool = False, silent: str = "", grpc_status: str = "0", grpc_message: str = "",
                  http_status: str = "200", hold: trio.Event | None = None, dribble: int = 0,
-                 late_window_update: bool = False) -> None:
+                 late_window_update: bool = False, idle_goaway: bool = False) -> None:
         self.dynamic_table = dynamic_table
         self.max_streams = max_streams
         self.goaway_after = goaway_after
@@ -46,6 +46,7 @@ class FakeRls:
         self.hold = hold  # answers wait for it
         self.dribble = dribble  # answers sent in pieces of this many bytes, each read on its own
         self.late_window_update = late_window_update  # a stream's data acknowledged once it is answered
+        self.idle_goaway = idle_goaway  # GOAWAY sent once the client has read the answers before it
         self.answered = 0
         self.connections = 0
         self.ping_acks = 0
@@ -109,6 +110,8 @@ class FakeRls:
                     await trio.testing.wait_all_tasks_blocked()  # the client has read this piece
             if self.goaway_after and self.answered - answered >= self.goaway_after:  # on this connection
                 # A graceful server: the streams it got but did not answer are past last_stream_id.
+                if self.idle_goaway:
+                    await trio.testing.wait_all_tasks_blocked()
                 conn.close_connection(last_stream_id=last)
                 await stream.send_all(conn.data_to_send())
                 while await stream.receive_some(65536):  # until the client closes (no RST race)
@@ -423,3 +426,289 @@ async def test_a_malformed_frame_fails_the_call_not_the_gateway(nursery):
     client = WireRlsClient(f"127.0.0.1:{listeners[0].socket.getsockname()[1]}")
     with pytest.raises(RlsCallFailed, match="UNAVAILABLE: connection failed"):
         await echo(client, "x")
+
+
+# Who reads the socket: a call made while nobody reads leads (waits for the socket and routes
+# every call's frames itself); calls made meanwhile follow (park until routed); a leader that
+# leaves with followers waiting hands the socket to the reader task, which parks again once no
+# call waits. An idle connection is read by nobody until the next call. (A lost hand-over would
+# hang: fail_after turns that into a failure.)
+
+async def test_concurrent_calls_follow_the_one_leading_and_each_gets_its_own_answer(nursery):
+    hold = trio.Event()
+    fake = FakeRls(hold=hold)
+    client = await start(nursery, fake)
+    results: dict[str, str] = {}
+
+    async def one(value: str) -> None:
+        results[value] = await echo(client, value)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as calls:
+            calls.start_soon(one, "lead")
+            await trio.testing.wait_all_tasks_blocked()
+            conn = client._conn
+            assert conn is not None and conn.leader is not None and conn.reading and not conn.reader_turn
+            for value in ("f1", "f2", "f3"):
+                calls.start_soon(one, value)
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(conn.calls) == 4 and not conn.reader_turn  # they follow: the leader reads for all
+            hold.set()
+    assert results == {v: v for v in ("lead", "f1", "f2", "f3")}
+    assert not conn.reading and conn.leader is None  # idle: the next call leads again
+    fake.hold = None
+    assert await echo(client, "next") == "next"
+    assert fake.connections == 1
+
+
+async def test_a_cancelled_leader_hands_the_socket_to_the_reader_and_its_followers_are_answered(nursery):
+    hold = trio.Event()
+    fake = FakeRls()
+    client = await start(nursery, fake)
+    await echo(client, "warm")  # (the server's SETTINGS are in)
+    results: dict[str, str] = {}
+    leader_scope = trio.CancelScope()
+
+    async def one(value: str) -> None:
+        results[value] = await echo(client, value)
+
+    async def leader() -> None:
+        with leader_scope:
+            await one("lead")
+
+    fake.hold = hold
+    with trio.fail_after(10):
+        async with trio.open_nursery() as calls:
+            calls.start_soon(leader)
+            await trio.testing.wait_all_tasks_blocked()
+            conn = client._conn
+            assert conn is not None and conn.leader is not None
+            calls.start_soon(one, "f1")
+            calls.start_soon(one, "f2")
+            await trio.testing.wait_all_tasks_blocked()
+            leader_scope.cancel()  # (its request went away)
+            await trio.testing.wait_all_tasks_blocked()
+            assert conn.leader is None and conn.reader_turn  # the reader task reads for f1 and f2
+            hold.set()  # every answer arrives; the leader's for nobody
+    assert results == {"f1": "f1", "f2": "f2"}
+    assert not conn.calls and not conn.reading and not conn.reader_turn  # idle again, the reader parked
+    fake.hold = None
+    assert await echo(client, "next") == "next"
+    assert fake.connections == 1 and fake.answered == 5
+
+
+async def test_a_leader_past_its_deadline_is_woken_and_its_follower_still_answered(nursery, autojump_clock):
+    """The timer fails the leader's call at its deadline and wakes it out of its wait for the
+    socket; the follower's answer, which the leader routed before, is not lost, and the timer's
+    wake-up leaves the socket usable."""
+    fake = FakeRls(silent="slow")
+    client = await start(nursery, fake)
+    await echo(client, "warm")
+    out: dict[str, object] = {}
+
+    async def slow() -> None:
+        t0 = trio.current_time()
+        with pytest.raises(RlsCallFailed, match="DEADLINE_EXCEEDED"):
+            await client.should_rate_limit("d", [([("k", "slow")], None)], 0.5)
+        out["slow"] = trio.current_time() - t0
+
+    async def fast() -> None:
+        out["fast"] = await echo(client, "fast")
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as calls:
+            calls.start_soon(slow)
+            await trio.testing.wait_all_tasks_blocked()
+            conn = client._conn
+            assert conn is not None and conn.leader is not None  # "slow" leads
+            calls.start_soon(fast)
+    assert out["fast"] == "fast"
+    assert 0.5 <= out["slow"] < 0.6  # type: ignore[operator]
+    assert await echo(client, "after") == "after"  # led again, on the same connection
+    assert fake.connections == 1
+
+
+async def test_the_connection_lost_while_leading_fails_leader_and_followers_and_the_next_call_reconnects(nursery):
+    received = trio.Event()
+    first = True
+
+    async def serve(stream: trio.SocketStream) -> None:
+        nonlocal first
+        if not first:
+            return await FakeRls().serve(stream)
+        first = False
+        while b"f2" not in (data := await stream.receive_some(65536)) or not data:
+            if not data:
+                return
+        received.set()
+        await stream.aclose()  # (the service crashed with three calls in flight)
+
+    listeners = await nursery.start(trio.serve_tcp, serve, 0)
+    client = WireRlsClient(f"127.0.0.1:{listeners[0].socket.getsockname()[1]}")
+    errors: dict[str, str] = {}
+
+    async def one(value: str) -> None:
+        with pytest.raises(RlsCallFailed) as info:
+            await echo(client, value)
+        errors[value] = str(info.value)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as calls:
+            for value in ("lead", "f1", "f2"):
+                calls.start_soon(one, value)
+                await trio.testing.wait_all_tasks_blocked()
+    assert received.is_set()
+    assert errors == dict.fromkeys(("lead", "f1", "f2"), "UNAVAILABLE: connection closed")
+    assert await echo(client, "next") == "next"
+
+
+async def test_an_idle_connection_the_service_closed_is_replaced_before_a_call_is_lost_on_it(nursery):
+    """Nobody reads an idle connection; the next call finds its end (and a GOAWAY) first."""
+    fake = FakeRls()
+    scopes: list[trio.CancelScope] = []
+
+    async def serve(stream: trio.SocketStream) -> None:
+        with trio.CancelScope() as scope:
+            scopes.append(scope)
+            await fake.serve(stream)
+        await stream.aclose()
+
+    listeners = await nursery.start(trio.serve_tcp, serve, 0)
+    client = WireRlsClient(f"127.0.0.1:{listeners[0].socket.getsockname()[1]}")
+    assert await echo(client, "a") == "a"
+    scopes[0].cancel()  # (the service restarted while the connection was idle)
+    await trio.testing.wait_all_tasks_blocked()
+    assert await echo(client, "b") == "b"
+    assert fake.connections == 2 and fake.answered == 2
+
+
+async def test_an_idle_connection_that_received_a_malformed_frame_is_replaced(nursery):
+    fake = FakeRls()
+    scopes: list[trio.CancelScope] = []
+    junk = trio.Event()
+
+    async def serve(stream: trio.SocketStream) -> None:
+        with trio.CancelScope() as scope:
+            scopes.append(scope)
+            await fake.serve(stream)
+        await stream.send_all(b"\xff\xff\xff" + bytes(6))  # a frame longer than SETTINGS_MAX_FRAME_SIZE
+        junk.set()
+        await trio.sleep_forever()  # (open: the frame, not the end of the stream, must retire it)
+
+    listeners = await nursery.start(trio.serve_tcp, serve, 0)
+    client = WireRlsClient(f"127.0.0.1:{listeners[0].socket.getsockname()[1]}")
+    assert await echo(client, "a") == "a"
+    scopes[0].cancel()
+    await junk.wait()
+    await trio.testing.wait_all_tasks_blocked()
+    old = client._conn
+    assert await echo(client, "b") == "b"
+    assert fake.connections == 2 and old is not None and old.closed
+
+
+async def test_an_idle_goaway_moves_the_next_call_to_a_new_connection_and_closes_the_old(nursery):
+    fake = FakeRls(goaway_after=1, idle_goaway=True)
+    client = await start(nursery, fake)
+    assert await echo(client, "a") == "a"
+    await trio.testing.wait_all_tasks_blocked()  # the GOAWAY came after the answer, to an idle connection
+    assert client._conn is not None and not client._conn.closed  # (nobody read it yet)
+    assert await echo(client, "b") == "b"
+    assert fake.connections == 2 and fake.answered == 2
+    await trio.testing.wait_all_tasks_blocked()
+    assert fake.closed_by_client == 1  # the old connection's socket was closed
+
+
+async def test_a_frame_half_read_when_the_leader_is_cancelled_is_finished_by_the_reader():
+    """At the connection itself (a socket pair, frames written by hand): the leader routes the
+    first half of a follower's answer, is cancelled, and the reader task takes the rest from
+    where the leader stopped (mid-frame), so the follower's answer arrives whole."""
+    import socket
+
+    from trioproxy.rls.h2_frames import DATA, END_HEADERS, END_STREAM, HEADERS, frame, hpack_literal
+    from trioproxy.rls.wire_client import _Call, _Connection
+
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    conn = _Connection(a, "x:1")
+    lead_call, follow_call = _Call(float("inf")), _Call(float("inf"))
+    conn.calls[1], conn.calls[3] = lead_call, follow_call
+    message = rls_pb2.RateLimitResponse(overall_code=rls_pb2.RateLimitResponse.OK).SerializeToString()
+    trailers = frame(HEADERS, END_HEADERS | END_STREAM, 3, b"\x00" + hpack_literal(b"grpc-status") + hpack_literal(b"0"))
+    answer = (frame(HEADERS, END_HEADERS, 3, b"\x88")  # :status 200
+              + frame(DATA, 0, 3, b"\x00" + len(message).to_bytes(4, "big") + message) + trailers)
+    half = len(answer) - 10  # inside the trailers' frame
+    scope = trio.CancelScope()
+
+    async def leader() -> None:
+        with scope:
+            await conn.lead(lead_call)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as n:
+            n.start_soon(conn.read_loop)
+            n.start_soon(leader)
+            n.start_soon(conn.wait, follow_call)
+            await trio.testing.wait_all_tasks_blocked()
+            assert conn.leader is lead_call and conn.parked is not None  # the reader waits its turn
+            b.sendall(answer[:half])
+            await trio.testing.wait_all_tasks_blocked()
+            assert follow_call.body and follow_call.status is None  # routed up to the trailers
+            assert bytes(conn.rbuf) == trailers[:-10]  # whose first part waits
+            scope.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert conn.leader is None and conn.reader_turn and 1 in conn.calls  # left to be answered
+            b.sendall(answer[half:])
+            await trio.testing.wait_all_tasks_blocked()
+            assert follow_call.done and follow_call.status == b"0" and follow_call.error is None
+            assert bytes(follow_call.body[5:]) == message
+            n.cancel_scope.cancel()
+    b.close()
+
+
+@pytest.mark.parametrize(("ending", "error"), [
+    (b"", "UNAVAILABLE: connection closed"),
+    (b"\xff\xff\xff" + bytes(6), "UNAVAILABLE: connection failed: frame of 16777215 bytes is larger than SETTINGS_MAX_FRAME_SIZE"),
+])
+async def test_leader_and_then_reader_answer_pings_and_the_reader_fails_the_waiting_calls(ending, error):
+    """The leader acknowledges a PING; once the reader task holds the socket (the leader
+    cancelled), it does, and the service closing the connection or sending a malformed frame
+    fails the calls it reads for."""
+    import socket
+
+    from trioproxy.rls.h2_frames import ACK, PING, frame
+    from trioproxy.rls.wire_client import _Call, _Connection
+
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    conn = _Connection(a, "x:1")
+    lead_call, follow_call = _Call(float("inf")), _Call(float("inf"))
+    conn.calls[1], conn.calls[3] = lead_call, follow_call
+    scope = trio.CancelScope()
+
+    async def leader() -> None:
+        with scope:
+            await conn.lead(lead_call)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as n:
+            n.start_soon(conn.read_loop)
+            n.start_soon(leader)
+            n.start_soon(conn.wait, follow_call)
+            await trio.testing.wait_all_tasks_blocked()
+            b.sendall(frame(PING, 0, 0, b"leader!!"))
+            await trio.testing.wait_all_tasks_blocked()
+            assert b.recv(100) == frame(PING, ACK, 0, b"leader!!")  # written by the leader
+            scope.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert conn.reader_turn and conn.leader is None
+            b.sendall(frame(PING, 0, 0, b"12345678"))
+            await trio.testing.wait_all_tasks_blocked()
+            assert b.recv(100) == frame(PING, ACK, 0, b"12345678")  # written by the reader task
+            if ending:
+                b.sendall(ending)
+            else:
+                b.shutdown(socket.SHUT_WR)
+    assert follow_call.done and lead_call.done
+    assert follow_call.error == error and lead_call.error == error
+    assert conn.closed and a.fileno() == -1  # the reader closed the socket as it ended
+    b.close()

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import trio
 from attrs import frozen
@@ -91,8 +91,9 @@ def _header(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> str | None:
     """``request.headers[name]`` (``name`` lowercase) as the activation has it: names compared
     lowercased (the map's keys are), repeats joined with ``,``, latin-1."""
     found = None
+    size = len(name)
     for raw_name, raw_value in headers:
-        if raw_name == name or raw_name.lower() == name:
+        if len(raw_name) == size and (raw_name == name or raw_name.lower() == name):  # (lower() only if it can match)
             value = raw_value.decode("latin-1")
             found = value if found is None else f"{found},{value}"
     return found
@@ -157,14 +158,28 @@ def _text(value: Any) -> str | None:
     return None
 
 
-@frozen
-class Decision:
+class Decision(NamedTuple):
+    """What one answer decides (a NamedTuple: made once per request, ~1 µs less than frozen attrs)."""
+
     allowed: bool
     body: str
     response_headers: tuple[Header, ...]  # to the client (429 or forwarded response)
     request_headers: tuple[Header, ...]  # upstream, when allowed
     limit: int | None = None
     remaining: int | None = None
+
+
+#: a service's response header name -> (its lowercase latin-1 bytes, whether it is x-ratelimit-*):
+#: the same few names in every answer, so each is lowered, encoded and classified once
+_NAMES: dict[str, tuple[bytes, bool]] = {}
+
+
+def _name(key: str) -> tuple[bytes, bool]:
+    lower = key.lower()
+    found = (lower.encode("latin-1"), lower.startswith("x-ratelimit-"))
+    if len(_NAMES) < 64:  # (names come from the service: bounded)
+        _NAMES[key] = found
+    return found
 
 
 class RemoteRateLimitPolicy:
@@ -213,33 +228,39 @@ class RemoteRateLimitPolicy:
         return out, skipped
 
     @staticmethod
-    def decide(response: Any) -> Decision:
+    def decide(response: Any, detail: bool = True) -> Decision:
+        """``detail`` False (nobody watches the trace): ``limit`` and ``remaining`` are not looked
+        up when the service sent its own ``x-ratelimit-*`` headers, as nothing else reads them."""
         # Plain loops, no generators or key lambdas: this runs once per request (bench/README.md).
-        headers: tuple[Header, ...] = ()
+        headers: list[Header] = []
         service_sent = False
         for h in response.response_headers_to_add:
-            key = h.key.lower()
-            service_sent = service_sent or key.startswith("x-ratelimit-")
-            headers += ((key.encode("latin-1"), (h.value or h.raw_value.decode("latin-1")).encode("latin-1")),)
-        best = None
-        for s in response.statuses:
-            if s.HasField("current_limit") and (best is None or s.limit_remaining < best.limit_remaining):
-                best = s
-        if best is not None and not service_sent:
-            n = best.current_limit.requests_per_unit
-            window = UNIT_SECONDS.get(best.current_limit.unit, 0)
-            headers += ((b"x-ratelimit-limit", f"{n}, {n};w={window}".encode()),
-                        (b"x-ratelimit-remaining", str(best.limit_remaining).encode()),
-                        (b"x-ratelimit-reset", str(best.duration_until_reset.seconds).encode()))
-        limit = best.current_limit.requests_per_unit if best is not None else None
-        remaining = best.limit_remaining if best is not None else None
+            key = h.key
+            name, ratelimit = _NAMES.get(key) or _name(key)
+            service_sent = service_sent or ratelimit
+            headers.append((name, (h.value or h.raw_value.decode("latin-1")).encode("latin-1")))
+        limit = remaining = None
+        if detail or not service_sent:
+            best = None
+            for s in response.statuses:
+                if s.HasField("current_limit") and (best is None or s.limit_remaining < best.limit_remaining):
+                    best = s
+            if best is not None:
+                limit, remaining = best.current_limit.requests_per_unit, best.limit_remaining
+                if not service_sent:
+                    window = UNIT_SECONDS.get(best.current_limit.unit, 0)
+                    headers += ((b"x-ratelimit-limit", f"{limit}, {limit};w={window}".encode()),
+                                (b"x-ratelimit-remaining", str(remaining).encode()),
+                                (b"x-ratelimit-reset", str(best.duration_until_reset.seconds).encode()))
         if response.overall_code == OVER_LIMIT:
             body = response.raw_body.decode("utf-8", "replace") if response.raw_body else RateLimited.default_message
-            return Decision(False, body, headers, (), limit, remaining)
-        request_headers = tuple((h.key.lower().encode("latin-1"),
-                                 (h.value or h.raw_value.decode("latin-1")).encode("latin-1"))
-                                for h in response.request_headers_to_add)
-        return Decision(True, "", headers, request_headers, limit, remaining)
+            return Decision(False, body, tuple(headers), (), limit, remaining)
+        request_headers: tuple[Header, ...] = ()
+        if response.request_headers_to_add:
+            request_headers = tuple((h.key.lower().encode("latin-1"),
+                                     (h.value or h.raw_value.decode("latin-1")).encode("latin-1"))
+                                    for h in response.request_headers_to_add)
+        return Decision(True, "", tuple(headers), request_headers, limit, remaining)
 
 
 class RemoteRateLimitStage(Stage):
@@ -281,7 +302,7 @@ class RemoteRateLimitStage(Stage):
                 return
             self._event(x, "error", "failed", reason=str(exc))
             raise RateLimitFailed() from None
-        decision = self.policy.decide(response)
+        decision = self.policy.decide(response, x.tracer.active)
         self.count("remoteRateLimit", self.key, "allowed" if decision.allowed else "rejected")
         if x.tracer.active:  # (the event's fields are built only for a watcher)
             self._event(x, "info" if decision.allowed else "warn", "allowed" if decision.allowed else "rejected",

@@ -19,19 +19,38 @@ unary gRPC client needs, with the request's header block encoded once:
   connection; a protocol or socket error fails every call on the connection (UNAVAILABLE), and
   the next call reconnects.
 
-One connection per service target, opened on first use; calls are concurrent streams on it. A
-reader task (a Trio system task, so it outlives any one request) routes frames to the waiting
-calls. Each call sends ``grpc-timeout`` and gives up at its deadline (the stream is reset).
+One connection per service target, opened on first use; calls are concurrent streams on it. Each
+call sends ``grpc-timeout`` and gives up at its deadline (the stream is reset).
+
+Who reads the socket (one task at a time: Trio lets one task wait for a socket to be readable):
+
+- a call made while nobody reads (the common case: one check at a time per connection) *leads*:
+  it waits for readability itself and routes what arrives, its own answer and any other call's,
+  until its own answer is in (``_Connection.lead``). Parking and being rescheduled by a reader
+  task cost a second task step per call: ~100k instructions for a bare Trio round trip that
+  way, ~60k led (bench/README.md, "Global rate limiting");
+- a call made while someone reads parks and is rescheduled when its answer is routed;
+- a leader that leaves (answered, timed out, cancelled, the connection failed) while other calls
+  still wait hands the socket to the reader task, a Trio system task (it outlives any one
+  request), which reads until no call waits, then parks again;
+- an idle connection is read by nobody: whatever came meanwhile (GOAWAY, PING, the server
+  closing) is read without waiting just before the next call's request is sent (``open_stream``),
+  so a closed or retiring connection is replaced before a call is lost on it.
 
 Per call the event loop does as little as possible, because at this size Trio's conveniences
 were most of the cost (docs/ratelimit-server.md, bench/README.md): the socket is non-blocking and
-written and read directly (``write``, ``read_loop``: no lock, no ``send_all``/``receive_some``
-checkpoints), the caller parks and is rescheduled by the reader (no ``trio.Event``), and one
-timer task per connection keeps the deadlines (no cancel scope per call).
+written and read directly (``write``, ``lead``, ``read_loop``: no lock, no
+``send_all``/``receive_some`` checkpoints), a lone call reads its own answer and a follower parks
+and is rescheduled by whoever reads (no ``trio.Event``), and one timer task per connection keeps
+the deadlines (no cancel scope per call: even without a deadline, entering and leaving one cost
+~47k instructions, half a bare round trip; the timer wakes a leader with ``notify_closing`` on
+its own descriptor of the socket instead).
 """
 
 from __future__ import annotations
 
+import os
+import select
 import socket
 from collections.abc import Sequence
 from typing import Any
@@ -104,10 +123,10 @@ DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED: no answer within the timeout"
 
 
 class _Call:
-    """One call's answer as it arrives. The caller parks on it (``_Connection.wait``) and the
-    reader (or the timer, at ``deadline``) wakes it with ``trio.lowlevel.reschedule``: cheaper
-    than a ``trio.Event`` and a cancel scope with a deadline per call (their deadline
-    bookkeeping alone was ~8% of a call)."""
+    """One call's answer as it arrives. A follower parks on it (``_Connection.wait``) and
+    whoever reads (or the timer, at ``deadline``) wakes it with ``trio.lowlevel.reschedule``:
+    cheaper than a ``trio.Event`` and a cancel scope with a deadline per call (their deadline
+    bookkeeping alone was ~8% of a call). A leader reads until ``done``."""
 
     __slots__ = ("body", "deadline", "done", "error", "message", "refused", "status", "task")
 
@@ -131,6 +150,18 @@ class _Call:
 class _Connection:
     def __init__(self, sock: socket.socket, authority: str) -> None:
         self.sock = sock  # non-blocking; see write() and read_loop() for why not a trio.SocketStream
+        #: a second descriptor of the same socket, the one readers wait on: the timer wakes a
+        #: leader past its deadline with ``notify_closing`` on it, which leaves a task waiting to
+        #: write (on ``sock``) alone
+        self.rfd = os.dup(sock.fileno())
+        self.idle_poll = select.poll()  # is anything there? (cheaper than a recv raising BlockingIOError)
+        self.idle_poll.register(self.rfd, select.POLLIN)
+        self.rbuf = bytearray()  # an unfinished frame, for the next read (whoever reads)
+        self.reading = False  # a leader or the reader task owns the read side
+        self.reader_turn = False  # ...the reader task (see read_loop)
+        self.parked: Any = None  # the reader task while it waits for its turn
+        self.leader: _Call | None = None  # the call whose task reads for it (see lead)
+        self.leader_waiting = False  # ...while it waits for the socket (only then is it woken)
         self.authority = authority.encode("latin-1")
         self.decoder = hpack.Decoder()
         #: header block bytes -> what it says (grpc-status, grpc-message, HTTP error), for blocks
@@ -173,6 +204,27 @@ class _Connection:
         self._wake()
         if self.timer_scope is not None:
             self.timer_scope.cancel()  # the timer ends with the connection
+        self._reader_turn()  # it closes the socket, which wakes a leader (notify_closing)
+
+    def close(self) -> None:
+        """No new calls; the socket closes once the calls on it are answered."""
+        self.closed = True
+        if not self.reading:
+            self._reader_turn()
+
+    def _reader_turn(self) -> None:
+        """The reader task reads from now on (it parks again once no call waits)."""
+        self.reading = self.reader_turn = True
+        task, self.parked = self.parked, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
+
+    def _wake_leader(self) -> None:
+        """The leader's call was finished by someone else (the timer at its deadline, a failed
+        write): wake it out of ``wait_readable`` (``ClosedResourceError`` on ``rfd`` only;
+        ``lead`` takes it as "look at your call again")."""
+        if self.leader_waiting:
+            trio.lowlevel.notify_closing(self.rfd)
 
     async def wait(self, call: _Call) -> None:
         """Park until ``call`` is answered, failed or past its deadline (the timer task fails it
@@ -248,47 +300,107 @@ class _Connection:
             self.flushing = False
 
     async def read_loop(self) -> None:
-        """Wait until the socket is readable, take what is there in one ``recv``, route its frames;
-        one pass through the scheduler per answer (``receive_some`` adds a checkpoint to each
-        read)."""
-        buf = bytearray()
-        sock = self.sock
+        """The reader task: parked until a leader leaves with other calls still waiting (or the
+        connection closes), then it reads until no call waits. Reading is: wait until the socket
+        is readable, take what is there in one ``recv``, route its frames (``receive_some``
+        would add a checkpoint to each read). It owns the socket: it closes it when it ends."""
+        sock, rfd = self.sock, self.rfd
+
+        def abort(_: Any) -> Any:
+            self.parked = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
         try:
             while True:
-                await trio.lowlevel.wait_readable(sock)
+                if not self.reader_turn:
+                    self.parked = trio.lowlevel.current_task()
+                    await trio.lowlevel.wait_task_rescheduled(abort)
+                    continue
+                if not self.calls:
+                    if self.closed:
+                        break  # after GOAWAY (or close()), once its last call is answered
+                    if not self.room_waiters:  # (their room comes in frames someone must read)
+                        self.reader_turn = self.reading = False  # the next call leads
+                        continue
+                await trio.lowlevel.wait_readable(rfd)
                 try:
                     data = sock.recv(65536)
                 except BlockingIOError:
                     continue
                 if not data:
                     break
-                if buf:
-                    buf += data
-                    data = bytes(buf)
-                out = bytearray()
-                pos, size = 0, len(data)
-                while size - pos >= 9:
-                    length = int.from_bytes(data[pos:pos + 3], "big")
-                    if length > MAX_FRAME:
-                        raise RlsCallError(f"frame of {length} bytes is larger than SETTINGS_MAX_FRAME_SIZE")
-                    end = pos + 9 + length
-                    if end > size:
-                        break
-                    self._frame(data[pos + 3], data[pos + 4], int.from_bytes(data[pos + 5:pos + 9], "big") & 0x7FFFFFFF,
-                                data[pos + 9:end], out)
-                    pos = end
-                buf[:] = data[pos:]  # an unfinished frame waits for the next read
+                out = self._take(data)
                 if out:
                     await self.write(out)
-                if self.closed and not self.calls:
-                    break  # after GOAWAY (or close()), once its last call is answered
         except Exception as exc:  # noqa: BLE001 -- socket errors, RlsCallError, hpack errors, and any
             # malformed frame (a system task that raised would end the gateway's whole Trio run)
             self.fail_all(f"UNAVAILABLE: connection failed: {exc or type(exc).__name__}")
         finally:
             self.fail_all("UNAVAILABLE: connection closed")
+            trio.lowlevel.notify_closing(rfd)
+            os.close(rfd)
             trio.lowlevel.notify_closing(sock)
             sock.close()
+
+    async def lead(self, call: _Call) -> None:
+        """Read for ``call`` (and route whatever else arrives) until it is answered, failed or
+        past its deadline, then hand the socket to the reader task if other calls still wait.
+        The caller must have found ``reading`` false; nothing yields between that and here.
+        Cancelled, it leaves as it came: frames are routed whole as they are read (an unfinished
+        one waits in ``rbuf``), its own call stays to be answered and ignored, or timed out."""
+        self.reading = True
+        self.leader = call
+        sock, rfd = self.sock, self.rfd
+        try:
+            if call.done:
+                await trio.lowlevel.checkpoint()
+            while not call.done:
+                self.leader_waiting = True
+                try:
+                    await trio.lowlevel.wait_readable(rfd)
+                except trio.ClosedResourceError:
+                    continue  # woken (_wake_leader): the call is finished, or the socket is gone
+                finally:
+                    self.leader_waiting = False
+                try:
+                    data = sock.recv(65536)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    self.fail_all("UNAVAILABLE: connection closed")
+                    break
+                out = self._take(data)
+                if out:
+                    await self.write(out)
+        except Exception as exc:  # noqa: BLE001 -- what would end the reader task ends the connection
+            self.fail_all(f"UNAVAILABLE: connection failed: {exc or type(exc).__name__}")
+        finally:
+            self.leader = None
+            self.reading = False
+            if self.calls or self.closed or self.room_waiters:
+                self._reader_turn()
+
+    def _take(self, data: bytes) -> bytearray:
+        """Route the whole frames in ``data`` (after the start of one an earlier read left);
+        returns what to send back (SETTINGS and PING acks, WINDOW_UPDATE)."""
+        buf = self.rbuf
+        if buf:
+            buf += data
+            data = bytes(buf)
+        out = bytearray()
+        pos, size = 0, len(data)
+        while size - pos >= 9:
+            length = int.from_bytes(data[pos:pos + 3], "big")
+            if length > MAX_FRAME:
+                raise RlsCallError(f"frame of {length} bytes is larger than SETTINGS_MAX_FRAME_SIZE")
+            end = pos + 9 + length
+            if end > size:
+                break
+            self._frame(data[pos + 3], data[pos + 4], int.from_bytes(data[pos + 5:pos + 9], "big") & 0x7FFFFFFF,
+                        data[pos + 9:end], out)
+            pos = end
+        buf[:] = data[pos:]  # an unfinished frame waits for the next read
+        return out
 
     def _frame(self, kind: int, flags: int, sid: int, payload: bytes, out: bytearray) -> None:
         if self._headers is not None and kind != CONTINUATION:
@@ -316,11 +428,11 @@ class _Connection:
                 start, stop = 1, stop - payload[0]
             if flags & PRIORITY_FLAG:
                 start += 5
-            block = bytearray(payload[start:stop])
-            if flags & END_HEADERS:
-                self._header_block(sid, block, bool(flags & END_STREAM))
+            if flags & END_HEADERS:  # (the common case: the block as bytes, no copy to gather it)
+                self._header_block(sid, payload[start:stop] if start or flags & PADDED else payload,
+                                   bool(flags & END_STREAM))
             else:
-                self._headers = (sid, block, bool(flags & END_STREAM))
+                self._headers = (sid, bytearray(payload[start:stop]), bool(flags & END_STREAM))
         elif kind == CONTINUATION:
             if self._headers is None or self._headers[0] != sid:
                 raise RlsCallError("unexpected CONTINUATION")
@@ -374,13 +486,13 @@ class _Connection:
                 self.max_frame = value
         self._wake()
 
-    def _header_block(self, sid: int, block: bytearray, end_stream: bool) -> None:
+    def _header_block(self, sid: int, block: bytes | bytearray, end_stream: bool) -> None:
         """Answers repeat the same header blocks (``:status 200``..., trailers ``grpc-status 0``), and
         with the table size 0 we announce the server's encoder keeps no dynamic table, so a block
         decoded with the table empty before and after means the same every time: it is decoded
         once and then looked up. Any other block goes through the decoder, which follows the
         server's table should it keep one anyway."""
-        raw = bytes(block)
+        raw = block if type(block) is bytes else bytes(block)
         meaning = self.known_blocks.get(raw)
         if meaning is None:
             table = self.decoder.header_table.dynamic_entries
@@ -412,29 +524,68 @@ class _Connection:
     def _finish(self, sid: int, call: _Call) -> None:
         del self.calls[sid]
         call.finish()
+        if call is self.leader:
+            self._wake_leader()
         if len(self.calls) + 1 >= self.max_streams:
             self._wake()
+
+    def _caught_up(self) -> bytes | None:
+        """Nobody reads an idle connection: route what came meanwhile, without waiting, before
+        a call is sent on it. The acks to send with the call's request, or None when the
+        connection turned out closed or retiring (EOF, a failed read, a malformed frame, GOAWAY:
+        nothing of the call was sent, the caller takes a new connection)."""
+        if self.closed:  # (its descriptors may be closed already)
+            return None
+        if not self.idle_poll.poll(0):
+            return b""
+        try:
+            data = self.sock.recv(65536)
+            out = self._take(data) if data else None
+        except BlockingIOError:
+            return b""
+        except Exception:  # noqa: BLE001 -- a failed read, a malformed frame: as the reader, the connection is done
+            out = None
+        if out is None:
+            self.fail_all("UNAVAILABLE: connection closed")  # (no call waits on an idle connection)
+            return None
+        if self.closed:
+            self.close()  # GOAWAY: the reader task closes the socket
+            return None
+        return bytes(out)
 
     async def open_stream(self, message: bytes, timeout_ms: int, call: _Call) -> int | None:
         """Send HEADERS + DATA for a new stream, once windows and the stream limit allow (by the
         call's deadline); None when the connection closed first (nothing was sent: the caller
         takes a new one)."""
         body = b"\x00" + len(message).to_bytes(4, "big") + message
-        if (self.send_window < len(body) or self.stream_window < len(body)
-                or len(self.calls) >= self.max_streams):
+        size = len(body)
+        acks = b""
+        if not self.reading:
+            caught_up = self._caught_up()
+            if caught_up is None:
+                return None
+            acks = caught_up
+        if self.send_window < size or self.stream_window < size or len(self.calls) >= self.max_streams:
             self.room_waiters += 1
+            if not self.reading:
+                self._reader_turn()  # the WINDOW_UPDATE or SETTINGS that gives room must be read
             try:
                 with trio.move_on_at(call.deadline):
-                    while (self.send_window < len(body) or self.stream_window < len(body)
+                    while (self.send_window < size or self.stream_window < size
                            or len(self.calls) >= self.max_streams) and not self.closed:
                         await self.room.wait()
             finally:
                 self.room_waiters -= 1
-            if (self.send_window < len(body) or self.stream_window < len(body)
+            if (self.send_window < size or self.stream_window < size
                     or len(self.calls) >= self.max_streams) and not self.closed:
                 raise RlsCallFailed(DEADLINE_EXCEEDED)
+            if not self.reading:  # (the reader parked meanwhile)
+                caught_up = self._caught_up()
+                if caught_up is None:
+                    return None
+                acks += caught_up
         if self.closed or self.next_sid > MAX_WINDOW:
-            self.closed = True
+            self.close()
             return None
         # From here to write() nothing yields: stream ids reach the wire in the order taken.
         sid = self.next_sid
@@ -442,11 +593,13 @@ class _Connection:
         block = self.blocks.get(timeout_ms)
         if block is None:
             block = self.blocks[timeout_ms] = header_block(self.authority, timeout_ms)
-        out = frame(HEADERS, END_HEADERS, sid, block)
-        for i in range(0, len(body), self.max_frame):
-            chunk = body[i:i + self.max_frame]
-            out += frame(DATA, END_STREAM if i + self.max_frame >= len(body) else 0, sid, chunk)
-        self.send_window -= len(body)
+        out = acks + frame(HEADERS, END_HEADERS, sid, block)
+        if size <= self.max_frame:  # (a check: always one DATA frame)
+            out += frame(DATA, END_STREAM, sid, body)
+        else:
+            for i in range(0, size, self.max_frame):
+                out += frame(DATA, END_STREAM if i + self.max_frame >= size else 0, sid, body[i:i + self.max_frame])
+        self.send_window -= size
         self.calls[sid] = call
         if call.deadline < self.next_deadline:  # earlier than the timer will look: wake it then
             self.next_deadline = call.deadline
@@ -494,6 +647,7 @@ class WireRlsClient:
             except BaseException:
                 trio.lowlevel.notify_closing(sock)
                 sock.close()
+                os.close(conn.rfd)  # (no task waited on it yet)
                 raise
             trio.lowlevel.spawn_system_task(conn.read_loop, name=f"rls-wire-reader {self.target}")
             trio.lowlevel.spawn_system_task(conn.timer_loop, name=f"rls-wire-timer {self.target}")
@@ -513,7 +667,9 @@ class WireRlsClient:
             call = _Call(deadline)
             conn = None
             try:
-                conn = await self._connection(deadline)
+                conn = self._conn  # (the usual case without a coroutine: see _connection)
+                if conn is None or conn.closed or trio.lowlevel.current_root_task() is not self._root:
+                    conn = await self._connection(deadline)
                 sid = await conn.open_stream(message, timeout_ms, call)
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 if conn is not None:
@@ -521,7 +677,10 @@ class WireRlsClient:
                 raise RlsCallFailed(f"UNAVAILABLE: {exc or type(exc).__name__}") from None
             if sid is None:
                 continue
-            await conn.wait(call)
+            if conn.reading:
+                await conn.wait(call)
+            else:
+                await conn.lead(call)
             if not call.refused:  # refused (over the server's stream limit before its SETTINGS
                 break  # arrived, or past a GOAWAY): not processed, so sent again
         if call.error is not None:
@@ -536,4 +695,4 @@ class WireRlsClient:
 
     def close(self) -> None:
         if self._conn is not None:
-            self._conn.closed = True
+            self._conn.close()
