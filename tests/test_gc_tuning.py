@@ -12,16 +12,30 @@ from trioproxy import gc_tuning, server
 from trioproxy.config import parse_config
 
 
-def test_after_startup_freezes_the_live_objects_and_makes_full_collections_rarer():
-    before = gc.get_threshold()
+def test_after_startup_freezes_the_live_objects_and_turns_automatic_collection_off():
     try:
         gc_tuning.after_startup()
         assert gc.get_freeze_count() > 1000  # this test process's imports, at least
-        assert gc.get_threshold() == (before[0], before[1], gc_tuning.OLDEST_THRESHOLD)
-        assert gc.isenabled()
+        assert not gc.isenabled()
     finally:
         gc.unfreeze()
-        gc.set_threshold(*before)
+        gc.enable()
+
+
+async def test_full_collections_run_on_the_clock_or_early_past_the_count(monkeypatch, autojump_clock):
+    collected: list[float] = []
+    count = [0]
+    monkeypatch.setattr(gc_tuning.gc, "collect", lambda: collected.append(trio.current_time()) or 0)
+    monkeypatch.setattr(gc_tuning.gc, "get_count", lambda: (count[0], 0, 0))
+    async with trio.open_nursery() as nursery:
+        start = trio.current_time()
+        nursery.start_soon(gc_tuning.collect_periodically, 30.0, 1000)
+        await trio.sleep(95)
+        assert [round(t - start) for t in collected] == [30, 60, 90]
+        count[0] = 1000  # a burst of new objects: collected at the next check, not at 120 s
+        await trio.sleep(1.5)
+        assert round(collected[-1] - start) == 96
+        nursery.cancel_scope.cancel()
 
 
 async def test_the_cli_gateway_tunes_the_gc_once_its_binds_listen(monkeypatch):

@@ -1,36 +1,50 @@
-"""The cyclic garbage collector's settings for a serving process (docs/reliability.md, "Pauses").
+"""The cyclic garbage collector of a serving process: off, and run on a clock (docs/reliability.md,
+"Pauses").
 
-A gateway process holds ~100,000 objects from its imports and config that live as long as it
-does, and under LLM load (requests waiting 1.5 s on a provider) tens of thousands more per second
-that live for the length of a request. With CPython's defaults those request objects survive two
-young collections, reach the oldest generation, and make full collections frequent; each full
-collection walks every object, the startup ones included: 60-180 ms of CPU in one pause at
-500 req/s (bench/llm_load.py), which is the request latency's p99.
+Reference counting frees almost everything a request allocates the moment the request ends; the
+cyclic collector only matters for what forms reference cycles (an exception and its traceback's
+frames, a task and its nursery), measured at about one object per request. Yet CPython runs it by
+allocation counts: under LLM load (requests waiting 1.5 s on a provider, ~750 in flight at
+500 req/s) a young collection walks every object of the requests in flight, and each pause, up to
+tens of milliseconds, is waited through by every request then in the process. That was the p99 of
+``bench/llm_load.py``: +54 to +88 ms at 500 req/s with the collector on, +8.5 to +10 ms with it off.
 
-What ``after_startup`` does, once the binds listen:
+So, once the binds listen (``after_startup``):
 
-- ``gc.freeze()``: the objects alive now (imports, the compiled config, the servers) move to the
-  permanent generation, so no collection walks them again (about 100,000 objects: a full pause
-  shrinks ~3×). A later reload's config is collected as usual.
-- the oldest generation's threshold 10 → 100: a full collection at most every 100 middle ones
-  instead of 10 (CPython also waits until a quarter of the old objects are new). Request objects
-  are freed by reference counting when the request ends; what only a full collection frees is
-  cyclic garbage that outlived two young collections, measured at ~10 objects/s at 500 req/s.
-
-The young generations keep CPython's thresholds: a larger first threshold made each middle
-collection longer (more objects per pause) without less work in total.
+- ``gc.collect()``, then ``gc.freeze()``: the objects alive now (imports, the compiled config, the
+  servers, ~100,000) move to the permanent generation, never walked again;
+- ``gc.disable()``: no collection is triggered by allocations;
+- ``collect_periodically``: a full collection every ``INTERVAL`` seconds (one pause of a few tens
+  of milliseconds a minute at most, ~0.1% of requests at 500 req/s), or sooner once
+  ``EARLY_COUNT`` more container objects are alive than at the last one, which bounds the memory
+  any burst of cyclic garbage can hold to some tens of MB.
 """
 
 from __future__ import annotations
 
 import gc
 
-OLDEST_THRESHOLD = 100  # CPython's default is 10
+import trio
+
+INTERVAL = 30.0  # seconds between full collections
+EARLY_COUNT = 500_000  # net new container objects since the last collection that bring it forward
+CHECK_EVERY = 1.0  # seconds between looks at that count
 
 
 def after_startup() -> None:
-    """Freeze what startup allocated and make full collections rarer (see the module docstring)."""
+    """Collect and freeze what startup allocated, then leave collections to ``collect_periodically``."""
     gc.collect()  # startup's own cyclic garbage is freed, not frozen
     gc.freeze()
-    young, middle, _ = gc.get_threshold()
-    gc.set_threshold(young, middle, OLDEST_THRESHOLD)
+    gc.disable()
+
+
+async def collect_periodically(interval: float = INTERVAL, early_count: int = EARLY_COUNT) -> None:
+    """Run for the life of the process: a full collection every ``interval`` seconds, or at the
+    first check after ``early_count`` more container objects are alive than at the last one."""
+    last = trio.current_time()
+    while True:
+        await trio.sleep(min(CHECK_EVERY, interval))
+        now = trio.current_time()
+        if now - last >= interval or gc.get_count()[0] >= early_count:
+            gc.collect()
+            last = now

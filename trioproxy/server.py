@@ -403,4 +403,5 @@ async def run_until_signalled(config: Config, *, config_path: str | None, drain_
             nursery.start_soon(on_signals)
             info = await nursery.start(gateway)
             gc_tuning.after_startup()
+            nursery.start_soon(gc_tuning.collect_periodically)
             print_listening(config, info)

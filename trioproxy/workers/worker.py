@@ -103,6 +103,7 @@ async def run_worker(spec: dict[str, Any]) -> None:
                 background.start_soon(commands)
                 background.start_soon(signals)
                 gc_tuning.after_startup()
+                background.start_soon(gc_tuning.collect_periodically)
                 await send_quietly({"t": "ready", "pid": os.getpid()})
                 await shutdown.wait()
                 background.cancel_scope.cancel()
