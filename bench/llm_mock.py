@@ -94,8 +94,10 @@ async def serve(host: str, port: int, delay: float) -> None:
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: MockProtocol(delay), host, port, backlog=4096)
     bound = server.sockets[0].getsockname()[1]
-    print(f"llm-mock listening on http://{host}:{bound}", flush=True)
+    # Before the line the bench waits for: a SIGUSR1 sent right after it would otherwise kill the
+    # mock (the default action), as it did the direct step of a run and of the suite's smoke test.
     loop.add_signal_handler(signal.SIGUSR1, lambda: print(f"llm-mock connections {MockProtocol.accepted}", flush=True))
+    print(f"llm-mock listening on http://{host}:{bound}", flush=True)
     async with server:
         await server.serve_forever()
 
