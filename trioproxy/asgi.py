@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, Protocol
 
 #: The ASGI and header aliases every module uses (one definition, imported from here).
 Header = tuple[bytes, bytes]
@@ -17,6 +17,31 @@ CORK = "trioproxy.cork"
 ``async with scope["extensions"][CORK]():`` sends what the app writes inside the block in one
 socket write when it ends, instead of one write per piece (status line and headers, body, end).
 Only for what is already at hand, so nothing waits in the buffer for the network."""
+
+class Corkable(Protocol):
+    """A connection that can gather an app's writes: ``corked`` is the list being gathered (None
+    when not corked), ``uncork()`` writes it in one piece and ends the gathering."""
+
+    corked: list[bytes] | None
+
+    async def uncork(self) -> None: ...
+
+
+class Cork:
+    """The ``CORK`` extension's context manager, for either server (``http1.py``, ``connections.py``)."""
+
+    __slots__ = ("connection",)
+
+    def __init__(self, connection: Corkable) -> None:
+        self.connection = connection
+
+    async def __aenter__(self) -> None:
+        if self.connection.corked is None:
+            self.connection.corked = []
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.connection.uncork()
+
 
 CLIENT_FD = "trioproxy.client_fd"
 """ASGI scope extension a server may set (HTTP/1.1, one request at a time per connection): the

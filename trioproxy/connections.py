@@ -46,7 +46,7 @@ from hypercorn.typing import ConnectionState
 from hypercorn.utils import ShutdownError, raise_shutdown
 
 from . import hypercorn_fixes  # noqa: F401 - hypercorn protocol faults fixed before any server starts
-from .asgi import CORK, expects_continue
+from .asgi import CORK, Cork, expects_continue
 from .http1 import Http1Server
 
 log = logging.getLogger("trioproxy")
@@ -113,22 +113,6 @@ def _with_reason(data: bytes) -> bytes:
     return data
 
 
-class _Cork:
-    """``asgi.CORK``: two socket writes and scheduler round trips fewer for a small response."""
-
-    __slots__ = ("connection",)
-
-    def __init__(self, connection: _Connection) -> None:
-        self.connection = connection
-
-    async def __aenter__(self) -> None:
-        if self.connection._corked is None:
-            self.connection._corked = []
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.connection._uncork()
-
-
 class _LazyContinue(h11.Connection):
     """An h11 server connection that hides a waiting ``Expect: 100-continue`` from hypercorn's
     eager check; ``_Connection`` sends the ``100`` once the app reads the body."""
@@ -192,7 +176,7 @@ class _Connection(TCPServer):
         super().__init__(app, config, context, state, stream)
         self._idle_timer = _IdleTimer(config.keep_alive_timeout, context.terminated, self._initiate_server_close)
         self.idle_task = self._idle_timer  # type: ignore[assignment]  # a TrioSingleTask by shape
-        self._cork = partial(_Cork, self)
+        self._cork = partial(Cork, self)
         self.header_timeout = header_timeout
         self._head_deadline = math.inf  # set while a request head has started and not ended
 
@@ -229,21 +213,21 @@ class _Connection(TCPServer):
 
     async def protocol_send(self, event: Event) -> None:
         if isinstance(event, RawData):
-            if self._corked is not None:
-                self._corked.append(_with_reason(event.data))
+            if self.corked is not None:
+                self.corked.append(_with_reason(event.data))
                 return
             event = RawData(_with_reason(event.data))
         elif isinstance(event, Updated):
             self._idle_timer.idle(event.idle)
             return
-        elif self._corked is not None:  # Closed: what the response wrote goes out first
-            await self._uncork()
+        elif self.corked is not None:  # Closed: what the response wrote goes out first
+            await self.uncork()
         await super().protocol_send(event)
 
-    _corked: list[bytes] | None = None
+    corked: list[bytes] | None = None
 
-    async def _uncork(self) -> None:
-        pending, self._corked = self._corked, None
+    async def uncork(self) -> None:
+        pending, self.corked = self.corked, None
         data = b"".join(pending) if pending else b""
         if data:
             await super().protocol_send(RawData(data))

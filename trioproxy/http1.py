@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import re
 import select
 from collections.abc import Awaitable, Callable
@@ -39,7 +38,8 @@ from urllib.parse import unquote
 import h11
 import trio
 
-from .asgi import CLIENT_FD, CORK, Scope
+from . import direct_io
+from .asgi import CLIENT_FD, CORK, Cork, Scope
 from .upstream import is_readable
 
 log = logging.getLogger("trioproxy")
@@ -362,28 +362,16 @@ class Http1Connection:
         data: bytes = conn.send(event) or b""
         return data
 
-    # --- the socket ---------------------------------------------------------------------------
-    # Used directly rather than through ``SocketStream``: trio's ``receive_some`` always tries a
-    # ``recv`` before it waits, which fails (EAGAIN) wherever the client has nothing to send yet
-    # (the next request while this one is answered, the disconnect watch), and both calls pass a
-    # conflict detector, an error translator and a scheduling round per call. One task reads at a
-    # time here (the head loop, then the app's body reads, then its disconnect watch), and one
-    # writes (the app's task).
+    # --- the socket (direct_io.py) ------------------------------------------------------------
+    # One task reads at a time here (the head loop, then the app's body reads, then its
+    # disconnect watch), and one writes (the app's task).
 
     async def _read(self, *, wait_first: bool) -> bytes:
         """The client's next bytes; ``b""`` once it closed or reset the connection."""
-        fd = self.fd
-        if wait_first:
-            await trio.lowlevel.wait_readable(fd)
-        else:
-            await trio.lowlevel.checkpoint_if_cancelled()
-        while True:
-            try:
-                return os.read(fd, MAX_RECV)
-            except BlockingIOError:
-                await trio.lowlevel.wait_readable(fd)
-            except OSError:
-                return b""
+        try:
+            return await direct_io.receive(self.fd, MAX_RECV, wait_first=wait_first)
+        except OSError:
+            return b""
 
     async def _write(self, data: bytes) -> None:
         """All of ``data``: at once when the socket takes it (a response usually fits), else by
@@ -391,39 +379,20 @@ class Http1Connection:
         if self.gone or not data:
             return
         try:
-            sent = os.write(self.fd, data)
-        except BlockingIOError:
-            sent = 0
-        except OSError:
-            self.gone = True
-            return
-        if sent < len(data):
-            try:
+            sent = direct_io.send_now(self.fd, data)
+            if sent < len(data):
                 await self.stream.send_all(memoryview(data)[sent:])
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self.gone = True
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self.gone = True
 
-    def _cork(self) -> _Cork:
-        return _Cork(self)
+    def _cork(self) -> Cork:
+        return Cork(self)
 
-
-class _Cork:
-    """``asgi.CORK``: what the app sends inside goes out in one write at the end."""
-
-    __slots__ = ("connection",)
-
-    def __init__(self, connection: Http1Connection) -> None:
-        self.connection = connection
-
-    async def __aenter__(self) -> None:
-        if self.connection.corked is None:
-            self.connection.corked = []
-
-    async def __aexit__(self, *exc: object) -> None:
-        connection = self.connection
-        pending, connection.corked = connection.corked, None
+    async def uncork(self) -> None:
+        """``asgi.Corkable``: what the app sent while corked, in one write."""
+        pending, self.corked = self.corked, None
         if pending:
-            await connection._write(b"".join(pending))
+            await self._write(b"".join(pending))
 
 
 def peer_closed(fd: int) -> bool:

@@ -36,6 +36,7 @@ from typing import Any, cast
 import h11
 import trio
 
+from . import direct_io
 from .asgi import Header
 from .config.model import Address, TlsAddress
 from .errors import BackendUnreachable, BadUpstreamResponse
@@ -161,10 +162,9 @@ class UpstreamConnection:
 
     # --- I/O --------------------------------------------------------------------------------
 
-    # A plain TCP stream's socket is used directly where that saves work, as in http1.py: a
-    # write the socket takes whole needs no ``send_all`` machinery, and the response head is
-    # waited for before the first ``recv`` (trio's ``receive_some`` tries one first, which fails
-    # with EAGAIN: a backend never answers within the microseconds after the request went out).
+    # A plain TCP stream's socket is used directly (direct_io.py): a write the socket takes whole
+    # needs no ``send_all``, and the response head is waited for before the first ``recv`` (a
+    # backend never answers within the microseconds after the request went out).
 
     def _socket_fd(self) -> int:
         """The socket's descriptor for direct I/O; -1 for TLS and test streams, or once closed."""
@@ -172,17 +172,11 @@ class UpstreamConnection:
         return stream.socket.fileno() if type(stream) is trio.SocketStream else -1
 
     async def send(self, data: bytes) -> None:
-        sent = 0
         fd = self._socket_fd()
         try:
-            if fd >= 0:
-                try:
-                    sent = os.write(fd, data)
-                except BlockingIOError:
-                    pass
-                if sent == len(data):
-                    return
-            await self.stream.send_all(memoryview(data)[sent:])
+            sent = direct_io.send_now(fd, data) if fd >= 0 else 0
+            if sent < len(data):
+                await self.stream.send_all(memoryview(data)[sent:])
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise BackendUnreachable(f"upstream connection reset while sending: {exc}") from None
 
@@ -190,15 +184,7 @@ class UpstreamConnection:
         fd = self._socket_fd()
         if fd < 0:
             return cast(bytes, await self.stream.receive_some(READ_SIZE))
-        if wait_first:
-            await trio.lowlevel.wait_readable(fd)
-        else:
-            await trio.lowlevel.checkpoint_if_cancelled()
-        while True:
-            try:
-                return os.read(fd, READ_SIZE)
-            except BlockingIOError:
-                await trio.lowlevel.wait_readable(fd)
+        return await direct_io.receive(fd, READ_SIZE, wait_first=wait_first)
 
     def parse(self) -> h11.Event | type[h11.NEED_DATA]:
         """The next event from the bytes already received (no I/O), or ``NEED_DATA``."""
