@@ -1,7 +1,8 @@
 """Client connections: a cap per bind, EMFILE survived, and a closed connection's fd freed at once.
 
 This is hypercorn's trio ``worker_serve`` (HTTP/1.1 and HTTP/2, over plain sockets or a bind's TLS,
-docs/protocols.md) with these changes, each for a fault found by hostile-client runs (docs/reliability.md):
+docs/protocols.md; a plain data-plane bind's HTTP/1.1 is served by ``http1.py`` instead, which
+hands upgrades and HTTP/2 to the connection task here) with these changes, each for a fault found by hostile-client runs (docs/reliability.md):
 
 - **cap**: at most ``max_connections`` client connections per server. One past the cap is
   accepted, answered ``503 overloaded`` with ``connection: close`` and closed, so a flood of
@@ -356,9 +357,9 @@ async def serve(app: Any, config: Config, sock: Any, counter: ConnectionCounter,
             listener = trio.socket.from_stdlib_socket(sock)
             handler: Callable[[Any], Awaitable[Any]] = partial(
                 _Connection, app, config, context, ConnectionState(lifespan_state.copy()), header_timeout=header_timeout)
-            lean = None
+            http1_server = None
             if http1_app is not None and ssl_context is None:
-                handler = lean = Http1Server(http1_app, idle_timeout=config.keep_alive_timeout,
+                handler = http1_server = Http1Server(http1_app, idle_timeout=config.keep_alive_timeout,
                                              header_timeout=header_timeout,
                                              max_head=config.h11_max_incomplete_size, handoff=handler)
             task_status.started()
@@ -374,8 +375,8 @@ async def serve(app: Any, config: Config, sock: Any, counter: ConnectionCounter,
                     raise other from None  # the group was only the shutdown signal and these
             finally:
                 await context.terminated.set()
-                if lean is not None:
-                    lean.terminate()
+                if http1_server is not None:
+                    http1_server.terminate()
                 server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
         if counter.cut:
             log.warning("%s: drain deadline (%.1fs) reached: %d connections with requests in flight were cut",

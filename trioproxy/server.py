@@ -3,7 +3,8 @@
 Sockets are bound here, before any server starts, so a busy port is a one-line error naming
 the config place instead of a traceback from inside a server task, and so port 0 (tests)
 resolves to a real port that callers learn through ``task_status``. Each server is
-``hypercorn``'s trio worker on those sockets; on shutdown (SIGINT/SIGTERM or ``shutdown``)
+``hypercorn``'s trio worker on those sockets (``connections.py``), except a plain bind's HTTP/1.1,
+served by ``http1.py``; on shutdown (SIGINT/SIGTERM or ``shutdown``)
 readiness turns 503 first, then each bind stops accepting and lets requests in flight finish
 until the drain deadline (hypercorn's graceful pattern).
 """
