@@ -36,6 +36,7 @@ from pathlib import Path
 import grpc
 import trio
 
+from bench.harness import callgrind_command, callgrind_count, callgrind_on
 from bench.rls_grpcio_client import RlsClient
 from bench.rls_h2_client import H2RlsClient
 from tests.rls_helpers import _accepts, _wait, free_port, ratelimit_server, redis_server
@@ -198,20 +199,11 @@ def gateway_section(rls_port: int, n: int, tmp: Path) -> dict:
         proc.wait(10)
 
 
-def _callgrind_total(path: Path) -> int:
-    for line in path.read_text().splitlines():
-        if line.startswith(("summary:", "totals:")):
-            return int(line.split()[1])
-    raise ValueError(f"no totals in {path}")
-
-
 def gateway_instructions(rls_port: int, n: int, tmp: Path) -> dict:
     """The gateway under callgrind: instructions per request on each route (two rounds each,
     interleaved, the lower kept), counted from after a warm-up. Instruction counts do not depend
     on the other jobs on the machine, so small changes show; kernel time (syscalls) is not in
     them, so the CPU figures above stay the ones to quote."""
-    import glob
-
     import httpx
 
     port = free_port()
@@ -220,7 +212,7 @@ def gateway_instructions(rls_port: int, n: int, tmp: Path) -> dict:
     out = tmp / "callgrind.out"
     env = {**os.environ, "ADMIN_ADDR": "127.0.0.1:0", "STATS_ADDR": "127.0.0.1:0", "READINESS_ADDR": "127.0.0.1:0",
            "TRIOPROXY_RUNTIME_DIR": str(tmp / "run-cg")}
-    proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+    proc = subprocess.Popen([*callgrind_command(out),
                              sys.executable, "-m", "trioproxy", "--config", str(config), "--log-level", "error"],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     counts: dict[str, list[float]] = {"/plain": [], "/limited": []}
@@ -230,15 +222,12 @@ def gateway_instructions(rls_port: int, n: int, tmp: Path) -> dict:
             for path in counts:
                 for _ in range(30):
                     client.get(path, headers={"x-user": "u4"})
-            subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True)
+            callgrind_on(proc.pid)
             for path in ("/plain", "/limited", "/plain", "/limited"):
-                subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
-                for _ in range(n):
-                    assert client.get(path, headers={"x-user": "u4"}).status_code == 200
-                before = set(glob.glob(f"{out}*"))
-                subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
-                dump = max(set(glob.glob(f"{out}*")) - before, key=os.path.getmtime)
-                counts[path].append(_callgrind_total(Path(dump)) / n)
+                def work(path: str = path) -> None:
+                    for _ in range(n):
+                        assert client.get(path, headers={"x-user": "u4"}).status_code == 200
+                counts[path].append(callgrind_count(proc.pid, out, work) / n)
     finally:
         proc.terminate()
         proc.wait(60)

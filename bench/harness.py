@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import http.client
 import json
 import os
@@ -500,3 +501,28 @@ def run_main(parse: Callable[[list[str] | None], argparse.Namespace],
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+# --- callgrind: instructions of a running process ------------------------------------------------
+
+def callgrind_command(out: Path) -> list[str]:
+    """The prefix that runs a process under callgrind, instrumentation off until ``callgrind_on``."""
+    return ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+
+
+def callgrind_on(pid: int) -> None:
+    subprocess.run(["callgrind_control", "-i", "on", str(pid)], check=True, capture_output=True)
+
+
+def callgrind_count(pid: int, out: Path, work: Callable[[], None]) -> int:
+    """Instructions the process ``pid`` (started with ``callgrind_command(out)``, instrumentation
+    on) executed while ``work()`` ran: counters zeroed, ``work()``, a dump, its total read."""
+    subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
+    work()
+    before = set(glob.glob(f"{out}*"))
+    subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
+    dump = max(set(glob.glob(f"{out}*")) - before, key=os.path.getmtime)
+    for line in Path(dump).read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise ValueError(f"no totals in {dump}")

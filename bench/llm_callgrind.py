@@ -25,7 +25,6 @@ request, six interleaved rounds, the median round kept.
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import socket
 import statistics
@@ -35,7 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.global_ratelimit import _callgrind_total, cpu_seconds
+from bench.global_ratelimit import cpu_seconds
+from bench.harness import callgrind_command, callgrind_count, callgrind_on
 from bench.llm_load import BODY, start_bench_mock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,23 +124,19 @@ def _free_port() -> int:
 
 def instructions(root: Path, mock_port: int, tmp: Path, n: int) -> dict[str, float]:
     out = tmp / "callgrind.out"
-    proc, port = _gateway(root, mock_port, tmp, ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-                                                 f"--callgrind-out-file={out}"])
+    proc, port = _gateway(root, mock_port, tmp, callgrind_command(out))
     counts: dict[str, list[float]] = {name: [] for name in REQUESTS}
     client = Client(port)
     try:
         for request in REQUESTS.values():
             for _ in range(50):
                 client.call(request)
-        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True)
+        callgrind_on(proc.pid)
         for name in [*REQUESTS, *REQUESTS]:
-            subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
-            for _ in range(n):
-                client.call(REQUESTS[name])
-            before = set(glob.glob(f"{out}*"))
-            subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
-            dump = max(set(glob.glob(f"{out}*")) - before, key=os.path.getmtime)
-            counts[name].append(_callgrind_total(Path(dump)) / n)
+            def work(request: bytes = REQUESTS[name]) -> None:
+                for _ in range(n):
+                    client.call(request)
+            counts[name].append(callgrind_count(proc.pid, out, work) / n)
     finally:
         client.close()
         proc.terminate()
