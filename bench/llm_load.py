@@ -169,14 +169,22 @@ binds:
 """
 
 
-def start_trioproxy(mock_port: int, port: int, tmp: Path, cpu: int | None = None, workers: int = 1) -> subprocess.Popen:
+def start_trioproxy(mock_port: int, port: int, tmp: Path, cpu: int | None = None, workers: int = 1,
+                    gc_mode: str | None = None) -> subprocess.Popen:
+    """``gc_mode``: run the gateway's collector as ``bench/gc_probe`` says, and log its pauses."""
     path = tmp / "gw.yaml"
     path.write_text(gateway_config(mock_port, port))
     env = {"ADMIN_ADDR": "127.0.0.1:0", "STATS_ADDR": "127.0.0.1:0", "READINESS_ADDR": "127.0.0.1:0",
            "TRIOPROXY_RUNTIME_DIR": str(tmp / "rt"), "LOG_LEVEL": "error"}
+    gc_log = tmp / "gc-pauses.json"
+    if gc_mode is not None:
+        env.update(TRIOPROXY_BENCH_GC=gc_mode, TRIOPROXY_BENCH_GC_LOG=str(gc_log),
+                   PYTHONPATH=os.pathsep.join([str(ROOT / "bench" / "gc_probe"), str(ROOT)]))
     extra = ["--workers", str(workers)] if workers > 1 else []
     proc, _ = start([sys.executable, "-m", "trioproxy", "--config", str(path), *extra], r"bind \d+ listening", env=env,
                     cpu=cpu)
+    if gc_mode is not None:
+        proc.gc_log = gc_log  # type: ignore[attr-defined]  # read by measure()
     return proc
 
 
@@ -410,6 +418,9 @@ def measure(name: str, rate: float, duration: float, port: int, gateway: subproc
                     rss_all_processes_mb=round(total, 1),
                     gateway_cpu_ms_per_request=round(cpu * 1000 / max(1, requests), 3),
                     gateway_core_busy_pct=round(cpu / wall * 100, 1))
+        gc_log = getattr(gateway, "gc_log", None)
+        if gc_log is not None and gc_log.exists():  # per generation: [collections, total ms, longest ms]
+            line["gc_pauses"] = json.loads(gc_log.read_text())
     return line
 
 
@@ -435,7 +446,7 @@ class Target:
                 self.gateway = start_litellm(args.litellm_bin, mock_port, self.port, tmp, gateway_cpu)
             else:
                 self.port = _free_port()
-                self.gateway = start_trioproxy(mock_port, self.port, tmp, gateway_cpu, args.workers)
+                self.gateway = start_trioproxy(mock_port, self.port, tmp, gateway_cpu, args.workers, args.gateway_gc)
         except BaseException:
             self.close()
             raise
@@ -643,6 +654,9 @@ def main() -> None:
     parser.add_argument("--gateway-cpu", type=int, default=1, help="core for the gateway (default 1)")
     parser.add_argument("--peer-cpu", type=int, default=0, help="core for the mock and the generator (default 0)")
     parser.add_argument("--no-pin", action="store_true", help="do not use taskset")
+    parser.add_argument("--gateway-gc", choices=["periodic", "automatic", "off"], default=None,
+                        help="run trioproxy's garbage collector this way (bench/gc_probe: periodic is as shipped, "
+                             "automatic is CPython's by allocation counts, off never) and report its pauses")
     parser.add_argument("--workers", type=int, default=1,
                         help="trioproxy --workers N (N > 1: nothing pinned; RSS is the largest process's)")
     parser.add_argument("--port", type=int, default=0)

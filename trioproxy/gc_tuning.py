@@ -7,7 +7,8 @@ after 30 s at 500 req/s found 0 objects to free). Yet CPython runs it by allocat
 LLM load (requests waiting 1.5 s on a provider, ~750 in flight at 500 req/s) its collections walk
 the objects of every request in flight, and each pause, up to tens of milliseconds, is waited
 through by every request then in the process. That was the p99 of ``bench/llm_load.py``: +54 to
-+88 ms at 500 req/s with the collector on, +5 to +12 ms with it off.
++88 ms at 500 req/s with the collector on, +5 to +12 ms with it off (``python -m bench.llm_load
+--gateway-gc automatic`` against ``periodic``, bench/README.md).
 
 So, once the binds listen (``after_startup``):
 

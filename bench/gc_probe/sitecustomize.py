@@ -1,0 +1,57 @@
+"""Loaded by a gateway that ``bench/llm_load.py --gateway-gc`` starts (this directory is put first
+on its PYTHONPATH): how its cyclic garbage collector runs, and what its pauses were.
+
+``TRIOPROXY_BENCH_GC``: ``periodic`` leaves ``trioproxy/gc_tuning.py`` as shipped (off, a full
+collection every 5 minutes); ``automatic`` freezes the startup objects but leaves CPython's
+collector running by allocation counts (what the gateway did before); ``off`` never collects.
+``TRIOPROXY_BENCH_GC_LOG``: a JSON file rewritten after each collection, per generation
+``[collections, total ms, longest ms]``.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import time
+
+import trio
+
+from trioproxy import gc_tuning
+
+MODE = os.environ.get("TRIOPROXY_BENCH_GC", "periodic")
+LOG = os.environ.get("TRIOPROXY_BENCH_GC_LOG")
+
+
+async def _never() -> None:
+    await trio.sleep_forever()
+
+
+if MODE == "automatic":
+    def _freeze_only() -> None:
+        gc.collect()
+        gc.freeze()
+
+    gc_tuning.after_startup = _freeze_only  # type: ignore[assignment]
+    gc_tuning.collect_periodically = _never  # type: ignore[assignment]
+elif MODE == "off":
+    gc_tuning.collect_periodically = _never  # type: ignore[assignment]
+
+if LOG:
+    _started: dict[int, float] = {}
+    _pauses: dict[int, list[float]] = {}
+
+    def _record(phase: str, info: dict) -> None:
+        generation = info["generation"]
+        if phase == "start":
+            _started[generation] = time.perf_counter()
+            return
+        ms = (time.perf_counter() - _started.pop(generation, time.perf_counter())) * 1000
+        seen = _pauses.setdefault(generation, [0, 0.0, 0.0])
+        seen[0] += 1
+        seen[1] = round(seen[1] + ms, 1)
+        seen[2] = round(max(seen[2], ms), 1)
+        with open(LOG, "w") as f:
+            json.dump({str(g): v for g, v in sorted(_pauses.items())}, f)
+
+    gc.callbacks.append(_record)
