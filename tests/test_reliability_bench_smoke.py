@@ -36,6 +36,23 @@ def test_llm_load_short_run_succeeds_through_trioproxy_and_direct():
     assert done.stdout.splitlines()[-2].startswith("| trioproxy")
 
 
+def test_llm_load_gateway_gc_sets_the_collector_and_reports_its_pauses():
+    """``--gateway-gc``: the gateway's collector runs as asked (bench/gc_probe) and the result line
+    carries its pauses per generation: young collections run during the load under ``automatic``,
+    none under ``off`` (both count the same startup collections)."""
+    pauses = {}
+    for mode in ("automatic", "off"):
+        done = subprocess.run([sys.executable, "-m", "bench.llm_load", "--rate", "100", "--duration", "2", "--no-pin",
+                               "--gateway-gc", mode], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        line = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
+        assert line["success"] == 100.0
+        pauses[mode] = line["gc_pauses"]
+        assert all(len(v) == 3 and v[2] <= v[1] for v in pauses[mode].values())
+    assert pauses["automatic"]["0"][0] > pauses["off"]["0"][0] + 10, pauses
+    assert pauses["automatic"]["2"][0] == pauses["off"]["2"][0], pauses  # no full collection under load
+
+
 def test_llm_load_with_workers_reports_per_process_rss_and_the_whole_trees_cpu():
     """``--workers 2``: RSS is the largest process's (the per-process target), the sum is beside
     it, and the CPU is the supervisor's and both workers' (not the supervisor's alone)."""
