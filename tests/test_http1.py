@@ -183,6 +183,7 @@ async def test_an_app_that_fails_before_answering_gives_500_and_a_close(nursery,
         await stream.send_all(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")
         answer = await read_until_closed(stream)
     assert answer.startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
+    assert answer.endswith(b"internal server error: the request was not answered\n")
     assert ("Error in ASGI Framework" in caplog.text) == (fault == "raises")
 
 
@@ -199,10 +200,13 @@ async def test_a_truncated_answer_closes_the_connection(nursery):
 async def test_a_malformed_head_gets_400_and_a_malformed_body_400_unless_answered(nursery):
     _, stream = await connect(nursery, ok)
     await stream.send_all(b"GET / HTTP/1.1\r\nhost: a\r\nbad header\r\n\r\n")
-    assert (await read_until_closed(stream)).startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    answer = await read_until_closed(stream)
+    assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\n")
+    assert answer.endswith(b"\r\n\r\nbad request: malformed request head\n")
     _, stream = await connect(nursery, ok)
     await stream.send_all(b"POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n")
-    assert (await read_until_closed(stream)).startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    answer = await read_until_closed(stream)
+    assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n") and answer.endswith(b"bad request: malformed request body\n")
 
 
 async def test_the_client_leaving_is_reported_by_receive_and_send_then_never_raises(nursery):

@@ -66,10 +66,13 @@ def suppress_body(method: str, status: int) -> bool:
     return method == "HEAD" or status < 200 or status in (204, 304)
 
 
-def error_answer(status: int) -> bytes:
-    """A bare answer for a request that never reached the app (hypercorn's, with a reason phrase)."""
-    return (b"HTTP/1.1 %d %s\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-            % (status, REASONS.get(status, b"Error")))
+def error_answer(status: int, what: str) -> bytes:
+    """The server's own answer, then a close: plain text naming the fault (docs/reliability.md),
+    never h11's message, which can quote the client's bytes as a Python repr."""
+    phrase = REASONS.get(status, b"Error")
+    body = phrase.lower() + b": " + what.encode() + b"\n"
+    return (b"HTTP/1.1 %d %s\r\ncontent-type: text/plain\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+            % (status, phrase, len(body), body))
 
 
 class PrefixedStream(trio.abc.HalfCloseableStream):
@@ -167,7 +170,7 @@ class Http1Connection:
         try:
             request = conn.next_event()
         except h11.RemoteProtocolError as error:
-            await self._write(error_answer(error.error_status_hint))
+            await self._write(error_answer(error.error_status_hint, "malformed request head"))
             return False
         if type(request) is not h11.Request:  # pragma: no cover - a complete head is a request or an error
             return False
@@ -199,7 +202,7 @@ class Http1Connection:
             # No answer: an app error, or the client left (the app was told by the disconnect
             # monitor, not through ``receive``): a client that closed gets nothing.
             if not peer_closed(self.fd):
-                await self._write(error_answer(500))
+                await self._write(error_answer(500, "the request was not answered"))
             return False
         while conn.their_state is h11.SEND_BODY:  # a body the app did not ask for (none, or already here)
             event = self._next_event()
@@ -293,7 +296,7 @@ class Http1Connection:
             # A malformed body (h11 raised): answered here, as hypercorn does, and the connection
             # ends; to the app it is a client that left.
             if self.broken and not self.head_sent:
-                await self._write(error_answer(self.broken))
+                await self._write(error_answer(self.broken, "malformed request body"))
             self.gone = True
             return DISCONNECT
 
