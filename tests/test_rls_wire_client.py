@@ -8,6 +8,11 @@ and test_ratelimit_e2e.py, through the gateway.)
 
 from __future__ import annotations
 
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, NamedTuple
+
 import h2.config
 import h2.connection
 import h2.events
@@ -198,8 +203,6 @@ async def test_the_servers_stream_limit_is_kept(nursery):
 async def test_writes_the_socket_cannot_take_at_once_stay_whole_and_in_order(nursery):
     """With tiny socket buffers a large request needs many sends; calls made meanwhile queue
     behind it (WireRlsClient writes without a lock) and every frame still arrives whole."""
-    import socket
-
     fake = FakeRls(big_window=True)
     client = await start(nursery, fake)
     await echo(client, "warm")  # connected, the server's SETTINGS are in
@@ -271,8 +274,6 @@ async def test_the_service_closing_the_connection_fails_the_call(nursery):
 async def test_a_write_to_a_full_socket_waits_and_loses_nothing():
     """The socket refusing even the first byte (BlockingIOError): the bytes wait, whole and in
     order, behind nothing else, and later writes queue behind them."""
-    import socket
-
     from trioproxy.rls.wire_client import _Connection
 
     a, b = socket.socketpair()
@@ -618,13 +619,20 @@ async def test_an_idle_goaway_moves_the_next_call_to_a_new_connection_and_closes
     assert fake.closed_by_client == 1  # the old connection's socket was closed
 
 
-async def test_a_frame_half_read_when_the_leader_is_cancelled_is_finished_by_the_reader():
-    """At the connection itself (a socket pair, frames written by hand): the leader routes the
-    first half of a follower's answer, is cancelled, and the reader task takes the rest from
-    where the leader stopped (mid-frame), so the follower's answer arrives whole."""
-    import socket
+class LeaderAndFollower(NamedTuple):
+    conn: Any  # wire_client._Connection
+    service: socket.socket  # the other end: the test writes the service's frames into it
+    lead_call: Any  # wire_client._Call on stream 1, whose task leads the read
+    follow_call: Any  # on stream 3, parked
+    leader_scope: trio.CancelScope  # cancels the leader
+    nursery: trio.Nursery
 
-    from trioproxy.rls.h2_frames import DATA, END_HEADERS, END_STREAM, HEADERS, frame, hpack_literal
+
+@asynccontextmanager
+async def leader_and_follower() -> AsyncIterator[LeaderAndFollower]:
+    """A `_Connection` on one end of a socket pair with its reader task, a call leading the read
+    and a second one following; all of them blocked when the body starts. The connection's
+    tasks stay until the body ends them or cancels `nursery`."""
     from trioproxy.rls.wire_client import _Call, _Connection
 
     a, b = socket.socketpair()
@@ -632,37 +640,49 @@ async def test_a_frame_half_read_when_the_leader_is_cancelled_is_finished_by_the
     conn = _Connection(a, "x:1")
     lead_call, follow_call = _Call(float("inf")), _Call(float("inf"))
     conn.calls[1], conn.calls[3] = lead_call, follow_call
-    message = rls_pb2.RateLimitResponse(overall_code=rls_pb2.RateLimitResponse.OK).SerializeToString()
-    trailers = frame(HEADERS, END_HEADERS | END_STREAM, 3, b"\x00" + hpack_literal(b"grpc-status") + hpack_literal(b"0"))
-    answer = (frame(HEADERS, END_HEADERS, 3, b"\x88")  # :status 200
-              + frame(DATA, 0, 3, b"\x00" + len(message).to_bytes(4, "big") + message) + trailers)
-    half = len(answer) - 10  # inside the trailers' frame
     scope = trio.CancelScope()
 
     async def leader() -> None:
         with scope:
             await conn.lead(lead_call)
 
-    with trio.fail_after(10):
-        async with trio.open_nursery() as n:
-            n.start_soon(conn.read_loop)
-            n.start_soon(leader)
-            n.start_soon(conn.wait, follow_call)
-            await trio.testing.wait_all_tasks_blocked()
-            assert conn.leader is lead_call and conn.parked is not None  # the reader waits its turn
-            b.sendall(answer[:half])
-            await trio.testing.wait_all_tasks_blocked()
-            assert follow_call.body and follow_call.status is None  # routed up to the trailers
-            assert bytes(conn.rbuf) == trailers[:-10]  # whose first part waits
-            scope.cancel()
-            await trio.testing.wait_all_tasks_blocked()
-            assert conn.leader is None and conn.reader_turn and 1 in conn.calls  # left to be answered
-            b.sendall(answer[half:])
-            await trio.testing.wait_all_tasks_blocked()
-            assert follow_call.done and follow_call.status == b"0" and follow_call.error is None
-            assert bytes(follow_call.body[5:]) == message
-            n.cancel_scope.cancel()
-    b.close()
+    try:
+        with trio.fail_after(10):
+            async with trio.open_nursery() as n:
+                n.start_soon(conn.read_loop)
+                n.start_soon(leader)
+                n.start_soon(conn.wait, follow_call)
+                await trio.testing.wait_all_tasks_blocked()
+                yield LeaderAndFollower(conn, b, lead_call, follow_call, scope, n)
+    finally:
+        b.close()
+
+
+async def test_a_frame_half_read_when_the_leader_is_cancelled_is_finished_by_the_reader():
+    """At the connection itself (frames written by hand): the leader routes the first half of a
+    follower's answer, is cancelled, and the reader task takes the rest from where the leader
+    stopped (mid-frame), so the follower's answer arrives whole."""
+    from trioproxy.rls.h2_frames import DATA, END_HEADERS, END_STREAM, HEADERS, frame, hpack_literal
+
+    message = rls_pb2.RateLimitResponse(overall_code=rls_pb2.RateLimitResponse.OK).SerializeToString()
+    trailers = frame(HEADERS, END_HEADERS | END_STREAM, 3, b"\x00" + hpack_literal(b"grpc-status") + hpack_literal(b"0"))
+    answer = (frame(HEADERS, END_HEADERS, 3, b"\x88")  # :status 200
+              + frame(DATA, 0, 3, b"\x00" + len(message).to_bytes(4, "big") + message) + trailers)
+    half = len(answer) - 10  # inside the trailers' frame
+    async with leader_and_follower() as t:
+        assert t.conn.leader is t.lead_call and t.conn.parked is not None  # the reader waits its turn
+        t.service.sendall(answer[:half])
+        await trio.testing.wait_all_tasks_blocked()
+        assert t.follow_call.body and t.follow_call.status is None  # routed up to the trailers
+        assert bytes(t.conn.rbuf) == trailers[:-10]  # whose first part waits
+        t.leader_scope.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        assert t.conn.leader is None and t.conn.reader_turn and 1 in t.conn.calls  # left to be answered
+        t.service.sendall(answer[half:])
+        await trio.testing.wait_all_tasks_blocked()
+        assert t.follow_call.done and t.follow_call.status == b"0" and t.follow_call.error is None
+        assert bytes(t.follow_call.body[5:]) == message
+        t.nursery.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize(("ending", "error"), [
@@ -673,42 +693,22 @@ async def test_leader_and_then_reader_answer_pings_and_the_reader_fails_the_wait
     """The leader acknowledges a PING; once the reader task holds the socket (the leader
     cancelled), it does, and the service closing the connection or sending a malformed frame
     fails the calls it reads for."""
-    import socket
-
     from trioproxy.rls.h2_frames import ACK, PING, frame
-    from trioproxy.rls.wire_client import _Call, _Connection
 
-    a, b = socket.socketpair()
-    a.setblocking(False)
-    conn = _Connection(a, "x:1")
-    lead_call, follow_call = _Call(float("inf")), _Call(float("inf"))
-    conn.calls[1], conn.calls[3] = lead_call, follow_call
-    scope = trio.CancelScope()
-
-    async def leader() -> None:
-        with scope:
-            await conn.lead(lead_call)
-
-    with trio.fail_after(10):
-        async with trio.open_nursery() as n:
-            n.start_soon(conn.read_loop)
-            n.start_soon(leader)
-            n.start_soon(conn.wait, follow_call)
-            await trio.testing.wait_all_tasks_blocked()
-            b.sendall(frame(PING, 0, 0, b"leader!!"))
-            await trio.testing.wait_all_tasks_blocked()
-            assert b.recv(100) == frame(PING, ACK, 0, b"leader!!")  # written by the leader
-            scope.cancel()
-            await trio.testing.wait_all_tasks_blocked()
-            assert conn.reader_turn and conn.leader is None
-            b.sendall(frame(PING, 0, 0, b"12345678"))
-            await trio.testing.wait_all_tasks_blocked()
-            assert b.recv(100) == frame(PING, ACK, 0, b"12345678")  # written by the reader task
-            if ending:
-                b.sendall(ending)
-            else:
-                b.shutdown(socket.SHUT_WR)
-    assert follow_call.done and lead_call.done
-    assert follow_call.error == error and lead_call.error == error
-    assert conn.closed and a.fileno() == -1  # the reader closed the socket as it ended
-    b.close()
+    async with leader_and_follower() as t:
+        t.service.sendall(frame(PING, 0, 0, b"leader!!"))
+        await trio.testing.wait_all_tasks_blocked()
+        assert t.service.recv(100) == frame(PING, ACK, 0, b"leader!!")  # written by the leader
+        t.leader_scope.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        assert t.conn.reader_turn and t.conn.leader is None
+        t.service.sendall(frame(PING, 0, 0, b"12345678"))
+        await trio.testing.wait_all_tasks_blocked()
+        assert t.service.recv(100) == frame(PING, ACK, 0, b"12345678")  # written by the reader task
+        if ending:
+            t.service.sendall(ending)
+        else:
+            t.service.shutdown(socket.SHUT_WR)
+    assert t.follow_call.done and t.lead_call.done
+    assert t.follow_call.error == error and t.lead_call.error == error
+    assert t.conn.closed and t.conn.sock.fileno() == -1  # the reader closed the socket as it ended
