@@ -185,6 +185,7 @@ def start_trioproxy(mock_port: int, port: int, tmp: Path, cpu: int | None = None
                     cpu=cpu)
     if gc_mode is not None:
         proc.gc_log = gc_log  # type: ignore[attr-defined]  # read by measure()
+        proc.gc_full = workers == 1  # type: ignore[attr-defined]  # the signal would reach the supervisor only
     return proc
 
 
@@ -421,7 +422,26 @@ def measure(name: str, rate: float, duration: float, port: int, gateway: subproc
         gc_log = getattr(gateway, "gc_log", None)
         if gc_log is not None and gc_log.exists():  # per generation: [collections, total ms, longest ms]
             line["gc_pauses"] = json.loads(gc_log.read_text())
+            if getattr(gateway, "gc_full", False):
+                line["gc_full_after_load"] = full_collection(gateway, gc_log)
     return line
+
+
+def full_collection(gateway: subprocess.Popen, gc_log: Path) -> dict:
+    """Ask the gateway (bench/gc_probe) for one full collection now: the objects it walked and
+    freed (unreachable cycles: what the requests just served left behind), and its pause."""
+    result = gc_log.with_name(gc_log.name + ".full")
+    result.unlink(missing_ok=True)
+    gateway.send_signal(signal.SIGUSR2)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if result.exists() and result.stat().st_size:
+            try:
+                return json.loads(result.read_text())
+            except ValueError:  # caught while being written
+                pass
+        time.sleep(0.05)
+    raise RuntimeError("the gateway did not report its full collection within 30 s")
 
 
 # --- targets ----------------------------------------------------------------------------------
