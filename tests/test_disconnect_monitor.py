@@ -55,6 +55,34 @@ async def test_bytes_sent_ahead_are_not_a_disconnect_and_a_half_close_is(pair) -
     assert ours.recv(100) == b"GET /next HTTP/1.1\r\n\r\n"
 
 
+def test_a_monitor_outlives_its_trio_run_and_serves_the_next_one() -> None:
+    """The epoll descriptor and its task end with the Trio run that started them, and what was
+    still watched is dropped; the next run's first ``watch`` opens new ones and is reported."""
+    monitor = DisconnectMonitor()
+    first, second = socket.socketpair(), socket.socketpair()
+    calls: list[str] = []
+
+    async def leave_one_watched() -> None:
+        assert monitor.watch(first[0].fileno(), lambda: calls.append("first"))
+
+    async def watch_and_close() -> None:
+        gone = trio.Event()
+        assert monitor.watch(second[0].fileno(), lambda: (calls.append("second"), gone.set()))
+        second[1].close()
+        with trio.fail_after(5):
+            await gone.wait()
+
+    try:
+        trio.run(leave_one_watched)
+        assert monitor.watching == 0  # dropped with the run
+        first[1].close()  # its peer leaves after the run: nobody is called
+        trio.run(watch_and_close)
+        assert calls == ["second"]
+    finally:
+        for s in (*first, second[0]):
+            s.close()
+
+
 async def test_an_unwatched_socket_is_not_reported_and_one_socket_is_watched_once(pair) -> None:
     ours, theirs = pair
     monitor = DisconnectMonitor()
