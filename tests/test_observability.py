@@ -194,6 +194,7 @@ async def test_spans_reach_a_real_otlp_receiver_with_gen_ai_attributes_and_trace
             otlpEndpoint: http://127.0.0.1:{otlp}
             otlpProtocol: http
             randomSampling: true
+            fields: {{add: {{team: '"ml"'}}}}
         binds:
         - port: {port}
           listeners:
@@ -228,7 +229,7 @@ async def test_spans_reach_a_real_otlp_receiver_with_gen_ai_attributes_and_trace
     attributes = _attributes(continued)
     assert attributes["gen_ai.request.model"] == "forced-model"
     assert (attributes["gen_ai.usage.input_tokens"], attributes["gen_ai.usage.output_tokens"]) == (15, 15)
-    assert attributes["http.response.status_code"] == 200
+    assert attributes["http.response.status_code"] == 200 and attributes["team"] == "ml"  # config.tracing.fields
     child = next(s for s in clients if s.trace_id.hex() == client_trace)
     assert child.parent_span_id == continued.span_id and upstream.split("-")[2] == child.span_id.hex()
     other = next(s for s in servers if s is not continued)
@@ -255,29 +256,83 @@ async def test_unsampled_and_dead_collector_never_fail_requests(nursery, backend
     assert failures == 6  # 3 server spans and 3 client spans, all counted, no request slowed
 
 
-async def test_config_logging_filter_and_fields(nursery, backend, log_lines):
-    gw = await start_gateway(nursery, """
-        config:
-          logging:
-            filter: response.code >= 400 || request.path == "/keep"
-            fields:
-              add: {{tenant: 'request.headers["x-tenant"]'}}
-              remove: [src.addr]
-        binds:
-        - port: {port}
-          listeners:
-          - routes:
-            - name: ok
-              matches: [{{path: {{pathPrefix: /ok}}}}, {{path: {{exact: /keep}}}}]
-              backends: [{{host: "127.0.0.1:{backend}"}}]
-        """, port=free_port(), backend=backend.port)
+@pytest.mark.parametrize("where", [
+    # config.logging alone
+    "config:\n  logging:\n    filter: {filter}\n    fields: {{add: {add}, remove: {remove}}}\n",
+    # agentgateway's frontendPolicies.accessLog (and its other name, logging): each of its settings
+    # replaces config.logging's (which would log nothing, with a field of its own)
+    "config:\n  logging: {{filter: 'false', fields: {{add: {{old: '\"x\"'}}}}}}\n"
+    "frontendPolicies:\n  accessLog: {{filter: {filter}, add: {add}, remove: {remove}}}\n",
+    "config:\n  logging: {{filter: 'false', fields: {{add: {{old: '\"x\"'}}}}}}\n"
+    "frontendPolicies:\n  logging: {{filter: {filter}, add: {add}, remove: {remove}}}\n",
+    # config.logging's remove still applies where accessLog sets none
+    "config:\n  logging: {{fields: {{remove: {remove}}}}}\n"
+    "frontendPolicies:\n  accessLog: {{filter: {filter}, add: {add}}}\n",
+], ids=["config.logging", "accessLog", "logging", "accessLog+config.logging.remove"])
+async def test_access_log_filter_and_fields(nursery, backend, log_lines, where):
+    """The same filter (CEL), added field and removed field, from each place a config may set them:
+    only the matching requests are logged, with the field added and without the one removed."""
+    settings = {"filter": "'response.code >= 400 || request.path == \"/keep\"'",
+                "add": "{tenant: 'request.headers[\"x-tenant\"]'}", "remove": "[src.addr]"}
+    config = where.format(**settings) + f"""
+binds:
+- port: {free_port()}
+  listeners:
+  - routes:
+    - name: ok
+      matches: [{{path: {{pathPrefix: /ok}}}}, {{path: {{exact: /keep}}}}]
+      backends: [{{host: "127.0.0.1:{backend.port}"}}]
+"""
+    gw = await start_gateway(nursery, config.replace("{", "{{").replace("}", "}}"))  # nothing left to format
     async with gw.client() as client:
         await client.get("/ok")  # 200, filtered out
         await client.get("/keep", headers={"x-tenant": "acme"})
         await client.get("/missing")  # 404
     kept = requests_of(await log_lines())
     assert [(line["http.path"], line["http.status"]) for line in kept] == [("/keep", 200), ("/missing", 404)]
-    assert kept[0]["tenant"] == "acme" and all("src.addr" not in line for line in kept)
+    assert kept[0]["tenant"] == "acme"
+    assert all("src.addr" not in line and "old" not in line for line in kept)
+
+
+async def test_frontend_tracing_replaces_config_tracing_and_adds_and_removes_attributes(nursery, backend):
+    """``frontendPolicies.tracing`` (agentgateway's newer spelling): a bare HOST:PORT collector, its
+    sampling, attributes (CEL) added and removed; config.tracing's dead collector is not used."""
+    from trioproxy.config.model import Address
+    from trioproxy.server import _listen, _serve
+
+    receiver = OtlpReceiver()
+    sock = _listen(Address("127.0.0.1", 0), "receiver")
+    await nursery.start(_serve, receiver.app, sock, 1.0, trio.Event())
+    gw = await start_gateway(nursery, """
+        config:
+          tracing: {{otlpEndpoint: "http://127.0.0.1:{dead}", randomSampling: false}}
+        frontendPolicies:
+          tracing:
+            host: 127.0.0.1:{otlp}
+            protocol: http
+            randomSampling: true
+            attributes: {{tenant: 'request.headers["x-tenant"]'}}
+            remove: [url.path]
+        binds:
+        - port: {port}
+          listeners:
+          - routes:
+            - backends: [{{host: "127.0.0.1:{backend}"}}]
+        """, port=free_port(), backend=backend.port, otlp=sock.getsockname()[1], dead=free_port())
+    async with gw.client() as client:
+        assert (await client.get("/x", headers={"x-tenant": "acme"})).status_code == 200
+    await trio.testing.wait_all_tasks_blocked()
+    runtime = gw.info.runtime
+    assert await trio.to_thread.run_sync(runtime.otel.processor.force_flush, 10000)
+    with trio.fail_after(10):
+        while not any(s.kind == s.SPAN_KIND_SERVER for s in receiver.spans):
+            await receiver.got.wait()
+            receiver.got = trio.Event()
+    server = next(s for s in receiver.spans if s.kind == s.SPAN_KIND_SERVER)
+    attributes = _attributes(server)
+    assert attributes["tenant"] == "acme" and attributes["http.response.status_code"] == 200
+    assert "url.path" not in attributes
+    assert runtime.metrics.otlp_export_failures.collect()[0].samples[0].value == 0
 
 
 def test_bad_logging_and_tracing_config_are_positioned_errors():
@@ -293,6 +348,20 @@ def test_bad_logging_and_tracing_config_are_positioned_errors():
         parse_config("config:\n  tracing:\n    otlpEndpoint: http://c:4317\n    randomSampling: 2\nbinds: []\n")
     assert caught.value.problems == [
         "<config>:4:21: config.tracing.randomSampling: expected a ratio from 0.0 to 1.0, got 2"]
+    with pytest.raises(ConfigError) as caught:
+        parse_config("frontendPolicies:\n  accessLog: {filter: 'nope(', add: {a: 'b +'}}\n  logging: {}\n"
+                     "  tracing: {host: 'ftp://c:4317', attributes: {t: ')'}}\nbinds: []\n")
+    problems = "\n".join(caught.value.problems)
+    assert "<config>:2:23: frontendPolicies.accessLog.filter: invalid CEL expression" in problems
+    assert "frontendPolicies.accessLog.add: a: invalid CEL expression" in problems
+    assert "<config>:3:12: frontendPolicies.logging: accessLog and logging are the same setting" in problems
+    assert "frontendPolicies.tracing.host: expected HOST:PORT or an http:// or https:// URL, got 'ftp://c:4317'" \
+        in problems
+    assert "frontendPolicies.tracing.attributes: t: invalid CEL expression" in problems
+    with pytest.raises(ConfigError) as caught:
+        parse_config("frontendPolicies:\n  tracing: {host: 'c:4317', filter: 'true'}\nbinds: []\n")
+    assert caught.value.problems == ["<config>:2:29: frontendPolicies.tracing.filter: 'filter' is an agentgateway "
+                                     "feature that trioproxy does not implement"]
 
 
 def test_grafana_dashboard_uses_only_metrics_the_gateway_exports():

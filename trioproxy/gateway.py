@@ -142,13 +142,17 @@ class Gateway:
         llm = x.llm
         if llm is not None and ("inputTokens" in llm or "outputTokens" in llm):
             self.runtime.metrics.tokens(llm.get("model") or "", route, llm.get("inputTokens"), llm.get("outputTokens"))
-        if x.span is not None:
-            OtelTracing.finish(x.span, status, {
+        otel = self.runtime.otel
+        if x.span is not None and otel is None:  # tracing turned off by a reload meanwhile
+            OtelTracing.finish(x.span, status, {}, x.error)
+        elif x.span is not None and otel is not None:
+            otel.finish_request(x.span, status, {
                 "http.route": route or None, "gen_ai.request.model": llm.get("model") if llm else None,
                 "gen_ai.provider.name": llm.get("provider") if llm else None,
                 "gen_ai.usage.input_tokens": llm.get("inputTokens") if llm else None,
                 "gen_ai.usage.output_tokens": llm.get("outputTokens") if llm else None,
-                "gen_ai.operation.name": "chat" if llm else None, "error.type": x.error_kind}, x.error)
+                "gen_ai.operation.name": "chat" if llm else None, "error.type": x.error_kind}, x.error,
+                lambda: {**activation(x), "response": {"code": status}})
         access = self.access_log
         own_error = x.error_kind is not None
         if not access.enabled(status if own_error else 200):

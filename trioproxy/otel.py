@@ -91,6 +91,12 @@ class OtelTracing:
         self.provider.add_span_processor(self.processor)
         self.tracer = self.provider.get_tracer("trioproxy", __version__)
         self._random = random.random
+        from .cel import compile_expression
+
+        # ``fields`` (config.tracing.fields, frontendPolicies.tracing's attributes and remove): the
+        # server span's attributes removed first, then those added, as agentgateway applies them.
+        self.add = tuple((name, compile_expression(source)) for name, source in spec.fields.add)
+        self.remove = frozenset(spec.fields.remove)
 
     def start(self, method: str, path: str, headers: Sequence[Header], start_ns: int) -> Any | None:
         """A server span for a sampled request, else ``None`` (the common, cheap case)."""
@@ -109,9 +115,11 @@ class OtelTracing:
             sampled = parent.is_valid and parent.trace_flags.sampled
             if not sampled or self.spec.client_sampling <= 0.0 or self._random() >= self.spec.client_sampling:
                 return None
+        attributes = {"http.request.method": method, "url.path": path}
+        if self.remove:
+            attributes = {k: v for k, v in attributes.items() if k not in self.remove}
         return self.tracer.start_span(f"{method} {path}", context=context, kind=SpanKind.SERVER,
-                                      start_time=start_ns,
-                                      attributes={"http.request.method": method, "url.path": path})
+                                      start_time=start_ns, attributes=attributes)
 
     def client_span(self, server_span: Any, name: str, attributes: Mapping[str, Any]) -> Any:
         context = otel_trace.set_span_in_context(server_span)
@@ -127,10 +135,26 @@ class OtelTracing:
     def trace_id(span: Any) -> str:
         return format(span.get_span_context().trace_id, "032x")
 
+    def finish_request(self, span: Any, status: int, attributes: Mapping[str, Any], error: str | None,
+                       activation: Callable[[], Mapping[str, Any]]) -> None:
+        """End the server span: ``attributes`` less the removed ones, then the added ones, CEL over
+        the finished request (``activation``); one that does not evaluate is left out."""
+        if self.remove:
+            attributes = {k: v for k, v in attributes.items() if k not in self.remove}
+        if self.add:
+            values = activation()
+            attributes = dict(attributes)
+            for name, expression in self.add:
+                value = expression.evaluate(values)
+                attributes[name] = value if value is None or isinstance(value, (str, bool, int, float)) else str(value)
+        self.finish(span, status, attributes, error, status_attribute="http.response.status_code" not in self.remove)
+
     @staticmethod
-    def finish(span: Any, status: int, attributes: Mapping[str, Any], error: str | None) -> None:
+    def finish(span: Any, status: int, attributes: Mapping[str, Any], error: str | None, *,
+               status_attribute: bool = True) -> None:
         span.set_attributes({k: v for k, v in attributes.items() if v is not None})
-        span.set_attribute("http.response.status_code", status)
+        if status_attribute:
+            span.set_attribute("http.response.status_code", status)
         if status >= 500 or error is not None and status >= 400:
             span.set_status(Status(StatusCode.ERROR, error or str(status)))
         span.end()

@@ -53,7 +53,10 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "JwtAuth": _names("location jwtValidationOptions"),
     "JwtProvider": _names("jwtValidationOptions"),
     "FrontendPolicies": _names(
-        "accessLog connect logging networkAuthorization networkExtAuthz proxy proxyProtocol tcp tls tracing"),
+        "connect networkAuthorization networkExtAuthz proxy proxyProtocol tcp tls"),
+    "AccessLogPolicy": _names("database otlp"),
+    # only a collector given by host; every exported span (no filter); no resource attributes
+    "FrontendTracing": _names("backend filter policies resources service"),
     "FrontendHttp": _names(
         "http1HeaderCase http2ConnectionWindowSize http2FrameSize http2KeepaliveInterval http2KeepaliveTimeout "
         "http2MaxHeaderSize http2WindowSize maxConnectionDuration"),

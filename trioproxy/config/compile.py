@@ -547,10 +547,15 @@ def compile_document(document: d.Document, env: Mapping[str, str], r: Reader) ->
             r.at(document.llm, "port", f"port {llm_bind.port} is already bound by binds[{ports[llm_bind.port]}]")
         binds.append(llm_bind)
     servers = document.config
+    logging = _logging(servers.logging, r) if servers and servers.logging else None
+    tracing = _tracing(servers.tracing, r) if servers and servers.tracing else None
+    frontend = document.frontend_policies
+    if frontend is not None:
+        logging = _with_access_log(logging, frontend, r)
+        if frontend.tracing is not None:
+            tracing = _frontend_tracing(frontend.tracing, r)
     return m.Config(servers=_servers(servers, env, r), binds=tuple(binds),
-                    logging=_logging(servers.logging, r) if servers and servers.logging else None,
-                    tracing=_tracing(servers.tracing, r) if servers and servers.tracing else None,
-                    frontend=_frontend(document.frontend_policies),
+                    logging=logging, tracing=tracing, frontend=_frontend(frontend),
                     backend=_backend_connections(servers.backend if servers else None),
                     workers=servers.workers if servers and servers.workers is not None else 1)
 
@@ -600,6 +605,43 @@ def _logging(value: d.Logging, r: Reader) -> m.LoggingSpec:
     if value.filter is not None:
         _check_cel(value.filter, value, "filter", r)
     return m.LoggingSpec(value.level, value.format, value.filter, _log_fields(value.fields, r))
+
+
+def _with_access_log(logging: m.LoggingSpec | None, frontend: d.FrontendPolicies, r: Reader) -> m.LoggingSpec | None:
+    """``frontendPolicies.accessLog`` (or its other name, ``logging``) over ``config.logging``: each
+    of filter, add and remove that it sets replaces config.logging's, as agentgateway merges them."""
+    policy = frontend.access_log or frontend.logging
+    if frontend.access_log is not None and frontend.logging is not None:
+        r.at(frontend, "logging", "accessLog and logging are the same setting: keep one of them")
+    if policy is None:
+        return logging
+    if policy.filter is not None:
+        _check_cel(policy.filter, policy, "filter", r)
+    for name, source in policy.add.items():
+        _check_cel(source, policy, "add", r, f"{name}: ")
+    base = logging or m.LoggingSpec()
+    return m.LoggingSpec(
+        base.level, base.format, policy.filter if policy.filter is not None else base.filter,
+        m.LogFieldsSpec(tuple(policy.add.items()) if policy.add else base.fields.add,
+                        policy.remove if policy.remove else base.fields.remove))
+
+
+def _frontend_tracing(value: d.FrontendTracing, r: Reader) -> m.TracingSpec:
+    """``frontendPolicies.tracing``: agentgateway's newer spelling of the same export."""
+    for name, source in value.attributes.items():
+        _check_cel(source, value, "attributes", r, f"{name}: ")
+    host = value.host
+    if "://" in host:
+        if not host.startswith(("http://", "https://")):
+            r.at(value, "host", f"expected HOST:PORT or an http:// or https:// URL, got {host!r}")
+        endpoint = host
+    else:
+        endpoint = f"http://{host}"
+    return m.TracingSpec(
+        endpoint, value.protocol, (), value.path,
+        0.0 if value.random_sampling is None else value.random_sampling,
+        1.0 if value.client_sampling is None else value.client_sampling,
+        m.LogFieldsSpec(tuple(value.attributes.items()), value.remove))
 
 
 def _tracing(value: d.Tracing, r: Reader) -> m.TracingSpec:

@@ -592,6 +592,16 @@ class Logging:
 Sampling = Annotated[float, SAMPLING]
 
 
+def _random_sampling() -> Any:
+    return field("Share of requests without a trace context that start a trace: true, false or 0.0-1.0 "
+                 "(default false).", default=None)
+
+
+def _client_sampling() -> Any:
+    return field("Share of requests whose client sent a sampled traceparent that are traced: true, false or "
+                 "0.0-1.0 (default true).", default=None)
+
+
 @described
 class Tracing:
     """OpenTelemetry spans exported over OTLP (a server span per request, a client span per backend call)."""
@@ -600,12 +610,8 @@ class Tracing:
     otlp_protocol: Literal["grpc", "http"] = field("OTLP transport: grpc or http (protobuf).", default="grpc")
     headers: dict[str, str] = field("Headers sent with each export (authentication).", default={})
     path: str | None = field("OTLP/HTTP path (default /v1/traces).", default=None)
-    random_sampling: Sampling | None = field(
-        "Share of requests without a trace context that start a trace: true, false or 0.0-1.0 (default false).",
-        default=None)
-    client_sampling: Sampling | None = field(
-        "Share of requests whose client sent a sampled traceparent that are traced: true, false or 0.0-1.0 "
-        "(default true).", default=None)
+    random_sampling: Sampling | None = _random_sampling()
+    client_sampling: Sampling | None = _client_sampling()
     fields: LogFields | None = field("Span attributes added (CEL) or removed.", default=None)
 
 
@@ -657,10 +663,45 @@ class FrontendHttp:
 
 
 @described
+class AccessLogPolicy:
+    """The access log's filter and fields for all requests (agentgateway's `frontendPolicies.accessLog`).
+    Each one set replaces its `config.logging` counterpart; level and format stay in `config.logging`."""
+
+    filter: str | None = field(
+        "CEL expression: only requests for which it is true are logged (replaces config.logging.filter).",
+        default=None)
+    add: dict[str, str] = field(
+        "Field name → CEL expression whose value is added to each line (replaces config.logging.fields.add).",
+        default={})
+    remove: tuple[str, ...] = field(
+        "Names of fields left out of each line (replaces config.logging.fields.remove).", default=())
+
+
+@described
+class FrontendTracing:
+    """OpenTelemetry spans over OTLP (agentgateway's `frontendPolicies.tracing`): the same export as
+    `config.tracing`, written agentgateway's newer way; it replaces `config.tracing` when both are set."""
+
+    host: str = field("The OTLP collector: HOST:PORT (plain HTTP), or an http:// or https:// URL.")
+    protocol: Literal["grpc", "http"] = field("OTLP transport: grpc or http (protobuf).", default="grpc")
+    path: str | None = field("OTLP/HTTP path (default /v1/traces).", default=None)
+    random_sampling: Sampling | None = _random_sampling()
+    client_sampling: Sampling | None = _client_sampling()
+    attributes: dict[str, str] = field("Span attribute name → CEL expression whose value is added.", default={})
+    remove: tuple[str, ...] = field("Span attributes left out.", default=())
+
+
+@described
 class FrontendPolicies:
     """Policies for all traffic the gateway receives (agentgateway's top-level `frontendPolicies`)."""
 
     http: FrontendHttp | None = field("Settings for handling incoming HTTP requests.", default=None)
+    access_log: AccessLogPolicy | None = field(
+        "Access-log filter and fields for every request; each one set replaces config.logging's.", default=None)
+    logging: AccessLogPolicy | None = field("The same as accessLog (agentgateway's other name for it).",
+                                            default=None)
+    tracing: FrontendTracing | None = field(
+        "OpenTelemetry span export (replaces config.tracing when both are set).", default=None)
 
 
 @described
