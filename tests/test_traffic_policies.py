@@ -1,4 +1,4 @@
-"""urlRewrite, delay, conditional directResponse, retry, requestMirror and servers set to off:
+"""urlRewrite, requestRedirect, delay, conditional directResponse, retry, requestMirror and servers set to off:
 agentgateway's route policies against real servers on 127.0.0.1."""
 
 from __future__ import annotations
@@ -16,7 +16,13 @@ import trio.testing
 from fixtures.echo_backend import EchoBackend
 from trioproxy.config import ConfigError, parse_config
 from trioproxy.policies.delay import delay_seconds
-from trioproxy.policies.url_rewrite import UrlRewriteSpec, rewrite_authority, rewrite_prefix
+from trioproxy.policies.url_rewrite import (
+    RedirectSpec,
+    UrlRewriteSpec,
+    redirect_location,
+    rewrite_authority,
+    rewrite_prefix,
+)
 from trioproxy.server import serve_gateway
 
 from .conftest import LOOPBACK_SERVERS, free_port, start_routes
@@ -84,6 +90,77 @@ def test_a_prefix_rewrite_needs_pathprefix_matches():
             "      policies: {urlRewrite: {path: {prefix: /b}}}\n      backends: [{host: '127.0.0.1:1'}]\n")
     assert problems(text) == ["<config>:6:37: binds[0].listeners[0].routes[0].policies.urlRewrite.path: "
                               "a prefix rewrite needs every match of the route to be a pathPrefix"]
+
+
+# --- requestRedirect -------------------------------------------------------------------------------
+
+
+def _redirect(scheme: str | None = None, **url: str) -> RedirectSpec:
+    return RedirectSpec(UrlRewriteSpec(**url), scheme)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("spec", "request_url", "location"), [
+    # nothing configured: the request's own URL, query kept
+    (_redirect(), ("http", "a.example:8080", "/x", b"q=1"), "http://a.example:8080/x?q=1"),
+    # a configured scheme takes its well-known port (Gateway API); the usual http → https redirect
+    (_redirect("https"), ("http", "a.example:8080", "/x", b""), "https://a.example/x"),
+    (_redirect("https"), ("http", "[::1]:8080", "/", b""), "https://[::1]/"),
+    # host: keeps the request's port unless a scheme is configured
+    (_redirect(authority_kind="host", authority="b.example"), ("http", "a.example:8080", "/", b""),
+     "http://b.example:8080/"),
+    (_redirect("https", authority_kind="host", authority="b.example"), ("http", "a.example:8080", "/", b""),
+     "https://b.example/"),
+    # port: the scheme's default port is left out
+    (_redirect(authority_kind="port", authority="8443"), ("http", "a.example", "/", b""), "http://a.example:8443/"),
+    (_redirect("https", authority_kind="port", authority="443"), ("http", "a.example:80", "/", b""),
+     "https://a.example/"),
+    (_redirect(authority_kind="port", authority="80"), ("http", "a.example:8080", "/", b""), "http://a.example/"),
+    (_redirect(authority_kind="full", authority="c.example:9"), ("https", "a.example", "/", b""),
+     "https://c.example:9/"),
+    # path: full (empty is /), or the matched prefix replaced element-wise
+    (_redirect(path_kind="full", path=""), ("http", "a", "/x/y", b"k=v"), "http://a/?k=v"),
+    (_redirect(path_kind="prefix", path="/v2"), ("http", "a", "/api/users", b""), "http://a/v2/users"),
+])
+def test_redirect_location_follows_gateway_api_and_agentgateway(spec, request_url, location):
+    scheme, host, path, query = request_url
+    assert redirect_location(spec, scheme, host, path, query, "/api") == location
+
+
+async def test_request_redirect_answers_without_calling_the_backend(nursery, backend):
+    gw = await start_routes(nursery, """
+        - name: moved
+          matches: [{{path: {{pathPrefix: /old}}}}]
+          policies:
+            urlRewrite: {{authority: {{host: internal.example}}}}
+            requestRedirect: {{scheme: https, path: {{prefix: /new}}, status: 301}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+        - name: found
+          matches: [{{path: {{pathPrefix: /tmp}}}}]
+          policies:
+            requestRedirect: {{authority: {{port: 8443}}}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+    """, port=free_port(), backend=backend.port)
+    reader = await watch(nursery, gw)
+    async with gw.client() as client:
+        moved = await client.get("/old/a/b?q=1", headers={"host": "shop.example:8080"})
+        events = await reader.events()
+        found = await client.get("/tmp/z", headers={"host": "shop.example:8080"})
+    # after urlRewrite (whose Host it starts from), as agentgateway orders them
+    assert (moved.status_code, moved.headers["location"], moved.text) == (
+        301, "https://internal.example/new/a/b?q=1", "")
+    assert (found.status_code, found.headers["location"]) == (302, "http://shop.example:8443/tmp/z")
+    assert backend.requests == 0  # answered by the gateway
+    redirect = next(e["message"] for e in events if e["message"].get("kind") == "requestRedirect")
+    assert (redirect["result"], redirect["status"]) == ("redirected", 301)
+
+
+def test_a_prefix_redirect_needs_pathprefix_matches_and_a_redirect_status():
+    text = ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - matches: [{path: {exact: /a}}]\n"
+            "      policies: {requestRedirect: {path: {prefix: /b}}}\n")
+    assert problems(text) == ["<config>:6:42: binds[0].listeners[0].routes[0].policies.requestRedirect.path: "
+                              "a prefix redirect needs every match of the route to be a pathPrefix"]
+    text = "binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {requestRedirect: {status: 200}}\n"
+    assert len(problems(text)) == 1 and "requestRedirect.status" in problems(text)[0]
 
 
 # --- delay -------------------------------------------------------------------------------------------

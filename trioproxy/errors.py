@@ -10,7 +10,7 @@
     ├── AuthorizationDenied         403 authorization failed
     ├── RateLimited                 429 rate limit exceeded
     ├── RateLimitFailed             500 rate limit failed
-    ├── DirectResponse              any status chosen by a directResponse policy
+    ├── DirectResponse              any status chosen by a directResponse or requestRedirect policy
     ├── TimeoutError_
     │   ├── RequestTimeout          504 request timeout
     │   └── UpstreamTimeout         504 upstream call timeout

@@ -35,7 +35,7 @@ from .policies.ratelimit_local_stage import local_rate_limit_stage
 from .policies.ratelimit_remote import remote_rate_limit_stage
 from .policies.retry import RetryStage
 from .policies.stage import Phase, Stage
-from .policies.url_rewrite import UrlRewriteStage
+from .policies.url_rewrite import RequestRedirectStage, UrlRewriteStage
 from .routing import BindTable
 from .trace import TraceHub
 from .upstream import UpstreamPool
@@ -142,6 +142,11 @@ def _url_rewrite(policies: Policies, key: str, c: StageCompiler) -> Stage | None
     return UrlRewriteStage(policies.url_rewrite) if policies.url_rewrite is not None else None
 
 
+def _request_redirect(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
+    redirect = policies.request_redirect
+    return RequestRedirectStage(redirect) if redirect is not None else None
+
+
 def _delay(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
     return DelayStage(policies.delay) if policies.delay is not None else None
 
@@ -163,6 +168,7 @@ STAGE_ORDER: tuple[tuple[str, Callable[[Policies, str, StageCompiler], Stage | N
     ("responseHeaderModifier", _response_header_modifier),  # response hook only
     ("backendAuth", _backend_auth),                       # the backend's credential, last word on auth
     ("urlRewrite", _url_rewrite),                         # path and Host as the backend will see them
+    ("requestRedirect", _request_redirect),               # answers with the URL as urlRewrite left it
     ("delay", _delay),                                    # fault injection: after auth, before answering
     ("directResponse", _direct_response),                 # answers once every check has passed
     ("requestMirror", _request_mirror),                   # copies only of requests that go upstream

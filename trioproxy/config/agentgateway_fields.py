@@ -34,7 +34,7 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "GatewayPolicies": _names("apiKey basicAuth extAuthz extProc oidc transformations"),
     "RoutePolicies": _names(
         "a2a ai apiKey backendTunnel basicAuth buffer csrf extAuthz extProc "
-        "mcpAuthentication mcpAuthorization mcpGuardrails oidc requestRedirect transformations"
+        "mcpAuthentication mcpAuthorization mcpGuardrails oidc transformations"
     ),
     "BackendPolicies": _names(
         "a2a ai authorization backendTunnel extAuthz health http inferenceRouting "

@@ -38,7 +38,7 @@ from ..policies.ratelimit_remote import (
     never_evaluating,
 )
 from ..policies.retry import RetrySpec
-from ..policies.url_rewrite import UrlRewriteSpec
+from ..policies.url_rewrite import RedirectSpec, UrlRewriteSpec
 from . import document as d
 from . import model as m
 from .describe import Reader
@@ -82,7 +82,8 @@ def _retry(value: d.Retry, r: Reader) -> RetrySpec:
     return RetrySpec(value.attempts, tuple(sorted(set(value.codes))), value.backoff)
 
 
-def _url_rewrite(value: d.UrlRewrite, r: Reader) -> UrlRewriteSpec:
+def _url_rewrite(value: d.UrlRewrite | d.RequestRedirect, r: Reader) -> UrlRewriteSpec:
+    """The path and authority parts, shared by urlRewrite and requestRedirect."""
     path_kind: Any = None
     path: str | None = ""
     if value.path is not None:
@@ -98,6 +99,10 @@ def _url_rewrite(value: d.UrlRewrite, r: Reader) -> UrlRewriteSpec:
         else:
             authority_kind, authority = "port", str(given.port)
     return UrlRewriteSpec(path_kind, path or "", authority_kind, authority)
+
+
+def _request_redirect(value: d.RequestRedirect, r: Reader) -> RedirectSpec:
+    return RedirectSpec(_url_rewrite(value, r), value.scheme, 302 if value.status is None else value.status)
 
 
 def _request_mirror(value: d.RequestMirror, r: Reader) -> MirrorSpec:
@@ -286,6 +291,7 @@ POLICY_COMPILERS: dict[str, Callable[[Any, Reader], Any]] = {
     "backend_tls": _backend_tls,
     "retry": _retry,
     "url_rewrite": _url_rewrite,
+    "request_redirect": _request_redirect,
     "request_mirror": _request_mirror,
     "delay": _delay,
 }
@@ -372,11 +378,13 @@ def _route(route: d.Route, listener_key: str, r: Reader) -> m.Route:
     index = r.origin(route).index or 0
     name = route.name or f"route{index}"
     policies = compile_policies(route.policies, r)
-    rewrite = policies.url_rewrite
-    if rewrite is not None and rewrite.path_kind == "prefix" and any(
-            x.path is not None and x.path.path_prefix is None for x in route.matches):
-        assert route.policies is not None and route.policies.url_rewrite is not None
-        r.at(route.policies.url_rewrite, "path", "a prefix rewrite needs every match of the route to be a pathPrefix")
+    redirect = policies.request_redirect
+    for wire, rewrite in (("urlRewrite", policies.url_rewrite), ("requestRedirect", redirect.url if redirect is not None else None)):
+        if rewrite is not None and rewrite.path_kind == "prefix" and any(
+                x.path is not None and x.path.path_prefix is None for x in route.matches):
+            r.at(getattr(route.policies, "url_rewrite" if wire == "urlRewrite" else "request_redirect"), "path",
+                 f"a prefix {'rewrite' if wire == 'urlRewrite' else 'redirect'} needs every match of the route "
+                 "to be a pathPrefix")
     backends = tuple(_backend(b, r) for b in route.backends)
     if policies.backend_auth is not None:  # a route's backendAuth is each backend's, unless it has its own
         backends = tuple(b if b.policies.backend_auth is not None else attrs.evolve(

@@ -149,6 +149,19 @@ class UrlRewrite:
 
 
 @described
+class RequestRedirect:
+    """Answer with a redirect (302 unless `status` says otherwise) to the request's URL with these parts
+    changed; the backend is not called."""
+
+    scheme: Literal["http", "https"] | None = field("Scheme of the new URL (default: the request's).", default=None)
+    authority: AuthorityRewrite | Literal["auto", "none"] | None = field(
+        "Host of the new URL: {full}, {host} or {port}; auto and none keep the request's Host.", default=None)
+    path: PathRewrite | None = field(
+        "Path of the new URL: {full} or {prefix} (the query is kept); absent: the request's path.", default=None)
+    status: Annotated[int, Integer(300, 399)] | None = field("Redirect status (default 302).", default=None)
+
+
+@described
 class Delay:
     """Fault injection: latency added before the request goes upstream (counted in requestTimeout)."""
 
@@ -389,6 +402,8 @@ class RoutePolicies:
     backend_tls: BackendTLS | None = field(
         "TLS to every backend of the route that has no backendTLS of its own.", name="backendTLS", default=None)
     url_rewrite: UrlRewrite | None = field("Rewrite the path or Host before forwarding.", default=None)
+    request_redirect: RequestRedirect | None = field(
+        "Answer with a redirect (Location: the request's URL with scheme, Host or path changed).", default=None)
     request_mirror: RequestMirror | None = field("Send a copy of requests to another backend.", default=None)
     delay: Delay | None = field("Inject latency before forwarding (fault injection).", default=None)
 

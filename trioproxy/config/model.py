@@ -21,7 +21,7 @@ from ..policies.jwt import JwtAuthSpec
 from ..policies.ratelimit_local import LocalRateLimitSpec
 from ..policies.ratelimit_remote import RemoteRateLimitSpec
 from ..policies.retry import RetrySpec
-from ..policies.url_rewrite import UrlRewriteSpec
+from ..policies.url_rewrite import RedirectSpec, UrlRewriteSpec
 
 if TYPE_CHECKING:
     from ..policies.mirror import MirrorSpec
@@ -211,6 +211,7 @@ class Policies:
     backend_tls: BackendTls | None = None
     retry: RetrySpec | None = None
     url_rewrite: UrlRewriteSpec | None = None
+    request_redirect: RedirectSpec | None = None
     request_mirror: MirrorSpec | None = None
     delay: DelaySpec | None = None
 
@@ -240,6 +241,7 @@ TRACE_KINDS: dict[str, tuple[tuple[str, str], ...]] = {
         ("backendAuth", "backend_auth"),
         ("backendTLS", "backend_tls"),
         ("urlRewrite", "url_rewrite"),
+        ("requestRedirect", "request_redirect"),
         ("requestMirror", "request_mirror"),
         ("delay", "delay"),
     ),
