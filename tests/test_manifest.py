@@ -343,3 +343,92 @@ def test_an_invalid_edit_keeps_the_last_valid_version_and_unchanged_conditions_k
     # a resource removed from the file is gone, not kept
     third = compile_manifest(resources[:2], now=later, env={}, previous=second.config)
     assert all(r.policies.local_rate_limit == () for r in routes(third).values())
+
+
+FILTERS_ROUTE = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: web, namespace: gateway-system}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /api}}]
+    filters:
+    - type: URLRewrite
+      urlRewrite: {hostname: internal.example, path: {type: ReplacePrefixMatch, replacePrefixMatch: /v2}}
+    - type: RequestMirror
+      requestMirror: {backendRef: {name: shadow, namespace: test, port: 8080}, fraction: {numerator: 1, denominator: 4}}
+    backendRefs: [{name: api, port: 80}]
+  - name: moved
+    filters:
+    - type: RequestRedirect
+      requestRedirect: {scheme: https, hostname: www.example, port: 443, statusCode: 301,
+                        path: {type: ReplaceFullPath, replaceFullPath: /home}}
+  - name: port
+    filters:
+    - type: RequestRedirect
+      requestRedirect: {port: 8443}
+    - type: RequestMirror
+      requestMirror: {backendRef: {name: shadow, port: 9}, percent: 5}
+"""
+
+
+def test_redirect_rewrite_and_mirror_filters_become_the_route_policies():
+    from trioproxy.config.model import Address
+    from trioproxy.policies.mirror import MirrorSpec
+    from trioproxy.policies.url_rewrite import RedirectSpec, UrlRewriteSpec
+
+    result = compile_docs(GATEWAY, FILTERS_ROUTE)
+    assert result.rejected == ()
+    by_name = {key.rsplit("/", 1)[1]: r.policies for key, r in routes(result).items()}
+    assert by_name["web"].url_rewrite == UrlRewriteSpec("prefix", "/v2", "full", "internal.example")
+    assert by_name["web"].request_mirror == MirrorSpec(Address("shadow.test", 8080), 0.25)
+    # hostname and port together: the port that is the scheme's default is left out
+    assert by_name["web.moved"].request_redirect == RedirectSpec(
+        UrlRewriteSpec("full", "/home", "full", "www.example"), "https", 301)
+    assert by_name["web.port"].request_redirect == RedirectSpec(UrlRewriteSpec(None, "", "port", "8443"), None, 302)
+    assert by_name["web.port"].request_mirror == MirrorSpec(Address("shadow", 9), 0.05)
+
+
+FILTER_ERRORS = [
+    ("[{type: RequestRedirect, requestRedirect: {}}]", "backendRefs: [{name: a, port: 1}]",
+     'spec.rules[0]: Invalid value: "object": RequestRedirect filter must not be used together with backendRefs'),
+    ("[{type: RequestRedirect, requestRedirect: {}}, {type: URLRewrite, urlRewrite: {}}]", "",
+     'spec.rules[0]: Invalid value: "object": May specify either httpRouteFilterRequestRedirect or '
+     "httpRouteFilterRequestRewrite, but not both"),
+    ("[{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /b}}}]",
+     "matches: [{path: {type: Exact, value: /a}}]",
+     'spec.rules[0]: Invalid value: "object": When using URLRewrite filter with path.replacePrefixMatch, '
+     "exactly one PathPrefix match must be specified"),
+    ("[{type: RequestRedirect, requestRedirect: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /b}}}]",
+     "matches: [{path: {value: /a}}, {path: {value: /c}}]",
+     'spec.rules[0]: Invalid value: "object": When using RequestRedirect filter with path.replacePrefixMatch, '
+     "exactly one PathPrefix match must be specified"),
+    ("[{type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath}}}]", "",
+     'spec.rules[0].filters[0].urlRewrite.path: Invalid value: "object": replaceFullPath must be specified when '
+     "type is set to 'ReplaceFullPath'"),
+    ("[{type: RequestMirror}]", "",
+     'spec.rules[0].filters[0]: Invalid value: "object": filter.requestMirror must be specified for RequestMirror '
+     "filter.type"),
+    ("[{type: RequestHeaderModifier, requestRedirect: {}}]", "",
+     'spec.rules[0].filters[0]: Invalid value: "object": filter.requestHeaderModifier must be specified for '
+     "RequestHeaderModifier filter.type"),
+    ("[{type: RequestRedirect, requestRedirect: {statusCode: 200}}]", "",
+     "spec.rules[0].filters[0].requestRedirect.statusCode: Unsupported value: 200: supported values: "
+     '"301", "302", "303", "307", "308"'),
+    ("[{type: RequestMirror, requestMirror: {backendRef: {name: a, port: 1}, percent: 5, fraction: {numerator: 1}}}]",
+     "", 'spec.rules[0].filters[0].requestMirror: Invalid value: "object": Only one of percent or fraction may be '
+     "specified in HTTPRequestMirrorFilter"),
+    ("[{type: RequestMirror, requestMirror: {backendRef: {name: a, port: 1}}}, "
+     "{type: RequestMirror, requestMirror: {backendRef: {name: b, port: 1}}}]", "",
+     'spec.rules[0]: Invalid value: "object": RequestMirror filter cannot be repeated (trioproxy: one mirror per rule)'),
+]
+
+
+@pytest.mark.parametrize(("filters", "rest", "message"), FILTER_ERRORS, ids=[m.split(": ")[-1][:40] for *_, m in FILTER_ERRORS])
+def test_filter_rules_are_gateway_apis(filters, rest, message):
+    rule = f"  - filters: {filters}\n" + (f"    {rest}\n" if rest else "")
+    route = ("apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r, namespace: gateway-system}\n"
+             "spec:\n  parentRefs: [{name: gw}]\n  rules:\n" + rule)
+    result = compile_docs(GATEWAY, route)
+    assert len(result.rejected) == 1 and message in result.rejected[0], result.rejected

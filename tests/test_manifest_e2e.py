@@ -92,6 +92,45 @@ async def test_requests_with_burst_and_a_window_that_resets_by_itself(nursery, b
     assert again == [200] * 3 + [429]  # one fill adds n, not the burst
 
 
+async def test_httproute_rewrite_mirror_and_redirect_filters(nursery, backend):
+    """Gateway API's URLRewrite, RequestMirror and RequestRedirect filters, served: the backend
+    sees the rewritten Host and path, the mirror a copy, and the redirect rule answers itself."""
+    from fixtures.echo_backend import EchoBackend
+
+    mirror = await nursery.start(EchoBackend().serve)
+    filters = f"""
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{{{name: web, namespace: gateway-system}}}}
+spec:
+  parentRefs: [{{{{name: gw}}}}]
+  rules:
+  - matches: [{{{{path: {{{{type: PathPrefix, value: /api}}}}}}}}]
+    filters:
+    - type: URLRewrite
+      urlRewrite: {{{{hostname: internal.example, path: {{{{type: ReplacePrefixMatch, replacePrefixMatch: /v2}}}}}}}}
+    - type: RequestMirror
+      requestMirror: {{{{backendRef: {{{{name: 127.0.0.1, port: {mirror.port}}}}}}}}}
+    backendRefs: [{{{{name: 127.0.0.1, port: {backend.port}}}}}]
+  - name: moved
+    matches: [{{{{path: {{{{type: PathPrefix, value: /old}}}}}}}}]
+    filters:
+    - type: RequestRedirect
+      requestRedirect: {{{{scheme: https, statusCode: 301, path: {{{{type: ReplacePrefixMatch, replacePrefixMatch: /new}}}}}}}}
+"""
+    gw = await start_gateway(nursery, manifest(GATEWAY, filters), port=free_port())
+    async with gw.client() as client:
+        with trio.fail_after(5):
+            received = mirror.received
+            echoed = (await client.get("/api/users?q=1")).json()
+            await received.wait()
+        moved = await client.get("/old/page?x=2", headers={"host": "shop.example:8080"})
+    assert (echoed["path"], echoed["query"], dict(echoed["headers"])["host"]) == ("/v2/users", "q=1", "internal.example")
+    assert mirror.seen == [("GET", "/v2/users?q=1", 0)]
+    assert (moved.status_code, moved.headers["location"]) == (301, "https://shop.example/new/page?x=2")
+    assert backend.requests == 1
+
+
 async def test_gateway_targeted_budget_is_shared_by_two_routes(nursery, backend, mock_clock):
     gw = await start_gateway(nursery, manifest(GATEWAY, route("a", "/a", backend.port), route("b", "/b", backend.port),
                                                policy("Gateway", "gw", "{{requests: 2, unit: Hours}}")),

@@ -10,7 +10,7 @@ come:
 - the Kubernetes CRD flavour (``openAPIV3Schema``: no ``$ref``, no 2020-12-only keywords) of any
   described class: ``openapi_schema``.
 
-Types an annotation may use: ``str`` (non-empty), ``int``, ``bool``, ``Literal[...]``,
+Types an annotation may use: ``str`` (non-empty), ``int``, ``bool``, ``Literal[...]`` (words, or integers),
 ``X | None`` (null or absent → ``None``), ``tuple[X, ...]`` (a YAML list; null → ``()``),
 ``dict[str, X]``, another described class, a union of kinds YAML tells apart (mapping /
 list / scalar), and ``Annotated[T, <kind>]`` with a kind from this module (``Integer(low, high)``,
@@ -352,6 +352,23 @@ class Choice(Kind):
 
 
 @attrs.frozen(eq=False)
+class NumberChoice(Kind):
+    """One of fixed integers (from ``Literal[301, 302]``): a redirect status."""
+
+    values: tuple[int, ...]
+
+    def read(self, r: Reader, node: Node, path: str) -> Any:
+        value = Integer().read(r, node, path)
+        if value is INVALID or value in self.values:
+            return value
+        r.problem(path, f"expected one of: {', '.join(map(str, self.values))}, got {value}", node)
+        return INVALID
+
+    def schema(self, s: _SchemaWriter) -> dict[str, Any]:
+        return {"type": "integer", "enum": list(self.values)}
+
+
+@attrs.frozen(eq=False)
 class Scalar(Kind):
     """A string with a syntax: ``parse(text)`` returns the value or raises ``ValueError(message)``.
 
@@ -675,7 +692,10 @@ def kind_of(hint: Any, where: str) -> Kind:
         key, value = get_args(hint)
         return Entries(kind_of(key, where), kind_of(value, where))
     if origin is Literal:
-        return Choice(tuple(str(v) for v in get_args(hint)))
+        values = get_args(hint)
+        if all(type(v) is int for v in values):
+            return NumberChoice(values)
+        return Choice(tuple(str(v) for v in values))
     if hint is str:
         return Text()
     if hint is bool:

@@ -27,8 +27,10 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from ..policies.auth_manifest import ManifestValueError, translate_authorization, translate_jwt_authentication
+from ..policies.mirror import MirrorSpec
 from ..policies.ratelimit_local import UNIT_SECONDS, LocalRateLimitSpec
 from ..policies.ratelimit_remote_manifest import translate_global_rate_limit
+from ..policies.url_rewrite import RedirectSpec, UrlRewriteSpec
 from . import model as m
 from .describe import Reader
 from .manifest_document import GATEWAY_GROUP, SPECS
@@ -204,6 +206,57 @@ def _header_modifier(spec: dict[str, Any]) -> m.HeaderModifier:
                             remove=tuple(n.encode() for n in spec.get("remove", [])))
 
 
+def _path_modifier(path: dict[str, Any] | None) -> dict[str, Any]:
+    """``HTTPPathModifier`` as UrlRewriteSpec's path fields (validated: the value of its type is set)."""
+    if path is None:
+        return {}
+    if path["type"] == "ReplaceFullPath":
+        return {"path_kind": "full", "path": path["replaceFullPath"]}
+    return {"path_kind": "prefix", "path": path["replacePrefixMatch"]}
+
+
+def _url_rewrite(spec: dict[str, Any]) -> UrlRewriteSpec:
+    """``URLRewrite``: its hostname is the whole Host sent upstream."""
+    host = {"authority_kind": "full", "authority": spec["hostname"]} if "hostname" in spec else {}
+    return UrlRewriteSpec(**_path_modifier(spec.get("path")), **host)
+
+
+def _request_redirect(spec: dict[str, Any]) -> RedirectSpec:
+    """``RequestRedirect``: hostname and port as Gateway API says (a port that is the configured
+    scheme's default is left out; without a port, a configured scheme takes its well-known one)."""
+    scheme, hostname, port = spec.get("scheme"), spec.get("hostname"), spec.get("port")
+    authority: dict[str, Any] = {}
+    if hostname is not None and port is not None:
+        default = {"http": 80, "https": 443}.get(scheme or "")
+        authority = {"authority_kind": "full", "authority": hostname if port == default else f"{hostname}:{port}"}
+    elif hostname is not None:
+        authority = {"authority_kind": "host", "authority": hostname}
+    elif port is not None:
+        authority = {"authority_kind": "port", "authority": str(port)}
+    return RedirectSpec(UrlRewriteSpec(**_path_modifier(spec.get("path")), **authority), scheme,
+                        spec.get("statusCode", 302))
+
+
+def _request_mirror(spec: dict[str, Any]) -> MirrorSpec:
+    ref = spec["backendRef"]
+    host = f"{ref['name']}.{ref['namespace']}" if ref.get("namespace") else ref["name"]
+    if "fraction" in spec:
+        share = spec["fraction"]["numerator"] / spec["fraction"].get("denominator", 100)
+    else:
+        share = spec.get("percent", 100) / 100
+    return MirrorSpec(m.Address(host, ref["port"]), min(1.0, share))
+
+
+#: HTTPRoute filter type -> (its field, the Policies attribute, translation)
+_FILTERS: dict[str, tuple[str, str, Callable[[dict[str, Any]], Any]]] = {
+    "RequestHeaderModifier": ("requestHeaderModifier", "request_header_modifier", _header_modifier),
+    "ResponseHeaderModifier": ("responseHeaderModifier", "response_header_modifier", _header_modifier),
+    "RequestRedirect": ("requestRedirect", "request_redirect", _request_redirect),
+    "URLRewrite": ("urlRewrite", "url_rewrite", _url_rewrite),
+    "RequestMirror": ("requestMirror", "request_mirror", _request_mirror),
+}
+
+
 def _value_matches(items: list[dict[str, str]], *, lower: bool) -> tuple[m.ValueMatch, ...]:
     out = []
     for item in items:
@@ -259,11 +312,9 @@ def _rules(route: Resource) -> tuple[_RuleRoute, ...]:
     for i, rule in enumerate(route.spec.get("rules", []) or [{}]):
         suffix = "" if i == 0 else f".{rule.get('name') or i}"
         policies = m.EMPTY_POLICIES
-        for f in rule.get("filters", []):
-            if f["type"] == "RequestHeaderModifier" and "requestHeaderModifier" in f:
-                policies = attrs.evolve(policies, request_header_modifier=_header_modifier(f["requestHeaderModifier"]))
-            elif f["type"] == "ResponseHeaderModifier" and "responseHeaderModifier" in f:
-                policies = attrs.evolve(policies, response_header_modifier=_header_modifier(f["responseHeaderModifier"]))
+        for f in rule.get("filters", []):  # validated: each type at most once, with its field
+            wire, attribute, translate = _FILTERS[f["type"]]
+            policies = attrs.evolve(policies, **{attribute: translate(f[wire])})
         backends = []
         for ref in rule.get("backendRefs", []):
             host = f"{ref['name']}.{ref['namespace']}" if ref.get("namespace") else ref["name"]

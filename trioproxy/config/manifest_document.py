@@ -205,13 +205,98 @@ class HeaderFilter:
     remove: tuple[str, ...] = field("Header names to remove.", default=())
 
 
-@described
-class RouteFilter:
-    """A filter of a rule (RequestHeaderModifier and ResponseHeaderModifier in this version)."""
+@described(rules=(
+    ("self.type == 'ReplaceFullPath' ? has(self.replaceFullPath) : true",
+     "replaceFullPath must be specified when type is set to 'ReplaceFullPath'"),
+    ("has(self.replaceFullPath) ? self.type == 'ReplaceFullPath' : true",
+     "type must be 'ReplaceFullPath' when replaceFullPath is set"),
+    ("self.type == 'ReplacePrefixMatch' ? has(self.replacePrefixMatch) : true",
+     "replacePrefixMatch must be specified when type is set to 'ReplacePrefixMatch'"),
+    ("has(self.replacePrefixMatch) ? self.type == 'ReplacePrefixMatch' : true",
+     "type must be 'ReplacePrefixMatch' when replacePrefixMatch is set"),
+))
+class PathModifier:
+    """A new path: the whole path, or the part the rule's PathPrefix match matched."""
 
-    type: Literal["RequestHeaderModifier", "ResponseHeaderModifier"] = field("Filter type.")
+    type: Literal["ReplaceFullPath", "ReplacePrefixMatch"] = field("Which part is replaced.")
+    replace_full_path: Annotated[str, Text(min_length=0)] | None = field(
+        "The new path (the query is kept).", default=None)
+    replace_prefix_match: Annotated[str, Text(min_length=0)] | None = field(
+        "What replaces the matched prefix, element-wise (/api -> /v2: /api/x -> /v2/x).", default=None)
+
+
+@described
+class RequestRedirectFilter:
+    """Answer with a redirect to the request's URL with these parts replaced (the query is kept)."""
+
+    scheme: Literal["http", "https"] | None = field(
+        "Scheme of the new URL (default: the request's); it takes its well-known port unless port is set.",
+        default=None)
+    hostname: Annotated[str, Text()] | None = field("Host of the new URL (default: the request's).", default=None)
+    path: PathModifier | None = field("Path of the new URL (default: the request's).", default=None)
+    port: Port | None = field("Port of the new URL (the scheme's default port is left out).", default=None)
+    status_code: Literal[301, 302, 303, 307, 308] | None = field("Redirect status (default 302).", default=None)
+
+
+@described
+class URLRewriteFilter:
+    """Rewrite the Host and path the backend receives."""
+
+    hostname: Annotated[str, Text()] | None = field("The Host header sent to the backend.", default=None)
+    path: PathModifier | None = field("The path sent to the backend.", default=None)
+
+
+@described
+class Fraction:
+    """numerator/denominator of requests."""
+
+    numerator: Annotated[int, Integer(0, 2_147_483_647)] = field("Numerator.")
+    denominator: Annotated[int, Integer(1, 2_147_483_647)] = field("Denominator (default 100).", default=100)
+
+
+@described(rules=(
+    ("!(has(self.percent) && has(self.fraction))", "Only one of percent or fraction may be specified in HTTPRequestMirrorFilter"),
+))
+class RequestMirrorFilter:
+    """Send a copy of each request (or of a share of them) to another backend; its answer is ignored."""
+
+    backend_ref: MirrorBackendRef = field("Where the copies go.")
+    percent: Annotated[int, Integer(0, 100)] | None = field("Share of requests mirrored, in percent (default 100).",
+                                                            default=None)
+    fraction: Fraction | None = field("Share of requests mirrored, as a fraction.", default=None)
+
+
+_FILTER_TYPES = (("RequestHeaderModifier", "requestHeaderModifier"),
+                 ("ResponseHeaderModifier", "responseHeaderModifier"), ("RequestRedirect", "requestRedirect"),
+                 ("URLRewrite", "urlRewrite"), ("RequestMirror", "requestMirror"))
+
+
+@described(rules=tuple(
+    rule for kind, name in _FILTER_TYPES for rule in (
+        (f"!(has(self.{name}) && self.type != '{kind}')", f"filter.{name} must be nil if the filter.type is not {kind}"),
+        (f"!(!has(self.{name}) && self.type == '{kind}')", f"filter.{name} must be specified for {kind} filter.type"),
+    )))
+class RouteFilter:
+    """A filter of a rule: Gateway API's core and extended HTTPRoute filters (not ExtensionRef)."""
+
+    type: Literal["RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite",
+                  "RequestMirror"] = field("Filter type.")
     request_header_modifier: HeaderFilter | None = field("For type RequestHeaderModifier.", default=None)
     response_header_modifier: HeaderFilter | None = field("For type ResponseHeaderModifier.", default=None)
+    request_redirect: RequestRedirectFilter | None = field("For type RequestRedirect.", default=None)
+    url_rewrite: URLRewriteFilter | None = field("For type URLRewrite.", name="urlRewrite", default=None)
+    request_mirror: RequestMirrorFilter | None = field("For type RequestMirror.", default=None)
+
+
+@described
+class MirrorBackendRef:
+    """A backend for mirrored copies: the host name:port."""
+
+    group: Literal[""] | None = field("API group (core).", default=None)
+    kind: Literal["Service"] | None = field("Kind (Service).", default=None)
+    name: Annotated[str, Text()] = field("Host name (a Service name in Kubernetes).")
+    namespace: str | None = field("Namespace (the host is name.namespace when set).", default=None)
+    port: Port = field("Port.")
 
 
 @described
@@ -226,9 +311,36 @@ class BackendRef:
     weight: Weight = field("Share of requests.", default=1)
 
 
-@described
+def _prefix_needs_one_pathprefix(name: str, kind: str) -> tuple[str, str]:
+    """Gateway API's rule: a ReplacePrefixMatch needs exactly one PathPrefix match (absent matches,
+    or an absent path or type, default to PathPrefix /)."""
+    uses_prefix = (f"has(self.filters) && self.filters.exists_one(f, has(f.{name}) && has(f.{name}.path) && "
+                   f"f.{name}.path.type == 'ReplacePrefixMatch')")
+    one_prefix = ("!has(self.matches) || (size(self.matches) == 1 && (!has(self.matches[0].path) || "
+                  "!has(self.matches[0].path.type) || self.matches[0].path.type == 'PathPrefix'))")
+    return (f"({uses_prefix}) ? ({one_prefix}) : true",
+            f"When using {kind} filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified")
+
+
+#: Gateway API's x-kubernetes-validations of HTTPRouteRule and its filters (their messages).
+_RULE_RULES = (
+    ("(has(self.backendRefs) && size(self.backendRefs) > 0) ? "
+     "(!has(self.filters) || self.filters.all(f, !has(f.requestRedirect))) : true",
+     "RequestRedirect filter must not be used together with backendRefs"),
+    _prefix_needs_one_pathprefix("requestRedirect", "RequestRedirect"),
+    _prefix_needs_one_pathprefix("urlRewrite", "URLRewrite"),
+    ("!has(self.filters) || !(self.filters.exists(f, f.type == 'RequestRedirect') && "
+     "self.filters.exists(f, f.type == 'URLRewrite'))",
+     "May specify either httpRouteFilterRequestRedirect or httpRouteFilterRequestRewrite, but not both"),
+    *((f"!has(self.filters) || size(self.filters.filter(f, f.type == '{kind}')) <= 1",
+       f"{kind} filter cannot be repeated" + (" (trioproxy: one mirror per rule)" if kind == "RequestMirror" else ""))
+      for kind, _ in _FILTER_TYPES),
+)
+
+
+@described(rules=_RULE_RULES)
 class RouteRule:
-    """Matches, filters and backends of one rule."""
+    """Matches, filters and backends of one rule (with Gateway API's rules on how filters combine)."""
 
     name: str | None = field("Rule name.", default=None)
     matches: tuple[RouteMatch, ...] = field("Conditions (any of them); absent = every path.", default=())

@@ -65,7 +65,7 @@ def _message(error: jsonschema.ValidationError, prefix: str) -> list[str]:
     if kind == "required":
         return [f"{path}.{name}: Required value" for name in expected if name not in value]
     if kind == "enum":
-        supported = ", ".join(json.dumps(v) for v in expected)
+        supported = ", ".join(json.dumps(str(v)) for v in expected)  # the API server quotes each, numbers too
         return [f"{path}: Unsupported value: {_quoted(value)}: supported values: {supported}"]
     if kind == "minimum":
         return [f"{path}: Invalid value: {value}: {path} in body should be greater than or equal to {expected}"]
