@@ -93,7 +93,7 @@ BAD_CONFIGS = [
     ('binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {timeout: {requestTimeout: soon}}\n',
      ["<config>:5:44: binds[0].listeners[0].routes[0].policies.timeout.requestTimeout: expected a duration such as 500ms, 1s, 60s or 1h, got 'soon'"]),
     ('binds:\n- port: 3000\n  listeners:\n  - policies: {backendAuth: {key: x}}\n',
-     ['<config>:4:16: binds[0].listeners[0].policies.backendAuth: unknown field (expected one of: authorization, cors, jwtAuth, localRateLimit, remoteRateLimit)']),
+     ['<config>:4:16: binds[0].listeners[0].policies.backendAuth: unknown field (expected one of: apiKey, authorization, cors, jwtAuth, localRateLimit, remoteRateLimit)']),
     ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - backends: [{host: 'a:1', ai: {name: x}}]\n",
      ['<config>:5:18: binds[0].listeners[0].routes[0].backends[0]: expected exactly one of: host, ai']),
     ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - hostnames: ['bad host']\n",

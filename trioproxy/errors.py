@@ -7,6 +7,7 @@
     ├── HeaderTooLarge              431 too many or too large request headers
     ├── RouteNotFound               404 route not found
     ├── AuthenticationFailed        401 authentication failure: <reason>
+    ├── ApiKeyAuthenticationFailed  401 api key authentication failure: <reason>
     ├── AuthorizationDenied         403 authorization failed
     ├── RateLimited                 429 rate limit exceeded
     ├── RateLimitFailed             500 rate limit failed
@@ -65,6 +66,16 @@ class AuthenticationFailed(ProxyError):
 
     def __init__(self, reason: str, *, headers: Sequence[Header] = ()) -> None:
         super().__init__(f"authentication failure: {reason}", headers=headers)
+
+
+class ApiKeyAuthenticationFailed(ProxyError):
+    """An ``apiKey`` policy found no key (strict mode) or an unknown one (agentgateway's wording)."""
+
+    status = 401
+    default_message = "api key authentication failure"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"api key authentication failure: {reason}")
 
 
 class AuthorizationDenied(ProxyError):

@@ -53,6 +53,7 @@ class Exchange:
         "_declares_body",
         "_first_body",
         "_watched_fd",
+        "api_key",
         "arrival",
         "backend",
         "backend_phase",
@@ -105,6 +106,7 @@ class Exchange:
         self.limits: list[tuple[LocalRateLimiter, Decision]] = []
         self.llm: dict[str, Any] | None = None
         self.jwt: dict[str, Any] | None = None  # claims of a validated token (CEL ``jwt``)
+        self.api_key: dict[str, Any] | None = None  # an apiKey's metadata, key redacted (CEL ``apiKey``)
         self.usage: Any = None  # the LLM response's usage once its body was read (for finish hooks)
         self.remote_charges: list[Any] = []  # (remoteRateLimit stage, tokens descriptors) to charge after
         self.extra_response_headers: list[Header] = []  # added by stages (cors), also to error answers

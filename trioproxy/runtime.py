@@ -18,6 +18,7 @@ from .disconnect_monitor import DisconnectMonitor
 from .disconnect_monitor import available as disconnect_monitor_available
 from .metrics import Metrics
 from .otel import OtelTracing
+from .policies.api_key import ApiKeyStage
 from .policies.authorization import AuthorizationPolicy, AuthorizationStage
 from .policies.cors import CorsPolicy, CorsStage
 from .policies.delay import DelayStage
@@ -95,6 +96,10 @@ def _jwt_auth(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
     return JwtAuthStage(spec, JwtVerifier(providers), remotes)
 
 
+def _api_key(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
+    return ApiKeyStage(policies.api_key) if policies.api_key is not None else None
+
+
 def _authorization(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
     if policies.authorization is None:
         return None
@@ -160,6 +165,7 @@ def _request_mirror(policies: Policies, key: str, c: StageCompiler) -> Stage | N
 STAGE_ORDER: tuple[tuple[str, Callable[[Policies, str, StageCompiler], Stage | None]], ...] = (
     ("cors", _cors),                                      # a preflight never needs a token
     ("jwtAuth", _jwt_auth),                               # sets x.jwt, removes the token
+    ("apiKey", _api_key),                                 # sets x.api_key, removes the key
     ("authorization", _authorization),                    # CEL rules, see the claims
     ("retry", _retry),                                    # marks the request retryable (gateway.py retries)
     ("localRateLimit", _local_rate_limit),                # only authenticated requests spend budget

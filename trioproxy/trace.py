@@ -94,7 +94,7 @@ def activation(x: Exchange) -> dict[str, Any]:
     return build_activation(
         method=scope["method"], path=x.uri(), host=x.host, headers=x.headers,
         scheme=scope.get("scheme", "http"), version=f"HTTP/{scope.get('http_version', '1.1')}",
-        source_address=client[0], source_port=client[1], llm=x.llm, jwt=x.jwt,
+        source_address=client[0], source_port=client[1], llm=x.llm, jwt=x.jwt, api_key=x.api_key,
     )
 
 
@@ -126,6 +126,8 @@ def request_state(x: Exchange, *, headers: list[Header] | None = None, response:
         state["llm"] = dict(x.llm)  # as it is now: token counts are added to x.llm later
     if x.jwt is not None:
         state["jwt"] = x.jwt
+    if x.api_key is not None:
+        state["apiKey"] = x.api_key
     if response is not None:
         state["response"] = response
     if proxy is not None:

@@ -31,9 +31,9 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "Listener": _names("namespace tcpRoutes"),
     "Route": _names("ruleName"),
     "Backend": _names("aws backend dynamic internal invalid mcp routeGroup service"),
-    "GatewayPolicies": _names("apiKey basicAuth extAuthz extProc oidc transformations"),
+    "GatewayPolicies": _names("basicAuth extAuthz extProc oidc transformations"),
     "RoutePolicies": _names(
-        "a2a ai apiKey backendTunnel basicAuth buffer csrf extAuthz extProc "
+        "a2a ai backendTunnel basicAuth buffer csrf extAuthz extProc "
         "mcpAuthentication mcpAuthorization mcpGuardrails oidc transformations"
     ),
     "BackendPolicies": _names(
@@ -49,6 +49,8 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "Retry": _names("precondition condition"),
     "MirrorBackend": _names("service backend"),
     "BackendAuth": _names("aws azure crossAppAccess gcp jwtSign oauthTokenExchange passthrough"),
+    "ApiKeyEntry": _names("allowedModels"),
+    "CredentialLocation": _names("expression"),
     # only the Authorization: Bearer header is read; exp is always required
     "JwtAuth": _names("location jwtValidationOptions"),
     "JwtProvider": _names("jwtValidationOptions"),

@@ -24,6 +24,7 @@ import attrs
 
 from ..backend_tls import SYSTEM_TRUST, BackendTls, TlsConfigError, build_context, file_fingerprint
 from ..llm_providers import PROVIDERS, ProviderDefaults, azure_defaults
+from ..policies.api_key import ApiKeySpec, CredentialLocation, key_digest
 from ..policies.authorization import AuthorizationSpec, Rule
 from ..policies.cors import CorsSpec
 from ..policies.delay import DelaySpec
@@ -254,6 +255,32 @@ def _jwt_auth(value: d.JwtAuth, r: Reader) -> JwtAuthSpec | None:
     return JwtAuthSpec(tuple(providers), value.mode)
 
 
+def _api_key(value: d.ApiKeyAuth, r: Reader) -> ApiKeySpec:
+    keys = []
+    for entry in value.keys:
+        if entry.key is not None:
+            digest = key_digest(entry.key)
+        else:
+            assert entry.key_hash is not None  # one of key, keyHash (checked by the description)
+            hexdigest = entry.key_hash.removeprefix("sha256:").lower()
+            if not entry.key_hash.startswith("sha256:") or len(hexdigest) != 64 or not all(
+                    c in "0123456789abcdef" for c in hexdigest):
+                r.at(entry, "keyHash", f"expected sha256:<64 hex digits>, got {entry.key_hash!r}")
+            digest = hexdigest
+        keys.append((digest, tuple(entry.metadata.items())))
+    where = value.location
+    if where is None:
+        location = CredentialLocation()
+    elif where.header is not None:
+        location = CredentialLocation("header", where.header.name, where.header.prefix or "")
+    elif where.query_parameter is not None:
+        location = CredentialLocation("queryParameter", where.query_parameter.name, "")
+    else:
+        assert where.cookie is not None
+        location = CredentialLocation("cookie", where.cookie.name, "")
+    return ApiKeySpec(tuple(keys), value.mode, location)
+
+
 def _authorization(value: d.Authorization, r: Reader) -> AuthorizationSpec:
     rules = []
     for rule in value.rules:
@@ -279,6 +306,7 @@ def _cors(value: d.Cors, r: Reader) -> CorsSpec:
 #: attribute of ``document.*Policies`` / ``model.Policies`` → document value to runtime spec.
 POLICY_COMPILERS: dict[str, Callable[[Any, Reader], Any]] = {
     "jwt_auth": _jwt_auth,
+    "api_key": _api_key,
     "authorization": _authorization,
     "cors": _cors,
     "local_rate_limit": _local_rate_limit,

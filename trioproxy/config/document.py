@@ -264,6 +264,56 @@ class JwtAuth:
                                                default=())
 
 
+@described
+class HeaderCredential:
+    """A header holding the credential."""
+
+    name: Annotated[str, Text()] = field("Header name.")
+    prefix: Annotated[str, Text(min_length=0)] | None = field(
+        "Prefix removed before the value is read, such as `Bearer ` (matched ignoring case; absent: the "
+        "whole value).", default=None)
+
+
+@described
+class NamedCredential:
+    """A query parameter or cookie holding the credential."""
+
+    name: Annotated[str, Text()] = field("Its name.")
+
+
+@described(one_of=("header", "queryParameter", "cookie"))
+class CredentialLocation:
+    """Where the API key is read from: exactly one of header, queryParameter, cookie."""
+
+    header: HeaderCredential | None = field("A request header.", default=None)
+    query_parameter: NamedCredential | None = field("A URL query parameter.", default=None)
+    cookie: NamedCredential | None = field("A cookie.", default=None)
+
+
+@described(one_of=("key", "keyHash"))
+class ApiKeyEntry:
+    """One accepted key: exactly one of key, keyHash."""
+
+    key: str | None = field("The key (use `$VAR` to read it from the environment).", default=None)
+    key_hash: str | None = field(
+        "The key's SHA-256 as `sha256:<64 hex digits>`, so the key itself is not in the config.", default=None)
+    metadata: dict[str, str] = field(
+        "Values for CEL `apiKey.<name>` (authorization rules, rate-limit descriptors, the access log) when this "
+        "key authenticates a request.", default={})
+
+
+@described
+class ApiKeyAuth:
+    """Authenticate requests with static API keys; the key is removed from the request once it matched."""
+
+    keys: tuple[ApiKeyEntry, ...] = field("The accepted keys.")
+    mode: Literal["strict", "optional", "permissive"] = field(
+        "strict: a valid key is required. optional (default): requests without a key pass, invalid keys are "
+        "rejected (401). permissive: missing or invalid keys pass without apiKey.", default="optional")
+    location: CredentialLocation | None = field(
+        "Where the key is read from (default: the authorization header, prefix `Bearer `).", default=None)
+
+
 @described(one_of=("allow", "deny", "require"))
 class AuthorizationRule:
     """One rule: exactly one of allow, deny, require."""
@@ -302,6 +352,7 @@ class Cors:
     max_age: Duration | None = field("Access-Control-Max-Age of preflight answers (whole seconds).", default=None)
 
 JWT_AUTH = "Validate a JWT bearer token (strict, optional or permissive)."
+API_KEY = "Authenticate with static API keys (strict, optional or permissive); CEL `apiKey` holds the key's metadata."
 AUTHORIZATION = "CEL rules that allow or deny a request."
 CORS = "Cross-origin resource sharing."
 REMOTE_RATE_LIMIT = ("Global rate limits through an Envoy rate limit service (such as `trioproxy ratelimit-server`): "
@@ -376,6 +427,7 @@ class GatewayPolicies:
     """Policies of a listener (gateway phase); a localRateLimit here is one budget shared by all its routes."""
 
     jwt_auth: JwtAuth | None = field(JWT_AUTH, default=None)
+    api_key: ApiKeyAuth | None = field(API_KEY, default=None)
     authorization: Authorization | None = field(AUTHORIZATION, default=None)
     cors: Cors | None = field(CORS, default=None)
     local_rate_limit: LocalRateLimits = field(LOCAL_RATE_LIMIT, default=())
@@ -387,6 +439,7 @@ class RoutePolicies:
     """Policies of a route (route phase)."""
 
     jwt_auth: JwtAuth | None = field(JWT_AUTH, default=None)
+    api_key: ApiKeyAuth | None = field(API_KEY, default=None)
     authorization: Authorization | None = field(AUTHORIZATION, default=None)
     cors: Cors | None = field(CORS, default=None)
     local_rate_limit: LocalRateLimits = field(LOCAL_RATE_LIMIT, default=())

@@ -14,6 +14,7 @@ import attrs
 from attrs import frozen
 
 from ..backend_tls import SYSTEM_TRUST, BackendTls
+from ..policies.api_key import ApiKeySpec
 from ..policies.authorization import AuthorizationSpec
 from ..policies.cors import CorsSpec
 from ..policies.delay import DelaySpec
@@ -199,6 +200,7 @@ class Policies:
     """
 
     jwt_auth: JwtAuthSpec | None = None
+    api_key: ApiKeySpec | None = None
     authorization: AuthorizationSpec | None = None
     cors: CorsSpec | None = None
     local_rate_limit: tuple[LocalRateLimitSpec, ...] = ()
@@ -222,6 +224,7 @@ EMPTY_POLICIES = Policies()
 TRACE_KINDS: dict[str, tuple[tuple[str, str], ...]] = {
     "gateway": (
         ("jwtAuth", "jwt_auth"),
+        ("apiKey", "api_key"),
         ("authorization", "authorization"),
         ("cors", "cors"),
         ("localRateLimit", "local_rate_limit"),
@@ -229,6 +232,7 @@ TRACE_KINDS: dict[str, tuple[tuple[str, str], ...]] = {
     ),
     "route": (
         ("jwtAuth", "jwt_auth"),
+        ("apiKey", "api_key"),
         ("authorization", "authorization"),
         ("cors", "cors"),
         ("localRateLimit", "local_rate_limit"),

@@ -1,0 +1,112 @@
+"""apiKey authentication (trioproxy/policies/api_key.py) through a gateway on 127.0.0.1, as agentgateway's."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from trioproxy.config import ConfigError, parse_config
+
+from .conftest import LOOPBACK_SERVERS, free_port, start_routes
+from .test_trace import watch
+
+K2_HASH = "sha256:" + hashlib.sha256(b"k2").hexdigest()
+
+
+def headers_of(response) -> dict[str, str]:
+    return dict(response.json()["headers"])
+
+
+@pytest.mark.parametrize(("mode", "missing", "wrong"), [
+    ("strict", 401, 401),
+    ("optional", 200, 401),
+    ("permissive", 200, 200),
+])
+async def test_modes_decide_what_a_missing_or_wrong_key_gets(nursery, backend, mode, missing, wrong):
+    gw = await start_routes(nursery, """
+        - policies:
+            apiKey: {{mode: {mode}, keys: [{{key: k1}}]}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+    """, port=free_port(), backend=backend.port, mode=mode)
+    async with gw.client() as client:
+        none = await client.get("/")
+        bad = await client.get("/", headers={"authorization": "Bearer nope"})
+        good = await client.get("/", headers={"authorization": "Bearer k1"})
+    assert (none.status_code, bad.status_code, good.status_code) == (missing, wrong, 200)
+    if missing == 401:
+        assert none.text == "api key authentication failure: no API Key found"
+    if wrong == 401:
+        assert bad.text == "api key authentication failure: invalid credentials"
+    assert "authorization" not in headers_of(good)  # the key never reaches the backend
+    if mode == "permissive":  # an unknown key passes untouched: it was not ours to remove
+        assert headers_of(bad)["authorization"] == "Bearer nope"
+
+
+async def test_metadata_is_cel_apikey_and_a_hash_stands_for_the_key(nursery, backend):
+    gw = await start_routes(nursery, """
+        - policies:
+            apiKey:
+              mode: strict
+              keys:
+              - {{key: k1, metadata: {{team: eng}}}}
+              - {{keyHash: "{k2}", metadata: {{team: ops}}}}
+            authorization: {{rules: ['apiKey.team == "eng"', 'request.path == "/open"']}}
+            requestHeaderModifier: {{set: [{{name: x-team, value: from-config}}]}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+    """, port=free_port(), backend=backend.port, k2=K2_HASH)
+    reader = await watch(nursery, gw)
+    async with gw.client() as client:
+        eng = await client.get("/x", headers={"authorization": "bearer k1"})  # the prefix ignores case
+        events = await reader.events()
+        ops = await client.get("/x", headers={"authorization": "Bearer k2"})
+        ops_open = await client.get("/open", headers={"authorization": "Bearer k2"})
+    assert (eng.status_code, ops.status_code, ops_open.status_code) == (200, 403, 200)
+    policy = next(e for e in events if e["message"].get("kind") == "apiKey")
+    assert (policy["severity"], policy["message"]["result"], policy["message"]["metadata"]) == (
+        "success", "authenticated", {"team": "eng"})
+    assert "k1" not in str(events)  # neither the key nor its header shows in the trace
+
+
+@pytest.mark.parametrize(("location", "send", "kept"), [
+    ("{header: {name: x-key}}", {"headers": {"x-key": "k1", "x-other": "1"}}, ("x-other", None)),
+    ("{header: {name: x-key, prefix: 'Key '}}", {"headers": {"x-key": "Key k1"}}, (None, None)),
+    ("{queryParameter: {name: api_key}}", {"params": {"a": "1", "api_key": "k1", "b": "2"}}, (None, "a=1&b=2")),
+    ("{cookie: {name: session}}", {"headers": {"cookie": "theme=dark; session=k1"}}, ("cookie", None)),
+])
+async def test_each_location_reads_the_key_and_removes_only_it(nursery, backend, location, send, kept):
+    gw = await start_routes(nursery, """
+        - policies:
+            apiKey: {{mode: strict, keys: [{{key: k1}}], location: {location}}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+    """, port=free_port(), backend=backend.port, location=location)
+    async with gw.client() as client:
+        answer = await client.get("/p", **send)
+        missing = await client.get("/p", headers={"authorization": "Bearer k1"})  # not where the key is read
+    assert (answer.status_code, missing.status_code) == (200, 401)
+    echoed = answer.json()
+    headers = headers_of(answer)
+    assert "x-key" not in headers and "k1" not in echoed["query"]
+    header, query = kept
+    if header == "cookie":
+        assert headers["cookie"] == "theme=dark"
+    elif header is not None:
+        assert headers[header] == "1"
+    if query is not None:
+        assert echoed["query"] == query
+
+
+@pytest.mark.parametrize(("policy", "message"), [
+    ("{keys: [{key: a, keyHash: 'sha256:00'}]}", "expected exactly one of: key, keyHash"),
+    ("{keys: [{keyHash: 'md5:abc'}]}", "keyHash: expected sha256:<64 hex digits>, got 'md5:abc'"),
+    ("{keys: [{key: a, allowedModels: [gpt-4o]}]}",
+     "'allowedModels' is an agentgateway feature that trioproxy does not implement"),
+    ("{keys: [{key: a}], location: {expression: 'request.headers[\"x\"]'}}",
+     "'expression' is an agentgateway feature that trioproxy does not implement"),
+    ("{keys: [{key: a}], mode: lenient}", "expected one of: strict, optional, permissive"),
+])
+def test_bad_api_key_policies_are_named(policy, message):
+    text = f"binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {{apiKey: {policy}}}\n"
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, env=LOOPBACK_SERVERS)
+    assert any("policies.apiKey" in p and message in p for p in caught.value.problems), caught.value.problems

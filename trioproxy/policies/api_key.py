@@ -1,0 +1,129 @@
+"""``apiKey``: requests authenticated by a static API key, as agentgateway's ``http/apikey.rs``.
+
+The gateway keeps only each key's SHA-256 (a key given in the config is hashed at load; a
+``keyHash: sha256:<hex>`` keeps the key out of the file altogether), so a lookup compares
+digests, never the key itself byte by byte. The credential is read from a header (by default
+``Authorization: Bearer <key>``), a query parameter or a cookie, and is removed from the request
+once it authenticated it, so the backend never sees it. The key's metadata is CEL's ``apiKey``
+(``apiKey.team``), beside ``apiKey.key``, which is always ``<redacted>``.
+
+Modes: ``strict`` needs a valid key (401 ``api key authentication failure: no API Key found`` /
+``invalid credentials``); ``optional`` (the default) lets requests without a key pass and
+rejects a wrong one; ``permissive`` lets both pass without ``apiKey``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from http.cookies import CookieError, SimpleCookie
+from typing import TYPE_CHECKING, Literal
+from urllib.parse import parse_qsl
+
+from attrs import frozen
+
+from ..errors import ApiKeyAuthenticationFailed
+from ..redaction import REDACTED
+from .stage import Stage
+
+if TYPE_CHECKING:
+    from ..exchange import Exchange
+
+__all__ = ["ApiKeySpec", "ApiKeyStage", "CredentialLocation", "key_digest"]
+
+
+def key_digest(key: str) -> str:
+    """The hex SHA-256 a key is known by."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@frozen
+class CredentialLocation:
+    """Where the key is: a header (with a prefix stripped), a query parameter or a cookie."""
+
+    kind: Literal["header", "queryParameter", "cookie"] = "header"
+    name: str = "authorization"
+    prefix: str = "Bearer "  # headers only; "" takes the whole value
+
+    def extract(self, x: Exchange) -> str | None:
+        if self.kind == "header":
+            name = self.name.encode().lower()
+            value = next((v for k, v in x.headers if k == name), None)
+            if value is None:
+                return None
+            text = value.decode("latin-1")
+            if not text[:len(self.prefix)].lower() == self.prefix.lower():
+                return None
+            return text[len(self.prefix):].strip() or None
+        if self.kind == "queryParameter":
+            query = x.scope.get("query_string", b"").decode("latin-1")
+            return next((v for k, v in parse_qsl(query, keep_blank_values=True) if k == self.name), None) or None
+        morsel = _cookies(x).get(self.name)
+        return morsel.value if morsel is not None and morsel.value else None
+
+    def remove(self, x: Exchange) -> None:
+        """Take the credential off the request before it goes upstream."""
+        if self.kind == "header":
+            name = self.name.encode().lower()
+            x.headers = [h for h in x.headers if h[0] != name]
+        elif self.kind == "queryParameter":
+            query: bytes = x.scope.get("query_string", b"")
+            kept = [p for p in query.split(b"&") if p.partition(b"=")[0].decode("latin-1") != self.name]
+            x.scope["query_string"] = b"&".join(kept)
+        else:
+            rest = [f"{k}={m.coded_value}" for k, m in _cookies(x).items() if k != self.name]
+            x.headers = [h for h in x.headers if h[0] != b"cookie"] + (
+                [(b"cookie", "; ".join(rest).encode("latin-1"))] if rest else [])
+
+
+def _cookies(x: Exchange) -> SimpleCookie:
+    jar: SimpleCookie = SimpleCookie()
+    for name, value in x.headers:
+        if name == b"cookie":
+            try:
+                jar.load(value.decode("latin-1"))
+            except CookieError:  # a malformed cookie header holds no key we can read
+                continue
+    return jar
+
+
+@frozen
+class ApiKeySpec:
+    keys: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]  # (hex SHA-256, metadata pairs)
+    mode: Literal["strict", "optional", "permissive"] = "optional"
+    location: CredentialLocation = CredentialLocation()
+
+
+class ApiKeyStage(Stage):
+    """Sets ``x.api_key`` (CEL ``apiKey``) for a known key; after jwtAuth, before authorization."""
+
+    kind = "apiKey"
+    __slots__ = ("keys", "spec")
+
+    def __init__(self, spec: ApiKeySpec) -> None:
+        self.spec = spec
+        self.keys: Mapping[str, dict[str, str]] = {digest: dict(metadata) for digest, metadata in spec.keys}
+
+    async def request(self, x: Exchange) -> None:
+        spec = self.spec
+        key = spec.location.extract(x)
+        tr = x.tracer
+        if key is None:
+            if spec.mode == "strict":
+                tr.event("policy", severity="warn", kind="apiKey", result="rejected", reason="no API Key found")
+                raise ApiKeyAuthenticationFailed("no API Key found")
+            tr.event("policy", kind="apiKey", result="skipped", reason=f"no API key ({spec.mode} mode)")
+            return
+        metadata = self.keys.get(key_digest(key))
+        if metadata is None:
+            if spec.mode == "permissive":
+                tr.event("policy", severity="warn", kind="apiKey", result="skipped",
+                         reason="invalid credentials (permissive mode: passed without apiKey)")
+                return
+            tr.event("policy", severity="warn", kind="apiKey", result="rejected", reason="invalid credentials")
+            raise ApiKeyAuthenticationFailed("invalid credentials")
+        spec.location.remove(x)
+        x.api_key = {**metadata, "key": REDACTED}
+        if tr:
+            tr.event("policy", severity="success", kind="apiKey", result="authenticated", metadata=metadata)
+            tr.snapshot("apiKey", x)  # the request as it now is: the key gone
