@@ -1,4 +1,4 @@
-"""urlRewrite, requestRedirect, delay, conditional directResponse, retry, requestMirror and servers set to off:
+"""urlRewrite, requestRedirect, csrf, delay, conditional directResponse, retry, requestMirror and servers set to off:
 agentgateway's route policies against real servers on 127.0.0.1."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import trio.testing
 
 from fixtures.echo_backend import EchoBackend
 from trioproxy.config import ConfigError, parse_config
+from trioproxy.policies.csrf import CsrfSpec, csrf_refusal
 from trioproxy.policies.delay import delay_seconds
 from trioproxy.policies.url_rewrite import (
     RedirectSpec,
@@ -161,6 +162,57 @@ def test_a_prefix_redirect_needs_pathprefix_matches_and_a_redirect_status():
                               "a prefix redirect needs every match of the route to be a pathPrefix"]
     text = "binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {requestRedirect: {status: 200}}\n"
     assert len(problems(text)) == 1 and "requestRedirect.status" in problems(text)[0]
+
+
+# --- csrf --------------------------------------------------------------------------------------------
+
+TRUSTED = CsrfSpec(frozenset({"https://app.example"}))
+
+
+@pytest.mark.parametrize(("method", "headers", "refused"), [
+    ("GET", {"origin": "https://evil.example", "sec-fetch-site": "cross-site"}, False),  # safe methods pass
+    ("OPTIONS", {"origin": "https://evil.example"}, False),
+    ("POST", {}, False),  # no Origin, no Sec-Fetch-Site: not a browser's cross-site request
+    ("POST", {"origin": "null"}, False),
+    ("POST", {"origin": "http://shop.example:8080"}, False),  # its own scheme://host
+    ("POST", {"origin": "https://shop.example:8080"}, True),  # another scheme is another origin
+    ("POST", {"origin": "http://shop.example"}, True),  # another port too
+    ("DELETE", {"origin": "https://evil.example"}, True),
+    ("POST", {"origin": "https://app.example"}, False),  # additionalOrigins
+    ("POST", {"sec-fetch-site": "same-origin", "origin": "https://evil.example"}, False),  # the browser's word wins
+    ("POST", {"sec-fetch-site": "none"}, False),
+    ("POST", {"sec-fetch-site": "same-site", "origin": "http://shop.example:8080"}, True),
+    ("POST", {"sec-fetch-site": "cross-site", "origin": "https://app.example"}, False),
+    ("PUT", {"origin": "https://\xe9vil.example"}, True),  # not ASCII: malformed
+])
+def test_csrf_follows_agentgateway(method, headers, refused):
+    pairs = [(k.encode(), v.encode("latin-1")) for k, v in headers.items()]
+    reason = csrf_refusal(TRUSTED, method, pairs, "http", "shop.example:8080")
+    assert (reason is not None) == refused, reason
+
+
+async def test_csrf_answers_403_before_the_backend(nursery, backend):
+    gw = await start_routes(nursery, """
+        - policies: {{csrf: {{additionalOrigins: ["https://app.example"]}}}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+    """, port=free_port(), backend=backend.port)
+    async with gw.client() as client:
+        evil = await client.post("/x", content=b"a", headers={"origin": "https://evil.example"})
+        own = await client.post("/x", content=b"a", headers={"origin": str(client.base_url).rstrip("/")})
+        app = await client.post("/x", content=b"a", headers={"origin": "https://app.example"})
+    assert (evil.status_code, evil.text) == (403, "CSRF validation failed")
+    assert (own.status_code, app.status_code) == (200, 200)
+    assert backend.requests == 2
+
+
+def test_csrf_origins_must_be_origins():
+    text = ("binds:\n- port: 3000\n  listeners:\n  - routes:\n"
+            "    - policies: {csrf: {additionalOrigins: [app.example, 'https://b.example/']}}\n")
+    assert problems(text) == [
+        "<config>:5:44: binds[0].listeners[0].routes[0].policies.csrf.additionalOrigins: 'app.example' is not an "
+        "origin such as https://app.example.com",
+        "<config>:5:44: binds[0].listeners[0].routes[0].policies.csrf.additionalOrigins: 'https://b.example/' is "
+        "not an origin such as https://app.example.com"]
 
 
 # --- delay -------------------------------------------------------------------------------------------

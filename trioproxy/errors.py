@@ -9,6 +9,7 @@
     ├── AuthenticationFailed        401 authentication failure: <reason>
     ├── ApiKeyAuthenticationFailed  401 api key authentication failure: <reason>
     ├── AuthorizationDenied         403 authorization failed
+    ├── CsrfValidationFailed        403 CSRF validation failed
     ├── RateLimited                 429 rate limit exceeded
     ├── RateLimitFailed             500 rate limit failed
     ├── DirectResponse              any status chosen by a directResponse or requestRedirect policy
@@ -81,6 +82,13 @@ class ApiKeyAuthenticationFailed(ProxyError):
 class AuthorizationDenied(ProxyError):
     status = 403
     default_message = "authorization failed"
+
+
+class CsrfValidationFailed(ProxyError):
+    """A ``csrf`` policy refused a cross-site state-changing request (agentgateway's wording)."""
+
+    status = 403
+    default_message = "CSRF validation failed"
 
 
 class RateLimited(ProxyError):

@@ -21,6 +21,7 @@ from .otel import OtelTracing
 from .policies.api_key import ApiKeyStage
 from .policies.authorization import AuthorizationPolicy, AuthorizationStage
 from .policies.cors import CorsPolicy, CorsStage
+from .policies.csrf import CsrfStage
 from .policies.delay import DelayStage
 from .policies.header_stages import (
     BackendAuthStage,
@@ -143,6 +144,10 @@ def _retry(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
     return RetryStage(policies.retry) if policies.retry is not None else None
 
 
+def _csrf(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
+    return CsrfStage(policies.csrf) if policies.csrf is not None else None
+
+
 def _url_rewrite(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
     return UrlRewriteStage(policies.url_rewrite) if policies.url_rewrite is not None else None
 
@@ -170,6 +175,7 @@ STAGE_ORDER: tuple[tuple[str, Callable[[Policies, str, StageCompiler], Stage | N
     ("retry", _retry),                                    # marks the request retryable (gateway.py retries)
     ("localRateLimit", _local_rate_limit),                # only authenticated requests spend budget
     ("remoteRateLimit", _remote_rate_limit),              # global budgets: after the local, cheaper check
+    ("csrf", _csrf),                                      # cross-site writes refused before any rewriting
     ("requestHeaderModifier", _request_header_modifier),
     ("responseHeaderModifier", _response_header_modifier),  # response hook only
     ("backendAuth", _backend_auth),                       # the backend's credential, last word on auth

@@ -33,7 +33,7 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "Backend": _names("aws backend dynamic internal invalid mcp routeGroup service"),
     "GatewayPolicies": _names("basicAuth extAuthz extProc oidc transformations"),
     "RoutePolicies": _names(
-        "a2a ai backendTunnel basicAuth buffer csrf extAuthz extProc "
+        "a2a ai backendTunnel basicAuth buffer extAuthz extProc "
         "mcpAuthentication mcpAuthorization mcpGuardrails oidc transformations"
     ),
     "BackendPolicies": _names(

@@ -27,6 +27,7 @@ from ..llm_providers import PROVIDERS, ProviderDefaults, azure_defaults
 from ..policies.api_key import ApiKeySpec, CredentialLocation, key_digest
 from ..policies.authorization import AuthorizationSpec, Rule
 from ..policies.cors import CorsSpec
+from ..policies.csrf import CsrfSpec
 from ..policies.delay import DelaySpec
 from ..policies.jwt import JwksError, JwksSource, JwtAuthSpec, ProviderSpec, parse_jwks
 from ..policies.mirror import MirrorSpec
@@ -81,6 +82,13 @@ def _direct_response(value: d.DirectResponse, r: Reader) -> m.DirectResponsePoli
 
 def _retry(value: d.Retry, r: Reader) -> RetrySpec:
     return RetrySpec(value.attempts, tuple(sorted(set(value.codes))), value.backoff)
+
+
+def _csrf(value: d.Csrf, r: Reader) -> CsrfSpec:
+    for origin in value.additional_origins:
+        if "://" not in origin or origin.endswith("/"):
+            r.at(value, "additionalOrigins", f"{origin!r} is not an origin such as https://app.example.com")
+    return CsrfSpec(frozenset(value.additional_origins))
 
 
 def _url_rewrite(value: d.UrlRewrite | d.RequestRedirect, r: Reader) -> UrlRewriteSpec:
@@ -318,6 +326,7 @@ POLICY_COMPILERS: dict[str, Callable[[Any, Reader], Any]] = {
     "backend_auth": _backend_auth,
     "backend_tls": _backend_tls,
     "retry": _retry,
+    "csrf": _csrf,
     "url_rewrite": _url_rewrite,
     "request_redirect": _request_redirect,
     "request_mirror": _request_mirror,

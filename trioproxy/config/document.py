@@ -314,6 +314,15 @@ class ApiKeyAuth:
         "Where the key is read from (default: the authorization header, prefix `Bearer `).", default=None)
 
 
+@described
+class Csrf:
+    """Refuse state-changing requests (not GET, HEAD, OPTIONS) a browser sent from another site: by
+    Sec-Fetch-Site, else by Origin against the request's own scheme://host."""
+
+    additional_origins: tuple[str, ...] = field(
+        "Origins also trusted, written as browsers send them: `https://app.example.com`.", default=())
+
+
 @described(one_of=("allow", "deny", "require"))
 class AuthorizationRule:
     """One rule: exactly one of allow, deny, require."""
@@ -454,6 +463,8 @@ class RoutePolicies:
         "agentgateway's examples put it).", default=None)
     backend_tls: BackendTLS | None = field(
         "TLS to every backend of the route that has no backendTLS of its own.", name="backendTLS", default=None)
+    csrf: Csrf | None = field("Refuse cross-site state-changing requests (403 CSRF validation failed).",
+                              default=None)
     url_rewrite: UrlRewrite | None = field("Rewrite the path or Host before forwarding.", default=None)
     request_redirect: RequestRedirect | None = field(
         "Answer with a redirect (Location: the request's URL with scheme, Host or path changed).", default=None)

@@ -17,6 +17,7 @@ from ..backend_tls import SYSTEM_TRUST, BackendTls
 from ..policies.api_key import ApiKeySpec
 from ..policies.authorization import AuthorizationSpec
 from ..policies.cors import CorsSpec
+from ..policies.csrf import CsrfSpec
 from ..policies.delay import DelaySpec
 from ..policies.jwt import JwtAuthSpec
 from ..policies.ratelimit_local import LocalRateLimitSpec
@@ -212,6 +213,7 @@ class Policies:
     backend_auth: BackendAuth | None = None
     backend_tls: BackendTls | None = None
     retry: RetrySpec | None = None
+    csrf: CsrfSpec | None = None
     url_rewrite: UrlRewriteSpec | None = None
     request_redirect: RedirectSpec | None = None
     request_mirror: MirrorSpec | None = None
@@ -244,6 +246,7 @@ TRACE_KINDS: dict[str, tuple[tuple[str, str], ...]] = {
         ("directResponse", "direct_response"),
         ("backendAuth", "backend_auth"),
         ("backendTLS", "backend_tls"),
+        ("csrf", "csrf"),
         ("urlRewrite", "url_rewrite"),
         ("requestRedirect", "request_redirect"),
         ("requestMirror", "request_mirror"),
