@@ -166,10 +166,10 @@ def test_unknown_fields_suggest_the_closest_known_one(text, expected):
 
 
 def test_agentgateway_fields_trioproxy_lacks_are_named_as_such():
-    found = problems(ROUTES + "    - policies: {csrf: {additionalOrigins: []}}\n      ruleName: r\nmcp: {}\n")
+    found = problems(ROUTES + "    - policies: {extAuthz: {host: 'a:1'}}\n      ruleName: r\nmcp: {}\n")
     assert found == [
-        ("<config>:5:18: binds[0].listeners[0].routes[0].policies.csrf: "
-        "'csrf' is an agentgateway feature that trioproxy does not implement"),
+        ("<config>:5:18: binds[0].listeners[0].routes[0].policies.extAuthz: "
+        "'extAuthz' is an agentgateway feature that trioproxy does not implement"),
         ("<config>:6:7: binds[0].listeners[0].routes[0].ruleName: "
         "'ruleName' is an agentgateway feature that trioproxy does not implement"),
         "<config>:7:1: mcp: 'mcp' is an agentgateway feature that trioproxy does not implement",
