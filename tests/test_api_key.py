@@ -65,7 +65,44 @@ async def test_metadata_is_cel_apikey_and_a_hash_stands_for_the_key(nursery, bac
     policy = next(e for e in events if e["message"].get("kind") == "apiKey")
     assert (policy["severity"], policy["message"]["result"], policy["message"]["metadata"]) == (
         "success", "authenticated", {"team": "eng"})
+    snapshot = next(e["message"] for e in events if e["message"].get("stage") == "apiKey")
+    assert snapshot["requestState"]["apiKey"] == {"team": "eng", "key": "<redacted>"}
+    assert "authorization" not in snapshot["requestState"]["request"]["headers"]  # gone once it matched
     assert "k1" not in str(events)  # neither the key nor its header shows in the trace
+
+
+@pytest.mark.parametrize(("mode", "authorization", "severity", "result", "reason"), [
+    ("strict", None, "warn", "rejected", "no API Key found"),
+    ("optional", None, "info", "skipped", "no API key (optional mode)"),
+    ("optional", "Bearer nope", "warn", "rejected", "invalid credentials"),
+    ("permissive", "Bearer nope", "warn", "skipped", "invalid credentials (permissive mode: passed without apiKey)"),
+])
+async def test_every_decision_is_a_trace_event(nursery, backend, mode, authorization, severity, result, reason):
+    gw = await start_routes(nursery, """
+        - policies:
+            apiKey: {{mode: {mode}, keys: [{{key: k1}}]}}
+            authorization: {{rules: ['apiKey.key == "<redacted>" || !has(apiKey.key)']}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+    """, port=free_port(), backend=backend.port, mode=mode)
+    reader = await watch(nursery, gw)
+    async with gw.client() as client:
+        await client.get("/", headers={"authorization": authorization} if authorization else {})
+        events = await reader.events()
+    (decision,) = [e for e in events if e["message"].get("kind") == "apiKey"]
+    assert (decision["severity"], decision["message"]["result"], decision["message"]["reason"]) == (
+        severity, result, reason)
+
+
+async def test_cel_sees_the_key_redacted(nursery, backend):
+    gw = await start_routes(nursery, """
+        - policies:
+            apiKey: {{keys: [{{key: k1}}]}}
+            authorization: {{rules: ['apiKey.key == "<redacted>"']}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+    """, port=free_port(), backend=backend.port)
+    async with gw.client() as client:
+        assert (await client.get("/", headers={"authorization": "Bearer k1"})).status_code == 200
+        assert (await client.get("/")).status_code == 403  # no key: apiKey is empty
 
 
 @pytest.mark.parametrize(("location", "send", "kept"), [
@@ -73,6 +110,7 @@ async def test_metadata_is_cel_apikey_and_a_hash_stands_for_the_key(nursery, bac
     ("{header: {name: x-key, prefix: 'Key '}}", {"headers": {"x-key": "Key k1"}}, (None, None)),
     ("{queryParameter: {name: api_key}}", {"params": {"a": "1", "api_key": "k1", "b": "2"}}, (None, "a=1&b=2")),
     ("{cookie: {name: session}}", {"headers": {"cookie": "theme=dark; session=k1"}}, ("cookie", None)),
+    ("{cookie: {name: session}}", {"headers": {"cookie": "session=k1"}}, ("no cookie", None)),
 ])
 async def test_each_location_reads_the_key_and_removes_only_it(nursery, backend, location, send, kept):
     gw = await start_routes(nursery, """
@@ -88,8 +126,11 @@ async def test_each_location_reads_the_key_and_removes_only_it(nursery, backend,
     headers = headers_of(answer)
     assert "x-key" not in headers and "k1" not in echoed["query"]
     header, query = kept
+    cookies = [v for k, v in echoed["headers"] if k == "cookie"]
     if header == "cookie":
-        assert headers["cookie"] == "theme=dark"
+        assert cookies == ["theme=dark"]  # the other cookies stay, in one header
+    elif header == "no cookie":
+        assert cookies == []  # the key was the only cookie: no empty header is left
     elif header is not None:
         assert headers[header] == "1"
     if query is not None:

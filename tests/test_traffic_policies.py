@@ -106,6 +106,10 @@ def _redirect(scheme: str | None = None, **url: str) -> RedirectSpec:
     # a configured scheme takes its well-known port (Gateway API); the usual http → https redirect
     (_redirect("https"), ("http", "a.example:8080", "/x", b""), "https://a.example/x"),
     (_redirect("https"), ("http", "[::1]:8080", "/", b""), "https://[::1]/"),
+    (_redirect(authority_kind="host", authority="b.example"), ("http", "[::1]:8080", "/", b""),
+     "http://b.example:8080/"),  # an IPv6 Host's port
+    (_redirect(authority_kind="host", authority="b.example"), ("http", "[::1]", "/", b""), "http://b.example/"),
+    (_redirect(authority_kind="host", authority="b.example"), ("http", "a.example", "/", b""), "http://b.example/"),
     # host: keeps the request's port unless a scheme is configured
     (_redirect(authority_kind="host", authority="b.example"), ("http", "a.example:8080", "/", b""),
      "http://b.example:8080/"),

@@ -57,7 +57,7 @@ class CredentialLocation:
             return text[len(self.prefix):].strip() or None
         if self.kind == "queryParameter":
             query = x.scope.get("query_string", b"").decode("latin-1")
-            return next((v for k, v in parse_qsl(query, keep_blank_values=True) if k == self.name), None) or None
+            return next((v for k, v in parse_qsl(query) if k == self.name), None)  # blank values are left out
         morsel = _cookies(x).get(self.name)
         return morsel.value if morsel is not None and morsel.value else None
 
