@@ -271,3 +271,11 @@ def test_metrics_summary_sums_a_routes_series_over_status_and_method():
     (row,) = metrics_summary(registry.collect())["latency"]
     assert row["count"] == 5 and row["meanSeconds"] == pytest.approx(3.1 / 5)
     assert row["percentiles"]["p50"] == pytest.approx(0.1 + 0.9 * (2.5 - 2) / 2)  # rank 2.5 of 5 in (0.1, 1]
+
+
+def test_a_set_in_a_policy_spec_dumps_as_a_sorted_list():
+    """Traces (policySelection) and /config_dump serialise specs as JSON: a set there once broke
+    the trace stream of every request on its route."""
+    from trioproxy.config.dump import _plain
+
+    assert _plain(frozenset({"b", "a"})) == ["a", "b"]

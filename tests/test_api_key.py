@@ -63,12 +63,26 @@ async def test_metadata_is_cel_apikey_and_a_hash_stands_for_the_key(nursery, bac
         ops_open = await client.get("/open", headers={"authorization": "Bearer k2"})
     assert (eng.status_code, ops.status_code, ops_open.status_code) == (200, 403, 200)
     policy = next(e for e in events if e["message"].get("kind") == "apiKey")
-    assert (policy["severity"], policy["message"]["result"], policy["message"]["metadata"]) == (
-        "success", "authenticated", {"team": "eng"})
+    assert (policy["message"]["type"], policy["severity"], policy["message"]["result"],
+            policy["message"]["metadata"]) == ("policy", "success", "authenticated", {"team": "eng"})
     snapshot = next(e["message"] for e in events if e["message"].get("stage") == "apiKey")
     assert snapshot["requestState"]["apiKey"] == {"team": "eng", "key": "<redacted>"}
     assert "authorization" not in snapshot["requestState"]["request"]["headers"]  # gone once it matched
     assert "k1" not in str(events)  # neither the key nor its header shows in the trace
+    assert hashlib.sha256(b"k1").hexdigest() not in str(events)  # nor its digest (policySelection)
+
+
+def test_config_dump_shows_the_policy_but_not_the_keys():
+    import json
+
+    from trioproxy.config.dump import config_dump
+
+    text = ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies:\n        apiKey: {mode: strict, keys: "
+            f"[{{key: k1, metadata: {{team: eng}}}}, {{keyHash: '{K2_HASH}'}}], location: {{cookie: {{name: s}}}}}}\n")
+    dumped = json.dumps(config_dump(parse_config(text, env=LOOPBACK_SERVERS)))
+    policy = json.loads(dumped[dumped.index('{"keys"'):].split("}}", 1)[0] + "}}")
+    assert policy == {"keys": "<redacted>", "mode": "strict", "location": {"kind": "cookie", "name": "s", "prefix": ""}}
+    assert hashlib.sha256(b"k1").hexdigest() not in dumped and K2_HASH[7:] not in dumped
 
 
 @pytest.mark.parametrize(("mode", "authorization", "severity", "result", "reason"), [
@@ -89,8 +103,8 @@ async def test_every_decision_is_a_trace_event(nursery, backend, mode, authoriza
         await client.get("/", headers={"authorization": authorization} if authorization else {})
         events = await reader.events()
     (decision,) = [e for e in events if e["message"].get("kind") == "apiKey"]
-    assert (decision["severity"], decision["message"]["result"], decision["message"]["reason"]) == (
-        severity, result, reason)
+    assert (decision["message"]["type"], decision["severity"], decision["message"]["result"],
+            decision["message"]["reason"]) == ("policy", severity, result, reason)
 
 
 async def test_cel_sees_the_key_redacted(nursery, backend):

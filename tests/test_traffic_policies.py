@@ -150,10 +150,12 @@ async def test_request_redirect_answers_without_calling_the_backend(nursery, bac
         moved = await client.get("/old/a/b?q=1", headers={"host": "shop.example:8080"})
         events = await reader.events()
         found = await client.get("/tmp/z", headers={"host": "shop.example:8080"})
+        encoded = await client.get("/old/a%20b", headers={"host": "shop.example"})
     # after urlRewrite (whose Host it starts from), as agentgateway orders them
     assert (moved.status_code, moved.headers["location"], moved.text) == (
         301, "https://internal.example/new/a/b?q=1", "")
     assert (found.status_code, found.headers["location"]) == (302, "http://shop.example:8443/tmp/z")
+    assert encoded.headers["location"] == "https://internal.example/new/a%20b"  # the path as sent, still encoded
     assert backend.requests == 0  # answered by the gateway
     redirect = next(e["message"] for e in events if e["message"].get("kind") == "requestRedirect")
     assert (redirect["result"], redirect["status"]) == ("redirected", 301)
@@ -170,7 +172,7 @@ def test_a_prefix_redirect_needs_pathprefix_matches_and_a_redirect_status():
 
 # --- csrf --------------------------------------------------------------------------------------------
 
-TRUSTED = CsrfSpec(frozenset({"https://app.example"}))
+TRUSTED = CsrfSpec(("https://app.example",))
 
 
 @pytest.mark.parametrize(("method", "headers", "refused"), [
@@ -195,16 +197,31 @@ def test_csrf_follows_agentgateway(method, headers, refused):
     assert (reason is not None) == refused, reason
 
 
+def test_csrf_reasons_say_what_was_refused():
+    def why(**headers: str) -> str | None:
+        pairs = [(k.replace("_", "-").encode(), v.encode("latin-1")) for k, v in headers.items()]
+        return csrf_refusal(TRUSTED, "POST", pairs, "http", "shop.example")
+    assert why(origin="https://evil.example") == "Origin https://evil.example is not http://shop.example"
+    assert why(sec_fetch_site="cross-site") == "Sec-Fetch-Site is cross-site"
+    assert why(origin="https://\xe9.example") == "malformed Origin or Sec-Fetch-Site header"
+
+
 async def test_csrf_answers_403_before_the_backend(nursery, backend):
     gw = await start_routes(nursery, """
         - policies: {{csrf: {{additionalOrigins: ["https://app.example"]}}}}
           backends: [{{host: "127.0.0.1:{backend}"}}]
     """, port=free_port(), backend=backend.port)
+    reader = await watch(nursery, gw)
     async with gw.client() as client:
         evil = await client.post("/x", content=b"a", headers={"origin": "https://evil.example"})
+        events = await reader.events()
         own = await client.post("/x", content=b"a", headers={"origin": str(client.base_url).rstrip("/")})
         app = await client.post("/x", content=b"a", headers={"origin": "https://app.example"})
     assert (evil.status_code, evil.text) == (403, "CSRF validation failed")
+    (decision,) = [e for e in events if e["message"].get("kind") == "csrf"]
+    assert (decision["message"]["type"], decision["severity"], decision["message"]["result"]) == (
+        "policy", "warn", "rejected")
+    assert decision["message"]["reason"] == f"Origin https://evil.example is not {str(client.base_url).rstrip('/')}"
     assert (own.status_code, app.status_code) == (200, 200)
     assert backend.requests == 2
 

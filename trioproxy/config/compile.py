@@ -88,7 +88,7 @@ def _csrf(value: d.Csrf, r: Reader) -> CsrfSpec:
     for origin in value.additional_origins:
         if "://" not in origin or origin.endswith("/"):
             r.at(value, "additionalOrigins", f"{origin!r} is not an origin such as https://app.example.com")
-    return CsrfSpec(frozenset(value.additional_origins))
+    return CsrfSpec(tuple(dict.fromkeys(value.additional_origins)))
 
 
 def _url_rewrite(value: d.UrlRewrite | d.RequestRedirect, r: Reader) -> UrlRewriteSpec:

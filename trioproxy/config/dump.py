@@ -10,6 +10,8 @@ from .model import TRACE_KINDS, Address, Config, Policies
 
 REDACTED = "<redacted>"
 SECRET_FIELDS = {"key", "secret", "password", "token"}
+#: ``attrs.field(metadata=SECRET)`` marks any other field a dump and a trace must not show
+SECRET = {"secret": True}
 
 
 def _plain(value: Any) -> Any:
@@ -22,10 +24,13 @@ def _plain(value: Any) -> Any:
             if field.name == "pattern":
                 continue
             item = getattr(value, field.name)
-            out[_camel(field.name)] = REDACTED if field.name in SECRET_FIELDS and item else _plain(item)
+            secret = field.name in SECRET_FIELDS or field.metadata.get("secret")
+            out[_camel(field.name)] = REDACTED if secret and item else _plain(item)
         return out
     if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(_plain(v) for v in value)
     if isinstance(value, bytes):
         return value.decode("latin-1")
     return value

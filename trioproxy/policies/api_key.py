@@ -20,6 +20,7 @@ from http.cookies import CookieError, SimpleCookie
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import parse_qsl
 
+import attrs
 from attrs import frozen
 
 from ..errors import ApiKeyAuthenticationFailed
@@ -89,7 +90,8 @@ def _cookies(x: Exchange) -> SimpleCookie:
 
 @frozen
 class ApiKeySpec:
-    keys: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]  # (hex SHA-256, metadata pairs)
+    # (hex SHA-256, metadata pairs); never in /config_dump or a trace: a digest can be guessed
+    keys: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = attrs.field(metadata={"secret": True})
     mode: Literal["strict", "optional", "permissive"] = "optional"
     location: CredentialLocation = CredentialLocation()
 

@@ -29,7 +29,7 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 @frozen
 class CsrfSpec:
-    additional_origins: frozenset[str] = frozenset()
+    additional_origins: tuple[str, ...] = ()  # a tuple: traces show a policy's spec as JSON
 
 
 def csrf_refusal(spec: CsrfSpec, method: str, headers: Iterable[Header], scheme: str, host: str) -> str | None:
