@@ -365,3 +365,25 @@ def test_credential_headers_are_redacted_in_snapshots():
                          (b"x-api-key", b"k"), (b"x-plain", b"v")])
     assert shown == {"authorization": REDACTED, "proxy-authorization": REDACTED, "cookie": REDACTED,
                      "set-cookie": f"{REDACTED}, {REDACTED}", "x-api-key": REDACTED, "x-plain": "v"}
+
+
+async def test_a_value_json_cannot_encode_is_shown_as_text_and_the_stream_goes_on(nursery, gateway, monkeypatch):
+    from trioproxy.trace import Tracer
+
+    class Odd:
+        def __str__(self) -> str:
+            return "odd"
+
+    real = Tracer.policy_selection
+
+    def odd_selection(self, phase, policies):
+        real(self, phase, policies)
+        self.event("policy", kind="odd", value=Odd())  # as a set in a policy spec once did
+
+    monkeypatch.setattr(Tracer, "policy_selection", odd_selection)
+    reader = await watch(nursery, gateway)
+    async with gateway.client() as client:
+        assert (await client.get("/")).status_code == 200
+    events = await reader.events()
+    assert any(e["message"].get("value") == "odd" for e in events)
+    assert events[-1]["message"]["type"] == "requestFinished"

@@ -92,7 +92,8 @@ async def serve_trace(scope: dict[str, Any], receive: Any, send: Any, hub: Trace
                     continue
                 if secrets:
                     event = scrub_body(event, secrets)
-                data = json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode()
+                # default=str: an odd value in an event is shown as text, never ends the stream
+                data = json.dumps(event, separators=(",", ":"), ensure_ascii=False, default=str).encode()
                 if secrets:
                     data = scrub(data, secrets)
                 await send({"type": "http.response.body", "body": b"data: " + data + b"\n\n", "more_body": True})
