@@ -82,7 +82,7 @@ __all__ = [
 
 #: Root variables an expression may reference (agentgateway's names).
 ALLOWED_ROOTS: frozenset[str] = frozenset(
-    {"request", "source", "jwt", "apiKey", "llm", "response", "backend", "llmRequest"}
+    {"request", "source", "jwt", "basicAuth", "apiKey", "llm", "response", "backend", "llmRequest"}
 )
 
 #: Longest accepted expression source, in characters.  Gateway expressions are short;
@@ -349,6 +349,7 @@ def build_activation(
     response: Mapping[str, Any] | None = None,
     backend: Mapping[str, Any] | None = None,
     api_key: Mapping[str, Any] | None = None,
+    basic_auth: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The CEL variables of one request, with agentgateway's names.
 
@@ -356,7 +357,7 @@ def build_activation(
     part before ``?``, ``request.pathAndQuery`` the whole, ``request.uri`` the complete
     URI.  Header names are lowercased (they normally are already) and repeated headers
     are joined with ``","``; bytes are decoded as latin-1 (HTTP's octet semantics).
-    ``jwt``/``apiKey``/``llm`` are empty maps when absent, so ``has(jwt.sub)`` is false; ``response``
+    ``jwt``/``basicAuth``/``apiKey``/``llm`` are empty maps when absent, so ``has(jwt.sub)`` is false; ``response``
     and ``backend`` are present only when given.
 
     Cheap on purpose (plain dicts, no copies of the claim maps); the engine converts only
@@ -382,6 +383,7 @@ def build_activation(
         },
         "source": {"address": source_address, "port": source_port},
         "jwt": jwt if jwt is not None else {},
+        "basicAuth": basic_auth if basic_auth is not None else {},
         "apiKey": api_key if api_key is not None else {},
         "llm": llm if llm is not None else {},
     }

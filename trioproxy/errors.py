@@ -7,6 +7,7 @@
     ├── HeaderTooLarge              431 too many or too large request headers
     ├── RouteNotFound               404 route not found
     ├── AuthenticationFailed        401 authentication failure: <reason>
+    ├── BasicAuthenticationFailed   401 basic authentication failure: <reason>
     ├── ApiKeyAuthenticationFailed  401 api key authentication failure: <reason>
     ├── AuthorizationDenied         403 authorization failed
     ├── CsrfValidationFailed        403 CSRF validation failed
@@ -67,6 +68,16 @@ class AuthenticationFailed(ProxyError):
 
     def __init__(self, reason: str, *, headers: Sequence[Header] = ()) -> None:
         super().__init__(f"authentication failure: {reason}", headers=headers)
+
+
+class BasicAuthenticationFailed(ProxyError):
+    """A ``basicAuth`` policy found no credentials (strict mode) or wrong ones (agentgateway's wording)."""
+
+    status = 401
+    default_message = "basic authentication failure"
+
+    def __init__(self, reason: str, *, headers: Sequence[Header] = ()) -> None:
+        super().__init__(f"basic authentication failure: {reason}", headers=headers)
 
 
 class ApiKeyAuthenticationFailed(ProxyError):

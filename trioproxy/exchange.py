@@ -57,6 +57,7 @@ class Exchange:
         "arrival",
         "backend",
         "backend_phase",
+        "basic_auth",
         "body_idle_timeout",
         "disconnect_monitor",
         "disconnected",
@@ -107,6 +108,7 @@ class Exchange:
         self.llm: dict[str, Any] | None = None
         self.jwt: dict[str, Any] | None = None  # claims of a validated token (CEL ``jwt``)
         self.api_key: dict[str, Any] | None = None  # an apiKey's metadata, key redacted (CEL ``apiKey``)
+        self.basic_auth: dict[str, Any] | None = None  # {"username"} of verified Basic credentials (CEL ``basicAuth``)
         self.usage: Any = None  # the LLM response's usage once its body was read (for finish hooks)
         self.remote_charges: list[Any] = []  # (remoteRateLimit stage, tokens descriptors) to charge after
         self.extra_response_headers: list[Header] = []  # added by stages (cors), also to error answers

@@ -20,6 +20,7 @@ from .metrics import Metrics
 from .otel import OtelTracing
 from .policies.api_key import ApiKeyStage
 from .policies.authorization import AuthorizationPolicy, AuthorizationStage
+from .policies.basic_auth import BasicAuthStage
 from .policies.cors import CorsPolicy, CorsStage
 from .policies.csrf import CsrfStage
 from .policies.delay import DelayStage
@@ -97,6 +98,10 @@ def _jwt_auth(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
     return JwtAuthStage(spec, JwtVerifier(providers), remotes)
 
 
+def _basic_auth(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
+    return BasicAuthStage(policies.basic_auth) if policies.basic_auth is not None else None
+
+
 def _api_key(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
     return ApiKeyStage(policies.api_key) if policies.api_key is not None else None
 
@@ -170,6 +175,7 @@ def _request_mirror(policies: Policies, key: str, c: StageCompiler) -> Stage | N
 STAGE_ORDER: tuple[tuple[str, Callable[[Policies, str, StageCompiler], Stage | None]], ...] = (
     ("cors", _cors),                                      # a preflight never needs a token
     ("jwtAuth", _jwt_auth),                               # sets x.jwt, removes the token
+    ("basicAuth", _basic_auth),                           # sets x.basic_auth, removes the credentials
     ("apiKey", _api_key),                                 # sets x.api_key, removes the key
     ("authorization", _authorization),                    # CEL rules, see the claims
     ("retry", _retry),                                    # marks the request retryable (gateway.py retries)

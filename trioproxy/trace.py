@@ -95,6 +95,7 @@ def activation(x: Exchange) -> dict[str, Any]:
         method=scope["method"], path=x.uri(), host=x.host, headers=x.headers,
         scheme=scope.get("scheme", "http"), version=f"HTTP/{scope.get('http_version', '1.1')}",
         source_address=client[0], source_port=client[1], llm=x.llm, jwt=x.jwt, api_key=x.api_key,
+        basic_auth=x.basic_auth,
     )
 
 
@@ -126,6 +127,8 @@ def request_state(x: Exchange, *, headers: list[Header] | None = None, response:
         state["llm"] = dict(x.llm)  # as it is now: token counts are added to x.llm later
     if x.jwt is not None:
         state["jwt"] = x.jwt
+    if x.basic_auth is not None:
+        state["basicAuth"] = x.basic_auth
     if x.api_key is not None:
         state["apiKey"] = x.api_key
     if response is not None:

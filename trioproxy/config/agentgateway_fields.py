@@ -31,9 +31,9 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "Listener": _names("namespace tcpRoutes"),
     "Route": _names("ruleName"),
     "Backend": _names("aws backend dynamic internal invalid mcp routeGroup service"),
-    "GatewayPolicies": _names("basicAuth extAuthz extProc oidc transformations"),
+    "GatewayPolicies": _names("extAuthz extProc oidc transformations"),
     "RoutePolicies": _names(
-        "a2a ai backendTunnel basicAuth buffer extAuthz extProc "
+        "a2a ai backendTunnel buffer extAuthz extProc "
         "mcpAuthentication mcpAuthorization mcpGuardrails oidc transformations"
     ),
     "BackendPolicies": _names(

@@ -26,6 +26,7 @@ from ..backend_tls import SYSTEM_TRUST, BackendTls, TlsConfigError, build_contex
 from ..llm_providers import PROVIDERS, ProviderDefaults, azure_defaults
 from ..policies.api_key import ApiKeySpec, CredentialLocation, key_digest
 from ..policies.authorization import AuthorizationSpec, Rule
+from ..policies.basic_auth import BasicAuthSpec, HtpasswdError, parse_htpasswd
 from ..policies.cors import CorsSpec
 from ..policies.csrf import CsrfSpec
 from ..policies.delay import DelaySpec
@@ -263,6 +264,37 @@ def _jwt_auth(value: d.JwtAuth, r: Reader) -> JwtAuthSpec | None:
     return JwtAuthSpec(tuple(providers), value.mode)
 
 
+def _basic_auth(value: d.BasicAuth, r: Reader) -> BasicAuthSpec | None:
+    where: Any
+    if isinstance(value.htpasswd, str):
+        text, where, wire = value.htpasswd, value, "htpasswd"
+    else:
+        try:
+            text = Path(value.htpasswd.file).read_text()
+        except OSError as exc:
+            r.at(value.htpasswd, "file", f"cannot read {value.htpasswd.file}: {exc.strerror or exc}")
+            return None
+        where, wire = value.htpasswd, "file"
+    try:
+        users = parse_htpasswd(text)
+    except HtpasswdError as exc:
+        r.at(where, wire, str(exc))
+        return None
+    location = _location(value.authorization_location) or CredentialLocation("header", "authorization", "Basic ")
+    return BasicAuthSpec(users, value.realm or "Restricted", value.mode, location)
+
+
+def _location(where: d.CredentialLocation | None) -> CredentialLocation | None:
+    if where is None:
+        return None
+    if where.header is not None:
+        return CredentialLocation("header", where.header.name, where.header.prefix or "")
+    if where.query_parameter is not None:
+        return CredentialLocation("queryParameter", where.query_parameter.name, "")
+    assert where.cookie is not None  # one of the three (checked by the description)
+    return CredentialLocation("cookie", where.cookie.name, "")
+
+
 def _api_key(value: d.ApiKeyAuth, r: Reader) -> ApiKeySpec:
     keys = []
     for entry in value.keys:
@@ -276,17 +308,7 @@ def _api_key(value: d.ApiKeyAuth, r: Reader) -> ApiKeySpec:
                 r.at(entry, "keyHash", f"expected sha256:<64 hex digits>, got {entry.key_hash!r}")
             digest = hexdigest
         keys.append((digest, tuple(entry.metadata.items())))
-    where = value.location
-    if where is None:
-        location = CredentialLocation()
-    elif where.header is not None:
-        location = CredentialLocation("header", where.header.name, where.header.prefix or "")
-    elif where.query_parameter is not None:
-        location = CredentialLocation("queryParameter", where.query_parameter.name, "")
-    else:
-        assert where.cookie is not None
-        location = CredentialLocation("cookie", where.cookie.name, "")
-    return ApiKeySpec(tuple(keys), value.mode, location)
+    return ApiKeySpec(tuple(keys), value.mode, _location(value.location) or CredentialLocation())
 
 
 def _authorization(value: d.Authorization, r: Reader) -> AuthorizationSpec:
@@ -314,6 +336,7 @@ def _cors(value: d.Cors, r: Reader) -> CorsSpec:
 #: attribute of ``document.*Policies`` / ``model.Policies`` → document value to runtime spec.
 POLICY_COMPILERS: dict[str, Callable[[Any, Reader], Any]] = {
     "jwt_auth": _jwt_auth,
+    "basic_auth": _basic_auth,
     "api_key": _api_key,
     "authorization": _authorization,
     "cors": _cors,

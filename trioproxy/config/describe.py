@@ -258,15 +258,20 @@ def _expected_scalar(r: Reader, node: Node, path: str, expected: str) -> bool:
 
 @attrs.frozen(eq=False)
 class Text(Kind):
-    """A string; plain scalars are taken as written. ``min_length=1`` by default."""
+    """A string; plain scalars are taken as written. ``min_length=1`` by default. ``expand=False``
+    keeps ``$`` as written (htpasswd hashes are full of it): no ``$VAR`` expansion."""
 
     min_length: int = 1
+    expand: bool = True
 
     def read(self, r: Reader, node: Node, path: str) -> Any:
         expected = "a non-empty string" if self.min_length else "a string"
         if not _expected_scalar(r, node, path, expected):
             return INVALID
-        tag, text, plain = r.scalar_text(node, path)
+        if self.expand:
+            tag, text, plain = r.scalar_text(node, path)
+        else:
+            tag, text, plain = str(node.tag), str(node.value), not getattr(node, "style", None)
         if (tag == NULL_TAG and plain) or len(text) < self.min_length:
             r.problem(path, f"expected {expected}, got {describe_node(node) if text else repr(text)}", node)
             return INVALID

@@ -290,6 +290,29 @@ class CredentialLocation:
     cookie: NamedCredential | None = field("A cookie.", default=None)
 
 
+@described
+class HtpasswdFile:
+    """An htpasswd file."""
+
+    file: Annotated[str, Text()] = field("Path of the file (relative to the working directory), read at load.")
+
+
+@described
+class BasicAuth:
+    """Authenticate with HTTP Basic credentials checked against an htpasswd user list (bcrypt, $apr1$, {SHA})."""
+
+    htpasswd: HtpasswdFile | Annotated[str, Text(expand=False)] = field(
+        "The users: {file: path}, or the htpasswd lines themselves (taken as written: no $VAR expansion, "
+        "hashes are full of $).")
+    realm: str | None = field("Realm of the `WWW-Authenticate: Basic` challenge (default Restricted).",
+                              default=None)
+    mode: Literal["strict", "optional"] = field(
+        "strict: valid credentials are required. optional (default): requests without credentials pass, wrong "
+        "ones are rejected (401).", default="optional")
+    authorization_location: CredentialLocation | None = field(
+        "Where the credentials are read from (default: the authorization header, prefix `Basic `).", default=None)
+
+
 @described(one_of=("key", "keyHash"))
 class ApiKeyEntry:
     """One accepted key: exactly one of key, keyHash."""
@@ -361,6 +384,7 @@ class Cors:
     max_age: Duration | None = field("Access-Control-Max-Age of preflight answers (whole seconds).", default=None)
 
 JWT_AUTH = "Validate a JWT bearer token (strict, optional or permissive)."
+BASIC_AUTH = "Authenticate with HTTP Basic credentials from an htpasswd list; CEL `basicAuth.username` is the user."
 API_KEY = "Authenticate with static API keys (strict, optional or permissive); CEL `apiKey` holds the key's metadata."
 AUTHORIZATION = "CEL rules that allow or deny a request."
 CORS = "Cross-origin resource sharing."
@@ -436,6 +460,7 @@ class GatewayPolicies:
     """Policies of a listener (gateway phase); a localRateLimit here is one budget shared by all its routes."""
 
     jwt_auth: JwtAuth | None = field(JWT_AUTH, default=None)
+    basic_auth: BasicAuth | None = field(BASIC_AUTH, default=None)
     api_key: ApiKeyAuth | None = field(API_KEY, default=None)
     authorization: Authorization | None = field(AUTHORIZATION, default=None)
     cors: Cors | None = field(CORS, default=None)
@@ -448,6 +473,7 @@ class RoutePolicies:
     """Policies of a route (route phase)."""
 
     jwt_auth: JwtAuth | None = field(JWT_AUTH, default=None)
+    basic_auth: BasicAuth | None = field(BASIC_AUTH, default=None)
     api_key: ApiKeyAuth | None = field(API_KEY, default=None)
     authorization: Authorization | None = field(AUTHORIZATION, default=None)
     cors: Cors | None = field(CORS, default=None)

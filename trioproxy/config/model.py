@@ -16,6 +16,7 @@ from attrs import frozen
 from ..backend_tls import SYSTEM_TRUST, BackendTls
 from ..policies.api_key import ApiKeySpec
 from ..policies.authorization import AuthorizationSpec
+from ..policies.basic_auth import BasicAuthSpec
 from ..policies.cors import CorsSpec
 from ..policies.csrf import CsrfSpec
 from ..policies.delay import DelaySpec
@@ -201,6 +202,7 @@ class Policies:
     """
 
     jwt_auth: JwtAuthSpec | None = None
+    basic_auth: BasicAuthSpec | None = None
     api_key: ApiKeySpec | None = None
     authorization: AuthorizationSpec | None = None
     cors: CorsSpec | None = None
@@ -226,6 +228,7 @@ EMPTY_POLICIES = Policies()
 TRACE_KINDS: dict[str, tuple[tuple[str, str], ...]] = {
     "gateway": (
         ("jwtAuth", "jwt_auth"),
+        ("basicAuth", "basic_auth"),
         ("apiKey", "api_key"),
         ("authorization", "authorization"),
         ("cors", "cors"),
@@ -234,6 +237,7 @@ TRACE_KINDS: dict[str, tuple[tuple[str, str], ...]] = {
     ),
     "route": (
         ("jwtAuth", "jwt_auth"),
+        ("basicAuth", "basic_auth"),
         ("apiKey", "api_key"),
         ("authorization", "authorization"),
         ("cors", "cors"),

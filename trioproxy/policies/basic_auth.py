@@ -1,0 +1,191 @@
+"""``basicAuth``: users and passwords from an htpasswd file, as agentgateway's ``http/basicauth.rs``.
+
+Hashes: bcrypt (``$2y$``, ``$2b$``, ``$2a$``; what ``htpasswd -B`` writes), Apache's MD5
+(``$apr1$``, ``htpasswd -m``) and SHA-1 (``{SHA}``, ``htpasswd -s``); the config is refused for
+any other (crypt, plain text). bcrypt is slow by design (tens of milliseconds at cost 10), so it
+runs in a worker thread, never on the event loop, at most ``BCRYPT_THREADS`` at once; a user whose
+password verified is remembered for ``CACHE_SECONDS`` (by a digest of user and password, never the
+password) so a client sending the same credentials on every request pays it once.
+
+Modes: ``strict`` needs valid credentials; ``optional`` (the default) lets requests without
+credentials pass and rejects wrong ones. Failures are ``401 basic authentication failure: no basic
+authentication credentials found`` / ``invalid credentials``, with ``WWW-Authenticate: Basic
+realm="<realm>"`` (``Restricted`` by default). The user is CEL's ``basicAuth.username``; the
+credentials are removed from the request once they verified.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Literal
+
+import attrs
+import bcrypt
+import trio
+from attrs import frozen
+
+from ..errors import BasicAuthenticationFailed
+from .api_key import CredentialLocation
+from .stage import Stage
+
+if TYPE_CHECKING:
+    from ..exchange import Exchange
+
+__all__ = ["BasicAuthSpec", "BasicAuthStage", "HtpasswdError", "apr1", "parse_htpasswd", "verify_password"]
+
+CACHE_SECONDS = 300.0
+CACHE_SIZE = 10_000
+BCRYPT_THREADS = 2
+_BCRYPT = ("$2y$", "$2b$", "$2a$")
+
+
+class HtpasswdError(ValueError):
+    pass
+
+
+def parse_htpasswd(text: str) -> tuple[tuple[str, str], ...]:
+    """``user:hash`` lines (blank lines and ``#`` comments skipped); HtpasswdError names the line."""
+    users: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        user, sep, hashed = line.partition(":")
+        if not sep or not user or not hashed:
+            raise HtpasswdError(f"line {number}: expected user:hash")
+        if not (hashed.startswith((*_BCRYPT, "$apr1$", "{SHA}"))):
+            raise HtpasswdError(f"line {number}: user {user!r} has an unsupported hash "
+                                "(supported: bcrypt $2y$, $apr1$, {SHA}; htpasswd -B writes bcrypt)")
+        if user in users:
+            raise HtpasswdError(f"line {number}: user {user!r} is listed twice")
+        users[user] = hashed
+    return tuple(users.items())
+
+
+_ITOA64 = "./0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def apr1(password: bytes, salt: bytes) -> str:
+    """Apache's MD5-crypt (``$apr1$<salt>$<hash>``)."""
+    salt = salt[:8]
+    final = hashlib.md5(password + salt + password).digest()
+    ctx = password + b"$apr1$" + salt
+    for length in range(len(password), 0, -16):
+        ctx += final[:min(16, length)]
+    i = len(password)
+    while i:
+        ctx += b"\x00" if i & 1 else password[:1]
+        i >>= 1
+    final = hashlib.md5(ctx).digest()
+    for i in range(1000):
+        round_ = (password if i & 1 else final) + (salt if i % 3 else b"") + (password if i % 7 else b"")
+        final = hashlib.md5(round_ + (final if i & 1 else password)).digest()
+
+    def to64(value: int, n: int) -> str:
+        out = ""
+        for _ in range(n):
+            out += _ITOA64[value & 0x3F]
+            value >>= 6
+        return out
+
+    f = final
+    encoded = "".join(to64((f[a] << 16) | (f[b] << 8) | f[c], 4)
+                      for a, b, c in ((0, 6, 12), (1, 7, 13), (2, 8, 14), (3, 9, 15), (4, 10, 5))) + to64(f[11], 2)
+    return f"$apr1${salt.decode('latin-1')}${encoded}"
+
+
+def verify_password(hashed: str, password: bytes) -> bool:
+    """Does ``password`` match an htpasswd hash (bcrypt: slow, call it from a thread)."""
+    if hashed.startswith(_BCRYPT):
+        try:
+            return bcrypt.checkpw(password, hashed.replace("$2y$", "$2b$", 1).encode())
+        except ValueError:  # a malformed bcrypt hash matches nothing
+            return False
+    if hashed.startswith("$apr1$"):
+        salt = hashed[6:].split("$", 1)[0].encode("latin-1")
+        return hmac.compare_digest(apr1(password, salt), hashed)
+    if hashed.startswith("{SHA}"):
+        return hmac.compare_digest(base64.b64encode(hashlib.sha1(password).digest()).decode(), hashed[5:])
+    return False
+
+
+def _credentials(encoded: str) -> tuple[str, bytes] | None:
+    try:
+        decoded = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    user, sep, password = decoded.partition(b":")
+    if not sep:
+        return None
+    try:
+        return user.decode(), password
+    except UnicodeDecodeError:
+        return None
+
+
+@frozen
+class BasicAuthSpec:
+    users: tuple[tuple[str, str], ...] = attrs.field(metadata={"secret": True})  # (user, htpasswd hash)
+    realm: str = "Restricted"
+    mode: Literal["strict", "optional"] = "optional"
+    location: CredentialLocation = CredentialLocation("header", "authorization", "Basic ")
+
+
+class BasicAuthStage(Stage):
+    """Sets ``x.basic_auth`` (CEL ``basicAuth``); after jwtAuth, before apiKey, as in agentgateway."""
+
+    kind = "basicAuth"
+    __slots__ = ("challenge", "limiter", "spec", "users", "verified")
+
+    def __init__(self, spec: BasicAuthSpec) -> None:
+        self.spec = spec
+        self.users = dict(spec.users)
+        self.challenge = ((b"www-authenticate", f'Basic realm="{spec.realm}"'.encode("latin-1")),)
+        self.verified: OrderedDict[bytes, float] = OrderedDict()  # digest of user:password -> until
+        self.limiter = trio.CapacityLimiter(BCRYPT_THREADS)
+
+    def _fail(self, x: Exchange, reason: str) -> BasicAuthenticationFailed:
+        x.tracer.event("policy", severity="warn", kind="basicAuth", result="rejected", reason=reason)
+        return BasicAuthenticationFailed(reason, headers=self.challenge)
+
+    async def request(self, x: Exchange) -> None:
+        spec = self.spec
+        encoded = spec.location.extract(x)
+        if encoded is None:
+            if spec.mode == "strict":
+                raise self._fail(x, "no basic authentication credentials found")
+            x.tracer.event("policy", kind="basicAuth", result="skipped", reason="no credentials (optional mode)")
+            return
+        credentials = _credentials(encoded)
+        hashed = self.users.get(credentials[0]) if credentials is not None else None
+        if credentials is None or hashed is None:
+            raise self._fail(x, "invalid credentials")
+        user, password = credentials
+        if not await self._verify(user, password, hashed):
+            raise self._fail(x, "invalid credentials")
+        spec.location.remove(x)
+        x.basic_auth = {"username": user}
+        if x.tracer:
+            x.tracer.event("policy", severity="success", kind="basicAuth", result="authenticated", username=user)
+            x.tracer.snapshot("basicAuth", x)
+
+    async def _verify(self, user: str, password: bytes, hashed: str) -> bool:
+        key = hashlib.sha256(user.encode() + b"\x00" + password + b"\x00" + hashed.encode()).digest()
+        now = trio.current_time()
+        until = self.verified.get(key)
+        if until is not None and until > now:
+            return True
+        if hashed.startswith(_BCRYPT):
+            ok = await trio.to_thread.run_sync(verify_password, hashed, password, limiter=self.limiter)
+        else:
+            ok = verify_password(hashed, password)
+        if ok:
+            self.verified[key] = now + CACHE_SECONDS
+            self.verified.move_to_end(key)
+            while len(self.verified) > CACHE_SIZE:
+                self.verified.popitem(last=False)
+        return ok
