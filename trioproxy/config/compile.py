@@ -439,12 +439,13 @@ def _route(route: d.Route, listener_key: str, r: Reader) -> m.Route:
     name = route.name or f"route{index}"
     policies = compile_policies(route.policies, r)
     redirect = policies.request_redirect
-    for wire, rewrite in (("urlRewrite", policies.url_rewrite), ("requestRedirect", redirect.url if redirect is not None else None)):
+    prefixes = (("url_rewrite", "rewrite", policies.url_rewrite),
+                ("request_redirect", "redirect", redirect.url if redirect is not None else None))
+    for attribute, noun, rewrite in prefixes:  # a prefix replaces what a pathPrefix match matched
         if rewrite is not None and rewrite.path_kind == "prefix" and any(
                 x.path is not None and x.path.path_prefix is None for x in route.matches):
-            r.at(getattr(route.policies, "url_rewrite" if wire == "urlRewrite" else "request_redirect"), "path",
-                 f"a prefix {'rewrite' if wire == 'urlRewrite' else 'redirect'} needs every match of the route "
-                 "to be a pathPrefix")
+            r.at(getattr(route.policies, attribute), "path",
+                 f"a prefix {noun} needs every match of the route to be a pathPrefix")
     backends = tuple(_backend(b, r) for b in route.backends)
     if policies.backend_auth is not None:  # a route's backendAuth is each backend's, unless it has its own
         backends = tuple(b if b.policies.backend_auth is not None else attrs.evolve(
