@@ -161,6 +161,17 @@ async def test_request_redirect_answers_without_calling_the_backend(nursery, bac
     assert (redirect["result"], redirect["status"]) == ("redirected", 301)
 
 
+@pytest.mark.parametrize(("policy", "message"), [
+    ("requestRedirect: {path: {full: 'new page'}}", "requestRedirect.path: 'new page' contains whitespace"),
+    ("urlRewrite: {path: {full: v2/x}}", "urlRewrite.path: expected a path starting with /, got 'v2/x'"),
+    ('urlRewrite: {authority: {full: "a.example\\r\\nx: y"}}', "urlRewrite.authority: 'a.example\\r\\nx: y' contains"),
+])
+def test_rewritten_parts_must_fit_a_url(policy, message):
+    text = f"binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {{{policy}}}\n"
+    (problem,) = problems(text)
+    assert message in problem, problem
+
+
 def test_a_prefix_redirect_needs_pathprefix_matches_and_a_redirect_status():
     text = ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - matches: [{path: {exact: /a}}]\n"
             "      policies: {requestRedirect: {path: {prefix: /b}}}\n")

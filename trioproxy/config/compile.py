@@ -108,6 +108,11 @@ def _url_rewrite(value: d.UrlRewrite | d.RequestRedirect, r: Reader) -> UrlRewri
             authority_kind, authority = "host", given.host
         else:
             authority_kind, authority = "port", str(given.port)
+    for wire, text in (("path", path or ""), ("authority", authority)):  # they go into a request line or Location
+        if any(c.isspace() or not c.isprintable() for c in text):
+            r.at(value, wire, f"{text!r} contains whitespace or control characters")
+        elif wire == "path" and text and not text.startswith("/"):
+            r.at(value, wire, f"expected a path starting with /, got {text!r}")
     return UrlRewriteSpec(path_kind, path or "", authority_kind, authority)
 
 
