@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import subprocess
 
 import bcrypt
 import pytest
@@ -25,12 +24,25 @@ def basic(user: str, password: str) -> dict[str, str]:
     return {"authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
-def test_apr1_is_apaches_md5_crypt():
-    assert apr1(b"password", b"abcdefgh") == CAROL
-    done = subprocess.run(["openssl", "passwd", "-apr1", "-salt", "s4lt", "p\u00e4ss:word"], capture_output=True,
-                          text=True, check=False)
-    if done.returncode == 0:  # an independent implementation, where the machine has one
-        assert apr1("p\u00e4ss:word".encode(), b"s4lt") == done.stdout.strip()
+#: ``openssl passwd -apr1 -salt SALT PASSWORD`` (an independent implementation): passwords around
+#: the 16-byte blocks of the algorithm, a salt openssl cuts at 8 bytes, non-ASCII bytes.
+OPENSSL_APR1 = [
+    (b"", b"s4lt", "$apr1$s4lt$yMHKmfqpUfreKF1UNrNuP1"),
+    (b"", b"abcdefghi", "$apr1$abcdefgh$L.PT565ESX4Tp2bqNs7Ie."),
+    (b"a", b"s4lt", "$apr1$s4lt$d.FMY5pb9xqYIFr25KZpM1"),
+    (b"0123456789abcdef", b"s4lt", "$apr1$s4lt$mucAWy0YIzuNlAvZ43O9b/"),
+    (b"0123456789abcdefg", b"s4lt", "$apr1$s4lt$xN5jMKDa.Pb5/94B0KubE."),
+    (b"0123456789abcdefg", b"abcdefghi", "$apr1$abcdefgh$1EmOoQBtUQ/xoE6y2eLUr/"),
+    (b"0123456789abcdef0123456789abcdefX", b"s4lt", "$apr1$s4lt$fbtgJVvZsXSiCPN3gOKOT1"),
+    (b"p\xc3\xa4ss:word", b"s4lt", "$apr1$s4lt$36GQFfcUqXo7y9UJ63CJp."),
+    (b"password", b"abcdefgh", CAROL),
+]
+
+
+@pytest.mark.parametrize(("password", "salt", "expected"), OPENSSL_APR1)
+def test_apr1_is_apaches_md5_crypt(password, salt, expected):
+    assert apr1(password, salt) == expected
+    assert verify_password(expected, password) and not verify_password(expected, password + b"x")
 
 
 @pytest.mark.parametrize(("hashed", "password", "ok"), [
@@ -39,6 +51,7 @@ def test_apr1_is_apaches_md5_crypt():
     (BOB, b"builder", True), (BOB, b"builder ", False),
     (CAROL, b"password", True), (CAROL, b"passwore", False),
     ("$2y$04$broken", b"x", False),  # malformed bcrypt: no match, no exception
+    ("plaintext", b"plaintext", False),  # not a hash trioproxy reads (the config refuses it)
 ])
 def test_each_hash_verifies_its_password_only(hashed, password, ok):
     assert verify_password(hashed, password) is ok
@@ -48,6 +61,8 @@ def test_each_hash_verifies_its_password_only(hashed, password, ok):
     ("alice", "line 1: expected user:hash"),
     ("# users\n\nbob:plain", "line 3: user 'bob' has an unsupported hash (supported: bcrypt $2y$, $apr1$, {SHA}"),
     (f"bob:{BOB}\nbob:{BOB}", "line 2: user 'bob' is listed twice"),
+    (f":{BOB}", "line 1: expected user:hash"),
+    ("bob:", "line 1: expected user:hash"),
 ])
 def test_htpasswd_problems_name_the_line(text, message):
     with pytest.raises(HtpasswdError, match=message.replace("$", r"\$").replace("{", r"\{").replace("(", r"\(")):
@@ -78,11 +93,12 @@ async def test_strict_mode_challenges_and_the_user_is_cel_basicauth(nursery, bac
         wrong = await client.get("/", headers=basic("alice", "nope"))
         stranger = await client.get("/", headers=basic("mallory", "x"))
         garbled = await client.get("/", headers={"authorization": "Basic !!!"})
+        trailing = await client.get("/", headers={"authorization": basic("alice", "wonderland")["authorization"] + "!"})
     assert (alice.status_code, carol.status_code, bob.status_code) == (200, 200, 403)
     assert "authorization" not in dict(alice.json()["headers"])  # removed once verified
     assert (none.status_code, none.text) == (401, "basic authentication failure: no basic authentication credentials found")
     assert none.headers["www-authenticate"] == 'Basic realm="staff"'
-    for answer in (wrong, stranger, garbled):
+    for answer in (wrong, stranger, garbled, trailing):  # base64 is read strictly
         assert (answer.status_code, answer.text) == (401, "basic authentication failure: invalid credentials")
         assert answer.headers["www-authenticate"] == 'Basic realm="staff"'
     decision = next(e for e in events if e["message"].get("kind") == "basicAuth")
@@ -132,6 +148,31 @@ async def test_a_verified_bcrypt_password_is_checked_once_per_cache_period(nurse
         statuses.append((await client.get("/", headers=basic("alice", "wonderland"))).status_code)
     assert statuses == [200] * 4 and calls == ["$2y$"] * 3  # checked again after the period
     assert threads == {False}  # bcrypt ran in worker threads, never on the event loop
+
+
+async def test_a_password_may_contain_colons_and_the_cache_evicts_the_oldest(nursery, backend, monkeypatch):
+    calls: list[str] = []
+    real = basic_auth.verify_password
+
+    def counting(hashed: str, password: bytes) -> bool:
+        calls.append(password.decode())
+        return real(hashed, password)
+
+    monkeypatch.setattr(basic_auth, "verify_password", counting)
+    monkeypatch.setattr(basic_auth, "CACHE_SIZE", 1)
+    dave = "{SHA}" + base64.b64encode(hashlib.sha1(b"a:b:c").digest()).decode()
+    gw = await start_routes(nursery, """
+        - policies:
+            basicAuth: {{mode: strict, htpasswd: "alice:{alice}\\ndave:{dave}"}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+    """, port=free_port(), backend=backend.port, alice=ALICE, dave=dave)
+    async with gw.client() as client:
+        statuses = [(await client.get("/", headers=basic(user, password))).status_code for user, password in (
+            ("alice", "wonderland"), ("alice", "wonderland"),  # the second from the cache
+            ("dave", "a:b:c"),  # the user ends at the first colon (RFC 7617); the oldest entry leaves
+            ("alice", "wonderland"))]  # checked again
+    assert statuses == [200] * 4
+    assert calls == ["wonderland", "a:b:c", "wonderland"]
 
 
 def test_htpasswd_from_a_file_and_its_problems_name_the_place(tmp_path):

@@ -102,7 +102,7 @@ def verify_password(hashed: str, password: bytes) -> bool:
     """Does ``password`` match an htpasswd hash (bcrypt: slow, call it from a thread)."""
     if hashed.startswith(_BCRYPT):
         try:
-            return bcrypt.checkpw(password, hashed.replace("$2y$", "$2b$", 1).encode())
+            return bcrypt.checkpw(password, hashed.encode())  # bcrypt reads $2y$ (htpasswd's) as $2b$
         except ValueError:  # a malformed bcrypt hash matches nothing
             return False
     if hashed.startswith("$apr1$"):
