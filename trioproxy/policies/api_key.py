@@ -18,7 +18,7 @@ import hashlib
 from collections.abc import Mapping
 from http.cookies import CookieError, SimpleCookie
 from typing import TYPE_CHECKING, Literal
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote_plus
 
 import attrs
 from attrs import frozen
@@ -69,7 +69,8 @@ class CredentialLocation:
             x.headers = [h for h in x.headers if h[0] != name]
         elif self.kind == "queryParameter":
             query: bytes = x.scope.get("query_string", b"")
-            kept = [p for p in query.split(b"&") if p.partition(b"=")[0].decode("latin-1") != self.name]
+            # names compared decoded, as parse_qsl read them: api%5Fkey is api_key too
+            kept = [p for p in query.split(b"&") if unquote_plus(p.partition(b"=")[0].decode("latin-1")) != self.name]
             x.scope["query_string"] = b"&".join(kept)
         else:
             rest = [f"{k}={m.coded_value}" for k, m in _cookies(x).items() if k != self.name]
