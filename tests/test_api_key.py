@@ -167,3 +167,46 @@ def test_bad_api_key_policies_are_named(policy, message):
     with pytest.raises(ConfigError) as caught:
         parse_config(text, env=LOOPBACK_SERVERS)
     assert any("policies.apiKey" in p and message in p for p in caught.value.problems), caught.value.problems
+
+
+async def test_custom_credential_places_are_redacted_in_traces_and_filters(nursery, backend):
+    """A key in ``x-team-key`` or ``?sk=`` is as secret as one in ``authorization``: the snapshots
+    before the policy removed it, the URI, and what a trace filter can test (docs/reliability.md,
+    row 6) hide it. A wrong key is never removed, so it would show in every snapshot."""
+    gw = await start_routes(nursery, """
+        - matches: [{{path: {{pathPrefix: /h}}}}]
+          policies: {{apiKey: {{keys: [{{key: k1}}], location: {{header: {{name: X-Team-Key}}}}}}}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+        - matches: [{{path: {{pathPrefix: /q}}}}]
+          policies: {{apiKey: {{keys: [{{key: k1}}], location: {{queryParameter: {{name: sk}}}}}}}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+    """, port=free_port(), backend=backend.port)
+    header = await watch(nursery, gw)
+    async with gw.client() as client:
+        await client.get("/h", headers={"x-team-key": "wrong-k"})
+        query = await watch(nursery, gw)
+        await client.get("/q?sk=wrong-k&a=1")
+        probe = await watch(nursery, gw, 'request.headers["x-team-key"] == "wrong-k"')
+        await client.get("/h", headers={"x-team-key": "wrong-k"})
+        anything = await watch(nursery, gw)  # takes the next request: the probe never matched
+        await client.get("/h")
+    assert "wrong-k" not in str(await header.events()) + str(await query.events())
+    initial = next(e["message"]["requestState"]["request"] for e in await query.events()
+                   if e["message"].get("stage") == "initial request")
+    assert initial["uri"].endswith("/q?sk=<redacted>&a=1")
+    assert await anything.events() and probe.status == 200 and not probe._done.is_set()
+
+
+def test_a_worker_hubs_filters_see_the_redacted_request_too():
+    """Under --workers the worker evaluates the supervisor's filter expressions: the same redaction."""
+    from trioproxy.redaction import DEFAULT
+    from trioproxy.workers.trace_relay import TraceTable, WorkerTraceHub
+
+    table = TraceTable.create()
+    hub = WorkerTraceHub(table, lambda watcher_id, watcher: None)
+    hub.redaction = DEFAULT.also(headers=frozenset({b"x-team-key"}))
+    assert table.publish(1, 'request.headers["x-team-key"] == "k1" || request.headers["authorization"] == "Bearer s"')
+    activation = {"request": {"headers": {"x-team-key": "k1", "authorization": "Bearer s"}}}
+    assert hub.claim(0.0, lambda: activation) is None  # neither secret can be tested
+    assert table.publish(2, 'request.headers["x-team-key"] == "<redacted>"')
+    assert hub.claim(0.0, lambda: activation) is not None

@@ -13,38 +13,56 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from attrs import frozen
+
 REDACTED = "<redacted>"
 CREDENTIAL_HEADERS = frozenset({
     b"authorization", b"proxy-authorization", b"cookie", b"set-cookie", b"x-api-key", b"x-auth-token"})
-_CREDENTIAL_HEADER_NAMES = frozenset(name.decode() for name in CREDENTIAL_HEADERS)
 #: query parameters whose value is a credential (OAuth 2.0 bearer in a URI, API keys)
 CREDENTIAL_QUERY_PARAMS = frozenset({"access_token", "api_key", "apikey", "key", "token"})
 
 
-def redact_target(target: str) -> str:
-    """``/p?access_token=s&q=1`` → ``/p?access_token=<redacted>&q=1``; anything else unchanged."""
-    path, sep, query = target.partition("?")
-    if not sep or not query:
-        return target
-    parts = query.split("&")
-    changed = False
-    for i, part in enumerate(parts):
-        name, eq, _ = part.partition("=")
-        if eq and name.lower() in CREDENTIAL_QUERY_PARAMS:
-            parts[i] = f"{name}={REDACTED}"
-            changed = True
-    return f"{path}?{'&'.join(parts)}" if changed else target
+@frozen
+class Redaction:
+    """The header and query-parameter names whose values traces hide: the usual credential names,
+    plus wherever the loaded config's ``apiKey`` and ``basicAuth`` policies read credentials from
+    (``Runtime`` builds it at each load: a key in ``x-team-key`` is as secret as one in
+    ``authorization``)."""
+
+    headers: frozenset[bytes] = CREDENTIAL_HEADERS
+    params: frozenset[str] = CREDENTIAL_QUERY_PARAMS
+
+    def also(self, headers: frozenset[bytes] = frozenset(), params: frozenset[str] = frozenset()) -> Redaction:
+        return Redaction(self.headers | headers, self.params | params)
+
+    def target(self, target: str) -> str:
+        """``/p?access_token=s&q=1`` → ``/p?access_token=<redacted>&q=1``; anything else unchanged."""
+        path, sep, query = target.partition("?")
+        if not sep or not query:
+            return target
+        parts = query.split("&")
+        changed = False
+        for i, part in enumerate(parts):
+            name, eq, _ = part.partition("=")
+            if eq and name.lower() in self.params:
+                parts[i] = f"{name}={REDACTED}"
+                changed = True
+        return f"{path}?{'&'.join(parts)}" if changed else target
+
+    def activation(self, activation: Mapping[str, Any]) -> dict[str, Any]:
+        """A CEL activation (``cel.build_activation``) whose ``request`` shows what a trace shows."""
+        request = activation.get("request")
+        if not isinstance(request, Mapping):
+            return dict(activation)
+        headers = {name: REDACTED if name.encode("latin-1") in self.headers else value
+                   for name, value in request.get("headers", {}).items()}
+        clean = {**request, "headers": headers}
+        for key in ("pathAndQuery", "uri"):
+            if isinstance(request.get(key), str):
+                clean[key] = self.target(request[key])
+        return {**activation, "request": clean}
 
 
-def redact_activation(activation: Mapping[str, Any]) -> dict[str, Any]:
-    """A CEL activation (``cel.build_activation``) whose ``request`` shows what a trace shows."""
-    request = activation.get("request")
-    if not isinstance(request, Mapping):
-        return dict(activation)
-    headers = {name: REDACTED if name in _CREDENTIAL_HEADER_NAMES else value
-               for name, value in request.get("headers", {}).items()}
-    clean = {**request, "headers": headers}
-    for key in ("pathAndQuery", "uri"):
-        if isinstance(request.get(key), str):
-            clean[key] = redact_target(request[key])
-    return {**activation, "request": clean}
+DEFAULT = Redaction()
+redact_target = DEFAULT.target
+redact_activation = DEFAULT.activation

@@ -39,6 +39,8 @@ from .policies.ratelimit_remote import remote_rate_limit_stage
 from .policies.retry import RetryStage
 from .policies.stage import Phase, Stage
 from .policies.url_rewrite import RequestRedirectStage, UrlRewriteStage
+from .redaction import DEFAULT as REDACT_BY_DEFAULT
+from .redaction import Redaction
 from .routing import BindTable
 from .trace import TraceHub
 from .upstream import UpstreamPool
@@ -267,6 +269,23 @@ class GatewayState:
         return entry[1] if entry is not None else None
 
 
+def credential_redaction(config: Config) -> Redaction:
+    """The usual credential names, plus each header and query parameter an ``apiKey`` or
+    ``basicAuth`` policy of ``config`` reads its credentials from (cookies are redacted whole)."""
+    headers: set[bytes] = set()
+    params: set[str] = set()
+    for bind in config.binds:
+        for listener in bind.listeners:
+            for policies in (listener.policies, *(route.policies for route in listener.routes)):
+                for auth in (policies.api_key, policies.basic_auth):
+                    where = auth.location if auth is not None else None
+                    if where is not None and where.kind == "header":
+                        headers.add(where.name.lower().encode("latin-1"))
+                    elif where is not None and where.kind == "queryParameter":
+                        params.add(where.name.lower())
+    return REDACT_BY_DEFAULT.also(frozenset(headers), frozenset(params))
+
+
 class Runtime:
     """Shared by every bind of one gateway process: current state, upstream pool, metrics, tracing."""
 
@@ -312,8 +331,10 @@ class Runtime:
         self.pool.max_idle_per_target = spec.pool_max_idle
 
     def _observability(self, config: Config) -> None:
-        """The access-log filter and fields, and the span exporter, of ``config`` (kept when unchanged)."""
+        """The access-log filter and fields, the span exporter (kept when unchanged) and what traces
+        redact, of ``config``."""
         self.access_log.configure(config.logging)
+        self.trace.redaction = credential_redaction(config)
         spec = config.tracing
         if self.otel is not None and self.otel.spec == spec:
             return

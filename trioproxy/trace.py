@@ -27,7 +27,7 @@ import trio
 
 from .asgi import Header
 from .cel import build_activation
-from .redaction import CREDENTIAL_HEADERS, redact_activation, redact_target
+from .redaction import CREDENTIAL_HEADERS, DEFAULT, Redaction
 from .redaction import REDACTED as REDACTED  # re-exported: trace_stream and tests import it here
 
 if TYPE_CHECKING:
@@ -66,11 +66,11 @@ class TooManyWatchers(Exception):
     """``max_watchers`` readers exist already (the endpoint answers 429)."""
 
 
-def headers_map(headers: Iterable[Header]) -> dict[str, str]:
-    """Headers as a name → value map (repeats joined with ", "), credentials redacted."""
+def headers_map(headers: Iterable[Header], secret: frozenset[bytes] = CREDENTIAL_HEADERS) -> dict[str, str]:
+    """Headers as a name → value map (repeats joined with ", "), the ``secret`` ones redacted."""
     out: dict[str, str] = {}
     for name, value in headers:
-        text = REDACTED if name in CREDENTIAL_HEADERS else value.decode("latin-1")
+        text = REDACTED if name in secret else value.decode("latin-1")
         key = name.decode("latin-1")
         out[key] = f"{out[key]}, {text}" if key in out else text
     return out
@@ -100,7 +100,7 @@ def activation(x: Exchange) -> dict[str, Any]:
 
 
 def request_state(x: Exchange, *, headers: list[Header] | None = None, response: dict[str, Any] | None = None,
-                  proxy: dict[str, str] | None = None) -> dict[str, Any]:
+                  proxy: dict[str, str] | None = None, redaction: Redaction = DEFAULT) -> dict[str, Any]:
     """``requestState`` of a snapshot: the request as the stages have shaped it so far."""
     scope = x.scope
     client = scope.get("client") or ("", 0)
@@ -108,11 +108,11 @@ def request_state(x: Exchange, *, headers: list[Header] | None = None, response:
         "request": {
             "method": scope["method"],
             "path": x.upstream_path or scope["path"],
-            "uri": redact_target(x.uri()),
+            "uri": redaction.target(x.uri()),
             "host": x.host,
             "scheme": scope.get("scheme", "http"),
             "version": f"HTTP/{scope.get('http_version', '1.1')}",
-            "headers": headers_map(x.headers if headers is None else headers),
+            "headers": headers_map(x.headers if headers is None else headers, redaction.headers),
         },
         "source": {"address": client[0], "port": client[1]},
         "env": {
@@ -208,10 +208,11 @@ class Tracer:
 
     active = True
 
-    def __init__(self, watcher: Watcher, arrival: float, body_limit: int) -> None:
+    def __init__(self, watcher: Watcher, arrival: float, body_limit: int, redaction: Redaction = DEFAULT) -> None:
         self.watcher = watcher
         self.arrival = arrival
         self.body_limit = body_limit
+        self.redaction = redaction
         self.dropped = 0
         self._last = 0
         self._finished = False
@@ -271,12 +272,14 @@ class Tracer:
 
     def snapshot(self, stage: str, x: Exchange, *, headers: list[Header] | None = None) -> None:
         """A ``requestSnapshot`` of the request as it is now (``headers`` overrides its headers)."""
-        self.event("requestSnapshot", stage=stage, requestState=request_state(x, headers=headers))
+        self.event("requestSnapshot", stage=stage, requestState=request_state(x, headers=headers,
+                                                                               redaction=self.redaction))
 
     def response_snapshot(self, stage: str, x: Exchange, status: int, headers: list[Header], *,
                           severity: str = "info", proxy: dict[str, str] | None = None) -> None:
         self.event("responseSnapshot", stage=stage, severity=severity, requestState=request_state(
-            x, response={"code": status, "headers": headers_map(headers)}, proxy=proxy))
+            x, response={"code": status, "headers": headers_map(headers, self.redaction.headers)}, proxy=proxy,
+            redaction=self.redaction))
 
     def policy_selection(self, phase: str, policies: Any) -> None:
         from .config.dump import policies_by_kind
@@ -339,6 +342,7 @@ class TraceHub:
             "TRIOPROXY_TRACE_WATCHER_BUDGET", DEFAULT_WATCHER_BUDGET)
         self.open = 0  # readers now: waiting for a request or reading one
         self.on_drop: Callable[[], None] = lambda: None  # the runtime counts drops in a metric
+        self.redaction = DEFAULT  # the runtime adds the loaded config's credential places
 
     def watch(self, matches: Callable[[Mapping[str, Any]], bool] | None = None) -> Watcher:
         """A new reader; ``TooManyWatchers`` when ``max_watchers`` exist already."""
@@ -364,10 +368,10 @@ class TraceHub:
         for watcher in self.watchers:
             if watcher.matches is not None:
                 if context is None:
-                    context = redact_activation(activation())  # a filter must not probe secrets
+                    context = self.redaction.activation(activation())  # a filter must not probe secrets
                 if not watcher.matches(context):
                     continue
             self.watchers.remove(watcher)
             self.traced += 1
-            return Tracer(watcher, arrival, self.body_limit)
+            return Tracer(watcher, arrival, self.body_limit, self.redaction)
         return None

@@ -145,7 +145,7 @@ class WorkerTraceHub(TraceHub):
                 matches = self._matcher(watcher_id, expression)
                 if matches is not None:
                     if context is None:
-                        context = activation()
+                        context = self.redaction.activation(activation())  # a filter must not probe secrets
                     if not matches(context):
                         continue
             if self.table.take(watcher_id):
@@ -153,7 +153,7 @@ class WorkerTraceHub(TraceHub):
                 self._forward(watcher_id, watcher)
                 self.traced += 1
                 self._on_claim()
-                return Tracer(watcher, arrival, self.body_limit)
+                return Tracer(watcher, arrival, self.body_limit, self.redaction)
         return None
 
 
