@@ -136,6 +136,11 @@ class Exchange:
 
     # --- what traces and CEL see (request_state / activation in trace.py) --------------------
 
+    def authority(self) -> str:
+        """The Host header as the request now has it: with its port, after any urlRewrite
+        (``host`` is its name alone, read at arrival); ``""`` without one."""
+        return next((v.decode("latin-1") for k, v in self.headers if k == b"host"), "")
+
     def uri(self) -> str:
         query = self.scope.get("query_string", b"")
         path = self.upstream_path or self.scope["path"]

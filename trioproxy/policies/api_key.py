@@ -115,7 +115,8 @@ class ApiKeyStage(Stage):
             if spec.mode == "strict":
                 tr.event("policy", severity="warn", kind="apiKey", result="rejected", reason="no API Key found")
                 raise ApiKeyAuthenticationFailed("no API Key found")
-            tr.event("policy", kind="apiKey", result="skipped", reason=f"no API key ({spec.mode} mode)")
+            if tr:  # the reason is formatted only for a watcher
+                tr.event("policy", kind="apiKey", result="skipped", reason=f"no API key ({spec.mode} mode)")
             return
         metadata = self.keys.get(key_digest(key))
         if metadata is None:

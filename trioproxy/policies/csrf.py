@@ -17,7 +17,7 @@ from attrs import frozen
 
 from ..asgi import Header
 from ..errors import CsrfValidationFailed
-from .stage import Stage
+from .stage import SpecStage
 
 if TYPE_CHECKING:
     from ..exchange import Exchange
@@ -57,19 +57,16 @@ def csrf_refusal(spec: CsrfSpec, method: str, headers: Iterable[Header], scheme:
     return f"Origin {origin_text} is not {scheme}://{host}"
 
 
-class CsrfStage(Stage):
+class CsrfStage(SpecStage[CsrfSpec]):
     """After the rate limits and before the header modifiers, as in agentgateway."""
 
     kind = "csrf"
-    __slots__ = ("spec",)
-
-    def __init__(self, spec: CsrfSpec) -> None:
-        self.spec = spec
+    __slots__ = ()
 
     async def request(self, x: Exchange) -> None:
         scope = x.scope
-        authority = next((v.decode("latin-1") for k, v in x.headers if k == b"host"), x.host)  # with its port
-        reason = csrf_refusal(self.spec, scope["method"], x.headers, scope.get("scheme", "http"), authority)
+        reason = csrf_refusal(self.spec, scope["method"], x.headers, scope.get("scheme", "http"),
+                              x.authority() or x.host)
         if reason is not None:
             x.tracer.event("policy", severity="warn", kind="csrf", result="rejected", reason=reason)
             raise CsrfValidationFailed()

@@ -20,7 +20,7 @@ from attrs import frozen
 
 from ..asgi import Header
 from ..errors import ProxyError
-from .stage import Stage
+from .stage import SpecStage
 
 if TYPE_CHECKING:
     from ..config.model import Address
@@ -38,12 +38,9 @@ class MirrorSpec:
     percentage: float  # 0.0 to 1.0
 
 
-class MirrorStage(Stage):
+class MirrorStage(SpecStage[MirrorSpec]):
     kind = "requestMirror"
-    __slots__ = ("spec",)
-
-    def __init__(self, spec: MirrorSpec) -> None:
-        self.spec = spec
+    __slots__ = ()
 
     async def request(self, x: Exchange) -> None:
         if self.spec.percentage >= 1.0 or random.random() < self.spec.percentage:

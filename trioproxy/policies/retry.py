@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from attrs import frozen
 
 from ..errors import BackendUnreachable, BadUpstreamResponse, ProxyError, UpstreamTimeout
-from .stage import Stage
+from .stage import SpecStage
 
 if TYPE_CHECKING:
     from ..exchange import Exchange
@@ -50,12 +50,9 @@ def retryable_error(error: ProxyError) -> bool:
     return isinstance(error, (BackendUnreachable, BadUpstreamResponse, UpstreamTimeout))
 
 
-class RetryStage(Stage):
+class RetryStage(SpecStage[RetrySpec]):
     kind = "retry"
-    __slots__ = ("spec",)
-
-    def __init__(self, spec: RetrySpec) -> None:
-        self.spec = spec
+    __slots__ = ()
 
     async def request(self, x: Exchange) -> None:
         x.retry = self.spec

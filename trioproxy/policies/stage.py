@@ -8,7 +8,7 @@ simply absent (docs/pipeline.md).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..asgi import Header
 
@@ -37,6 +37,18 @@ class Stage:
 
     async def finish(self, x: Exchange) -> None:
         return None
+
+
+S = TypeVar("S")
+
+
+class SpecStage(Stage, Generic[S]):
+    """A stage whose whole state is its frozen spec (``self.spec``)."""
+
+    __slots__ = ("spec",)
+
+    def __init__(self, spec: S) -> None:
+        self.spec = spec
 
 
 def _overrides(stage: Any, hook: str) -> bool:

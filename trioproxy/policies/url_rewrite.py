@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 from attrs import frozen
 
 from ..errors import DirectResponse
-from .stage import Stage
+from .stage import SpecStage
 
 if TYPE_CHECKING:
     from ..exchange import Exchange
@@ -59,12 +59,9 @@ def rewrite_authority(spec: UrlRewriteSpec, host: str) -> str:
     return name if spec.authority == "80" else f"{name}:{spec.authority}"
 
 
-class UrlRewriteStage(Stage):
+class UrlRewriteStage(SpecStage[UrlRewriteSpec]):
     kind = "urlRewrite"
-    __slots__ = ("spec",)
-
-    def __init__(self, spec: UrlRewriteSpec) -> None:
-        self.spec = spec
+    __slots__ = ()
 
     async def request(self, x: Exchange) -> None:
         spec = self.spec
@@ -76,7 +73,7 @@ class UrlRewriteStage(Stage):
             current = x.upstream_path or (raw.decode("latin-1") if raw else x.scope["path"])
             x.upstream_path = rewrite_prefix(current, matched, spec.path)
         if spec.authority_kind is not None:
-            host = next((v.decode("latin-1") for k, v in x.headers if k == b"host"), "")
+            host = x.authority()
             x.headers = [h for h in x.headers if h[0] != b"host"] + [
                 (b"host", rewrite_authority(spec, host).encode())]
         if x.tracer.active:
@@ -129,21 +126,18 @@ def _port_of(host: str) -> str:
     return host.rsplit(":", 1)[1] if host.count(":") == 1 else ""
 
 
-class RequestRedirectStage(Stage):
+class RequestRedirectStage(SpecStage[RedirectSpec]):
     """Answers with the redirect: after urlRewrite (whose path and Host it starts from), before
     delay and directResponse, as in agentgateway."""
 
     kind = "requestRedirect"
-    __slots__ = ("spec",)
-
-    def __init__(self, spec: RedirectSpec) -> None:
-        self.spec = spec
+    __slots__ = ()
 
     async def request(self, x: Exchange) -> None:
         scope = x.scope
         raw = scope.get("raw_path")
         path = x.upstream_path or (raw.decode("latin-1") if raw else scope["path"])
-        host = next((v.decode("latin-1") for k, v in x.headers if k == b"host"), "")
+        host = x.authority()
         if not host and scope.get("server"):
             host = "{}:{}".format(*scope["server"])
         matched = x.route_match.path.value if x.route_match is not None else "/"  # a pathPrefix for a prefix
