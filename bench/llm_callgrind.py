@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from bench.global_ratelimit import cpu_seconds
-from bench.harness import callgrind_command, callgrind_count, callgrind_on
+from bench.harness import callgrind_command, callgrind_count, callgrind_on, free_port
 from bench.llm_load import BODY, start_bench_mock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,7 +95,7 @@ class Client:
 
 
 def _gateway(root: Path, mock_port: int, tmp: Path, wrap: list[str]) -> tuple[subprocess.Popen, int]:
-    port = _free_port()
+    port = free_port()
     config = tmp / "gw.yaml"
     config.write_text(CONFIG.format(port=port, mock=mock_port))
     env = {"ADMIN_ADDR": "127.0.0.1:0", "STATS_ADDR": "127.0.0.1:0", "READINESS_ADDR": "127.0.0.1:0",
@@ -114,12 +114,6 @@ def _gateway(root: Path, mock_port: int, tmp: Path, wrap: list[str]) -> tuple[su
             time.sleep(0.5)
     proc.kill()
     raise SystemExit("the gateway did not start")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def instructions(root: Path, mock_port: int, tmp: Path, n: int) -> dict[str, float]:

@@ -2,7 +2,7 @@
 
 Hashes: bcrypt (``$2y$``, ``$2b$``, ``$2a$``; what ``htpasswd -B`` writes), Apache's MD5
 (``$apr1$``, ``htpasswd -m``) and SHA-1 (``{SHA}``, ``htpasswd -s``); the config is refused for
-any other (crypt, plain text). bcrypt is slow by design (tens of milliseconds at cost 10), so it
+any other (crypt, plain text). bcrypt is slow by design (its cost factor is chosen so), so it
 runs in a worker thread, never on the event loop, at most ``BCRYPT_THREADS`` at once; a user whose
 password verified is remembered for ``CACHE_SECONDS`` (by a digest of user and password, never the
 password) so a client sending the same credentials on every request pays it once.
