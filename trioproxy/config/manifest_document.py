@@ -260,7 +260,7 @@ class Fraction:
 class RequestMirrorFilter:
     """Send a copy of each request (or of a share of them) to another backend; its answer is ignored."""
 
-    backend_ref: MirrorBackendRef = field("Where the copies go.")
+    backend_ref: ServiceRef = field("Where the copies go.")
     percent: Annotated[int, Integer(0, 100)] | None = field("Share of requests mirrored, in percent (default 100).",
                                                             default=None)
     fraction: Fraction | None = field("Share of requests mirrored, as a fraction.", default=None)
@@ -289,8 +289,8 @@ class RouteFilter:
 
 
 @described
-class MirrorBackendRef:
-    """A backend for mirrored copies: the host name:port."""
+class ServiceRef:
+    """A host name:port (a Service in Kubernetes): where RequestMirror sends copies; BackendRef adds a weight."""
 
     group: Literal[""] | None = field("API group (core).", default=None)
     kind: Literal["Service"] | None = field("Kind (Service).", default=None)
@@ -300,14 +300,9 @@ class MirrorBackendRef:
 
 
 @described
-class BackendRef:
+class BackendRef(ServiceRef):
     """A backend: the host name:port, with a weight."""
 
-    group: Literal[""] | None = field("API group (core).", default=None)
-    kind: Literal["Service"] | None = field("Kind (Service).", default=None)
-    name: Annotated[str, Text()] = field("Host name (a Service name in Kubernetes).")
-    namespace: str | None = field("Namespace (the host is name.namespace when set).", default=None)
-    port: Port = field("Port.")
     weight: Weight = field("Share of requests.", default=1)
 
 
