@@ -142,6 +142,9 @@ class Gateway:
         llm = x.llm
         if llm is not None and ("inputTokens" in llm or "outputTokens" in llm):
             self.runtime.metrics.tokens(llm.get("model") or "", route, llm.get("inputTokens"), llm.get("outputTokens"))
+        def finished() -> dict[str, Any]:  # CEL's view of the finished request (span fields, access log)
+            return {**activation(x), "response": {"code": status}}
+
         otel = self.runtime.otel
         if x.span is not None and otel is None:  # tracing turned off by a reload meanwhile
             OtelTracing.finish(x.span, status, {}, x.error)
@@ -151,8 +154,7 @@ class Gateway:
                 "gen_ai.provider.name": llm.get("provider") if llm else None,
                 "gen_ai.usage.input_tokens": llm.get("inputTokens") if llm else None,
                 "gen_ai.usage.output_tokens": llm.get("outputTokens") if llm else None,
-                "gen_ai.operation.name": "chat" if llm else None, "error.type": x.error_kind}, x.error,
-                lambda: {**activation(x), "response": {"code": status}})
+                "gen_ai.operation.name": "chat" if llm else None, "error.type": x.error_kind}, x.error, finished)
         access = self.access_log
         own_error = x.error_kind is not None
         if not access.enabled(status if own_error else 200):
@@ -181,8 +183,7 @@ class Gateway:
             fields["ratelimit"] = "rejected"
         if x.span is not None:
             fields["trace.id"] = OtelTracing.trace_id(x.span)
-        access.record({k: v for k, v in fields.items() if v is not None}, status, own_error,
-                      lambda: {**activation(x), "response": {"code": status}})
+        access.record({k: v for k, v in fields.items() if v is not None}, status, own_error, finished)
 
     async def admit_and_route(self, x: Exchange, method: str) -> tuple[Phase, CompiledRoute]:
         """Steps 1-3, shared by HTTP requests and WebSocket upgrades (websocket.py): admission,
