@@ -10,8 +10,8 @@ from .model import TRACE_KINDS, Address, Config, Policies
 
 REDACTED = "<redacted>"
 SECRET_FIELDS = {"key", "secret", "password", "token"}
-#: ``attrs.field(metadata=SECRET)`` marks any other field a dump and a trace must not show
-SECRET = {"secret": True}
+# ``attrs.field(metadata={"secret": True})`` marks any other field a dump and a trace must not show
+# (apiKey's digests, basicAuth's hashes).
 
 
 def _plain(value: Any) -> Any:
