@@ -194,3 +194,15 @@ def test_htpasswd_from_a_file_and_its_problems_name_the_place(tmp_path):
     assert "policies.basicAuth.htpasswd.file: line 1: user 'bob' has an unsupported hash" in problem
     (problem,) = load(f"{{file: '{tmp_path / 'none'}'}}")
     assert "policies.basicAuth.htpasswd.file: cannot read" in problem
+
+
+def test_config_dump_hides_the_users_and_their_hashes():
+    import json
+
+    from trioproxy.config.dump import config_dump
+
+    text = ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies:\n"
+            f"        basicAuth: {{realm: staff, htpasswd: 'bob:{BOB}'}}\n")
+    dumped = json.dumps(config_dump(parse_config(text, env=LOOPBACK_SERVERS)))
+    assert '"users": "<redacted>"' in dumped and '"realm": "staff"' in dumped
+    assert BOB[5:] not in dumped and "bob" not in dumped
