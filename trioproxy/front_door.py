@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from .http_date import with_date
-from .paths import PathError, normalize_path
+from .paths import FRAGMENT, PathError, normalize_path
 
 DEFAULT_MAX_IN_FLIGHT = 10_000  # per bind; frontendPolicies.http.maxRequestsInFlight (docs/reliability.md)
 
@@ -35,7 +35,9 @@ async def _answer(send: Any, status: int, text: str, *, close: bool) -> None:
 
 
 def _normalised(scope: dict[str, Any]) -> dict[str, Any]:
-    """``scope`` with its path normalised (``PathError`` when it cannot be)."""
+    """``scope`` with its path normalised (``PathError`` when it cannot be, or the query holds a ``#``)."""
+    if b"#" in scope.get("query_string", b""):
+        raise PathError(FRAGMENT)
     raw = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
     normal = normalize_path(raw)
     if normal != raw:

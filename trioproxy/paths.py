@@ -10,8 +10,9 @@ routes on, and forwards, the normalised path:
 - runs of ``/`` collapse to one;
 - RFC 3986 §5.2.4 removes ``.`` and ``..`` segments (``..`` above the root stays at the root).
 
-A path that cannot be normalised safely is refused with 400 (``PathError``): a target that is not
-origin-form or absolute-form, a malformed percent-escape, an encoded ``/`` or ``\\`` (a backend
+A path that cannot be normalised safely is refused with 400 (``PathError``): a target with a
+``#`` (a fragment is never part of a request target, RFC 9112 §3.2; a backend would drop it and
+serve the path a route on it did not see), a target that is not origin-form or absolute-form, a malformed percent-escape, an encoded ``/`` or ``\\`` (a backend
 may decode it into a separator we did not route on), control bytes, or a backslash.
 """
 
@@ -27,7 +28,10 @@ _SLASHES = re.compile(r"/{2,}")
 _INVALID_CHAR = re.compile(r"[\x00-\x20\x7f\\]")  # control bytes, space, backslash
 #: a path with nothing to normalise: segments that neither are empty nor start with ``.``, no
 #: escape, no invalid character; almost every request's, so it costs one match, not the steps
-_ALREADY_NORMAL = re.compile(r"(?:/[^\x00-\x20\x7f\\%/.][^\x00-\x20\x7f\\%/]*)*/?")
+_ALREADY_NORMAL = re.compile(r"(?:/[^\x00-\x20\x7f\\%/.#][^\x00-\x20\x7f\\%/#]*)*/?")
+
+
+FRAGMENT = "fragment in request target"
 
 
 class PathError(ValueError):
@@ -42,6 +46,8 @@ def normalize_path(target: str) -> str:
 
 
 def _normalize(target: str) -> str:
+    if "#" in target:
+        raise PathError(FRAGMENT)
     if target.startswith("/"):
         path = target
     elif (m := _ABSOLUTE.match(target)) is not None:
