@@ -318,22 +318,22 @@ async def test_calls_queued_during_a_round_trip_share_the_next_one(config_file):
 
 def test_reload_waits_for_the_file_to_settle(config_file):
     """A file caught half-written (truncated, not yet written) is not loaded: a change is read once
-    the file's (mtime, size) held for one poll; a bad settled file keeps the previous config."""
+    the file held for the settle interval (settle.py); a bad settled file keeps the previous config."""
     from prometheus_client import generate_latest
 
     from trioproxy.rls.server import RateLimitServer
 
     server = RateLimitServer(str(config_file), MemoryStore())
     config_file.write_text("")
-    server.reload_if_changed()  # changed since the last look: wait
+    server.reload_if_changed(0.0)  # changed since the last look: wait
     config_file.write_text(CONFIG.replace("requests_per_unit: 3", "requests_per_unit: 44"))
-    server.reload_if_changed()  # changed again: wait
+    server.reload_if_changed(0.5)  # changed again: wait
     assert server.config.find([("user", "x")]).requests_per_unit == 3
-    server.reload_if_changed()  # held for a poll: loaded
+    server.reload_if_changed(1.5)  # held for the settle interval: loaded
     assert server.config.find([("user", "x")]).requests_per_unit == 44
     config_file.write_text("domain: [")
-    server.reload_if_changed()
-    server.reload_if_changed()
+    server.reload_if_changed(2.0)
+    server.reload_if_changed(3.0)
     assert server.config.find([("user", "x")]).requests_per_unit == 44
     body = generate_latest(server.metrics.registry).decode()
     assert 'result="error"} 1.0' in body and 'result="ok"} 1.0' in body

@@ -30,12 +30,13 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.utils import wrap_app
 
 from . import gc_tuning, registry, websocket
-from .config import ConfigError, load_config
+from .config import ConfigError, load_config, parse_config
 from .config.model import Address, Config, FrontendSpec
 from .connections import DEFAULT_MAX_CONNECTIONS, ConnectionCounter, raise_nofile_limit, serve
 from .front_door import FrontDoor
 from .gateway import Gateway
 from .runtime import Runtime
+from .settle import POLL_SECONDS, SETTLE_SECONDS, SettledFile
 
 log = logging.getLogger("trioproxy")
 
@@ -234,26 +235,25 @@ def print_listening(config: Config, info: ServerInfo) -> None:
             print(f"trioproxy: {name} listening on http://{address}", file=sys.stderr, flush=True)
 
 
-async def _watch_config(path: Path, runtime: Runtime, *, interval: float = 1.0,
+async def _watch_config(path: Path, runtime: Runtime, *, interval: float = POLL_SECONDS,
+                        settle: float = SETTLE_SECONDS,
                         applied: Callable[[Config], Awaitable[str]] | None = None) -> None:
-    """Reload the config file when its content changes; an invalid one is reported and ignored.
+    """Reload the config file once a change has settled; an invalid one is reported and ignored.
     ``applied``: what else a valid config must reach (a supervisor's workers); it returns the log
     line's suffix.
 
-    Content, not the mtime: two writes within the file system's timestamp resolution (or an
-    editor restoring the mtime) would otherwise go unnoticed. A config file is small, so reading
-    it once per ``interval`` costs nothing worth a cleverer check.
+    An in-place change is loaded once the file has stayed the same (inode, mtime, size, content
+    hash) for ``settle`` seconds, a rename into place at the next poll (``settle.py``): a writer
+    that pauses mid-file must not get its valid-looking prefix applied.
     """
-    last = _content(path)
+    watched = SettledFile(path, settle=settle)
     while True:
         await trio.sleep(interval)
-        content = _content(path)
-        if content == last:
+        if not watched.poll(trio.current_time()):
             continue
-        last = content
         old = runtime.state.config
         try:
-            config = load_config(path, previous=old)
+            config = _parse_settled(path, watched.content, old)
             problems = reload_problems(old, config)
             if problems:
                 raise ConfigError(problems)
@@ -314,11 +314,15 @@ def restart_only_changes(old: Config, new: Config) -> list[str]:
             for attr, name in START_ONLY.items() if getattr(old.frontend, attr) != getattr(new.frontend, attr)]
 
 
-def _content(path: Path) -> bytes | None:
+def _parse_settled(path: Path, content: bytes | None, previous: Config) -> Config:
+    """The config in ``content``, the bytes the watcher saw settle (not a second read)."""
+    if content is None:
+        return load_config(path, previous=previous)  # gone or unreadable: its error names why
     try:
-        return path.read_bytes()
-    except OSError:
-        return None
+        text = content.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError([f"{path}: config file is not UTF-8 text"]) from None
+    return parse_config(text, source=str(path), previous=previous)
 
 
 async def serve_gateway(

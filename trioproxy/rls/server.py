@@ -11,9 +11,9 @@ thread hop; requests arriving meanwhile form the next batch), then answers each 
 ``service.Plan`` holds the behaviour; this module only moves bytes and counts.
 
 Redis down: the batch's calls answer gRPC UNAVAILABLE and the next batch tries Redis again
-(redis-py reconnects), so the server recovers by itself. The config file is re-read when its mtime
-or size changes (and then holds for a poll); a bad new file is reported on stderr and the previous
-config stays.
+(redis-py reconnects), so the server recovers by itself. The config file is re-read once a change
+has settled (``trioproxy/settle.py``: unchanged for a second, or renamed into place); a bad new
+file is reported on stderr and the previous config stays.
 SIGTERM/SIGINT: health watchers hear NOT_SERVING, every connection gets GOAWAY, calls already
 started finish (at most ``GRACE_SECONDS``), then the process exits.
 """
@@ -21,7 +21,6 @@ started finish (at most ``GRACE_SECONDS``), then the process exits.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import time
@@ -33,9 +32,10 @@ from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from grpc_health.v1 import health_pb2  # type: ignore[import-untyped]
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from ..settle import SettledFile
 from .cli import split_address
 from .health import Health
-from .limits import LimitsConfig, LimitsError, load_limits
+from .limits import LimitsConfig, LimitsError, load_limits, parse_limits
 from .protos import rls_pb2
 from .service import OVER_LIMIT, Plan, UnknownDomain
 from .store import MemoryStore, RedisStore, StoreUnavailable
@@ -65,6 +65,16 @@ class RlsMetrics:
                                registry=self.registry)
 
 
+def _parse_settled(path: str, content: bytes | None) -> LimitsConfig:
+    """The limits in ``content``, the bytes that settled (not a second read)."""
+    if content is None:
+        return load_limits(path)  # gone or unreadable: its error says why
+    try:
+        return parse_limits(content.decode("utf-8"), path)
+    except UnicodeDecodeError:
+        raise LimitsError(f"{path}: not UTF-8 text") from None
+
+
 class RateLimitServer:
     """The server's state (config, store, metrics, health) and its gRPC methods."""
 
@@ -76,31 +86,21 @@ class RateLimitServer:
         self.metrics = metrics or RlsMetrics()
         self.config: LimitsConfig = load_limits(config_path)
         self.metrics.config_ok.set(1)
-        self._stamp = self._seen = self._file_stamp()
+        self._watched = SettledFile(config_path)
         self.batcher = CheckBatcher(self)
-
-    def _file_stamp(self) -> tuple[float, int] | None:
-        try:
-            st = os.stat(self.config_path)
-        except OSError:
-            return None
-        return (st.st_mtime, st.st_size)
 
     async def watch_config(self) -> None:
         while True:
             await trio.sleep(RELOAD_POLL_SECONDS)
-            self.reload_if_changed()
+            self.reload_if_changed(trio.current_time())
 
-    def reload_if_changed(self) -> None:
-        """Re-read the file once its (mtime, size) changed and then stayed put for one poll, so a
-        file caught half-written (truncated, then written) is not loaded and rejected."""
-        stamp, seen = self._file_stamp(), self._seen
-        self._seen = stamp
-        if stamp is None or stamp == self._stamp or stamp != seen:
+    def reload_if_changed(self, now: float | None = None) -> None:
+        """Re-read the file once a change has settled, so a file caught half-written (a valid
+        prefix without the limits written later) is never loaded."""
+        if not self._watched.poll(time.monotonic() if now is None else now):
             return
-        self._stamp = stamp
         try:
-            self.config = load_limits(self.config_path)
+            self.config = _parse_settled(self.config_path, self._watched.content)
         except LimitsError as exc:
             print(f"ratelimit-server: reload rejected, keeping the previous config: {exc}", file=sys.stderr,
                   flush=True)

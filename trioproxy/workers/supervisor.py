@@ -44,6 +44,7 @@ from ..server import (
     serve_own_servers,
 )
 from ..server import _watch_config as server_watch_config
+from ..settle import POLL_SECONDS
 from .control import Control
 from .metrics_merge import merge
 from .shared_limits import SharedLimits
@@ -231,7 +232,7 @@ async def summed_metric_families(runtime: Runtime, pool: WorkerPool) -> list[Met
 
 
 async def _watch_config(path: Path, runtime: Runtime, pool: WorkerPool, limits: SharedLimits, *,
-                        interval: float = 1.0) -> None:
+                        interval: float = POLL_SECONDS) -> None:
     """``server._watch_config`` for a supervisor: validated here once, then the compiled config
     goes to every worker (and budgets no entry uses any more are retired from shared memory)."""
     async def to_workers(config: Config) -> str:
