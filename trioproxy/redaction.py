@@ -10,8 +10,10 @@ the real values.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote_plus
 
 from attrs import frozen
 
@@ -36,7 +38,8 @@ class Redaction:
         return Redaction(self.headers | headers, self.params | params)
 
     def target(self, target: str) -> str:
-        """``/p?access_token=s&q=1`` → ``/p?access_token=<redacted>&q=1``; anything else unchanged."""
+        """``/p?access_token=s&q=1`` → ``/p?access_token=<redacted>&q=1``; anything else unchanged.
+        Names are compared decoded, as a backend's query parser reads them (``access%5Ftoken``)."""
         path, sep, query = target.partition("?")
         if not sep or not query:
             return target
@@ -44,7 +47,7 @@ class Redaction:
         changed = False
         for i, part in enumerate(parts):
             name, eq, _ = part.partition("=")
-            if eq and name.lower() in self.params:
+            if eq and unquote_plus(name).lower() in self.params:
                 parts[i] = f"{name}={REDACTED}"
                 changed = True
         return f"{path}?{'&'.join(parts)}" if changed else target
@@ -61,6 +64,27 @@ class Redaction:
             if isinstance(request.get(key), str):
                 clean[key] = self.target(request[key])
         return {**activation, "request": clean}
+
+
+#: the members of a JWK that are private key material (RFC 7518 §6.2.2, §6.3.2, §6.4; RFC 8037)
+JWK_PRIVATE_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "k", "oth"})
+
+
+def public_jwks(text: str) -> str:
+    """A JWKS (JSON text) with every private member of its keys shown as ``<redacted>``: a JWKS
+    should hold public keys only, but an operator can paste a private one (``/config_dump``)."""
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return REDACTED
+    if not isinstance(document, dict):
+        return REDACTED
+    keys = document.get("keys")
+    for jwk in keys if isinstance(keys, list) else [document]:
+        if isinstance(jwk, dict):
+            for member in JWK_PRIVATE_MEMBERS & jwk.keys():
+                jwk[member] = REDACTED
+    return json.dumps(document)
 
 
 DEFAULT = Redaction()

@@ -271,12 +271,21 @@ class GatewayState:
 
 def credential_redaction(config: Config) -> Redaction:
     """The usual credential names, plus each header and query parameter an ``apiKey`` or
-    ``basicAuth`` policy of ``config`` reads its credentials from (cookies are redacted whole)."""
+    ``basicAuth`` policy of ``config`` reads its credentials from (cookies are redacted whole), and
+    each header the config itself puts a credential in: an ``ai`` backend's key header (Azure's
+    ``api-key``: ``backendAuth`` or the client's Bearer moved there) and a header modifier's value
+    read from ``$VAR``."""
     headers: set[bytes] = set()
     params: set[str] = set()
     for bind in config.binds:
         for listener in bind.listeners:
-            for policies in (listener.policies, *(route.policies for route in listener.routes)):
+            backends = [backend for route in listener.routes for backend in route.backends]
+            headers.update(backend.ai.key_header for backend in backends if backend.ai is not None)
+            for policies in (listener.policies, *(route.policies for route in listener.routes),
+                             *(backend.policies for backend in backends)):
+                for modifier in (policies.request_header_modifier, policies.response_header_modifier):
+                    if modifier is not None:
+                        headers.update(modifier.from_env)
                 for auth in (policies.api_key, policies.basic_auth):
                     where = auth.location if auth is not None else None
                     if where is not None and where.kind == "header":

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from ..backend_tls import SYSTEM_TRUST, BackendTls, TlsConfigError, build_context, file_fingerprint
 from ..llm_providers import PROVIDERS, ProviderDefaults, azure_defaults
@@ -44,7 +45,7 @@ from ..policies.retry import RetrySpec
 from ..policies.url_rewrite import RedirectSpec, UrlRewriteSpec
 from . import document as d
 from . import model as m
-from .describe import Reader
+from .describe import SIMPLE_ENV, Origin, Reader
 from .scalars import parse_duration, parse_server_address
 
 # --- policies ----------------------------------------------------------------------------------
@@ -57,7 +58,30 @@ def _header_pairs(value: tuple[d.HeaderPair, ...] | dict[str, str]) -> tuple[tup
 
 def _header_modifier(value: d.HeaderModifier, r: Reader) -> m.HeaderModifier:
     return m.HeaderModifier(add=_header_pairs(value.add), set=_header_pairs(value.set),
-                            remove=tuple(name.encode() for name in value.remove))
+                            remove=tuple(name.encode() for name in value.remove),
+                            from_env=_names_from_env(r.origins.get(id(value))))
+
+
+def _names_from_env(origin: Origin | None) -> frozenset[bytes]:
+    """The header names of an add/set whose value, as written, holds ``$VAR`` or ``${VAR}``."""
+    if origin is None or not isinstance(origin.node, MappingNode):
+        return frozenset()
+    return frozenset(
+        str(name.value).lower().encode()
+        for key, headers in origin.node.value if key.value in ("add", "set")
+        for name, text in _header_nodes(headers)
+        if isinstance(name, ScalarNode) and isinstance(text, ScalarNode)
+        and any(found.group(1) or found.group(2) for found in SIMPLE_ENV.finditer(str(text.value))))
+
+
+def _header_nodes(node: Node) -> list[tuple[Node | None, Node | None]]:
+    """(name, value) nodes of ``{name: value}`` or ``[{name, value}]``."""
+    if isinstance(node, MappingNode):
+        return list(node.value)
+    if not isinstance(node, SequenceNode):
+        return []
+    fields = [{k.value: v for k, v in item.value} for item in node.value if isinstance(item, MappingNode)]
+    return [(f.get("name"), f.get("value")) for f in fields]
 
 
 def _timeout(value: d.Timeout, r: Reader) -> m.TimeoutPolicy:

@@ -6,7 +6,9 @@ from typing import Any
 
 import attrs
 
-from .model import TRACE_KINDS, Address, Config, Policies
+from ..policies.jwt import JwksSource
+from ..redaction import public_jwks
+from .model import TRACE_KINDS, Address, Config, HeaderModifier, Policies
 
 REDACTED = "<redacted>"
 SECRET_FIELDS = {"key", "secret", "password", "token"}
@@ -18,10 +20,14 @@ def _plain(value: Any) -> Any:
     """attrs values → JSON-able data; bytes decoded, regex patterns dropped, secrets hidden."""
     if isinstance(value, Address):
         return str(value)
+    if isinstance(value, JwksSource) and value.inline is not None:
+        value = attrs.evolve(value, inline=public_jwks(value.inline))  # a JWKS pasted with its private key
+    if isinstance(value, HeaderModifier) and value.from_env:
+        value = attrs.evolve(value, add=_env_hidden(value.add, value.from_env), set=_env_hidden(value.set, value.from_env))
     if attrs.has(type(value)):
         out = {}
         for field in attrs.fields(type(value)):
-            if field.name == "pattern":
+            if field.name in ("pattern", "from_env"):  # a compiled regex; which header values are secret
                 continue
             item = getattr(value, field.name)
             secret = field.name in SECRET_FIELDS or field.metadata.get("secret")
@@ -34,6 +40,11 @@ def _plain(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode("latin-1")
     return value
+
+
+def _env_hidden(headers: tuple[tuple[bytes, bytes], ...], names: frozenset[bytes]) -> tuple[tuple[bytes, bytes], ...]:
+    """A header modifier's values read from ``$VAR`` are secrets the config put there."""
+    return tuple((name, REDACTED.encode()) if name.lower() in names else (name, text) for name, text in headers)
 
 
 def _camel(name: str) -> str:

@@ -166,6 +166,9 @@ class HeaderModifier:
     add: tuple[tuple[bytes, bytes], ...] = ()
     set: tuple[tuple[bytes, bytes], ...] = ()
     remove: tuple[bytes, ...] = ()
+    #: names (lower case) whose value was read from ``$VAR``: a secret the config puts on the
+    #: request, hidden in traces and ``/config_dump`` (docs/reliability.md row 6)
+    from_env: frozenset[bytes] = frozenset()
 
 
 @frozen
