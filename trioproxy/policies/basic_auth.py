@@ -7,6 +7,13 @@ runs in a worker thread, never on the event loop, at most ``BCRYPT_THREADS`` at 
 password verified is remembered for ``CACHE_SECONDS`` (by a digest of user and password, never the
 password) so a client sending the same credentials on every request pays it once.
 
+Wrong passwords are a CPU lever (issue 27: ~25 a second kept both cores busy, and a real user's
+first login waited 2.6 s behind 64 attackers): at most ``BCRYPT_QUEUE`` more checks may wait for
+a thread; past that a request gets ``503 basic authentication busy`` with ``retry-after: 1`` at
+once. An unknown user is checked against a dummy bcrypt hash of the users' own cost, so it costs
+and takes what a known user with a wrong password does (an unknown one answered in 1.2 ms, a known
+one in 93 ms: the user list could be read off the timing).
+
 Modes: ``strict`` needs valid credentials; ``optional`` (the default) lets requests without
 credentials pass and rejects wrong ones. Failures are ``401 basic authentication failure: no basic
 authentication credentials found`` / ``invalid credentials``, with ``WWW-Authenticate: Basic
@@ -28,7 +35,7 @@ import bcrypt
 import trio
 from attrs import frozen
 
-from ..errors import BasicAuthenticationFailed
+from ..errors import BasicAuthenticationBusy, BasicAuthenticationFailed
 from .api_key import CredentialLocation
 from .stage import Stage
 
@@ -40,6 +47,7 @@ __all__ = ["BasicAuthSpec", "BasicAuthStage", "HtpasswdError", "apr1", "parse_ht
 CACHE_SECONDS = 300.0
 CACHE_SIZE = 10_000
 BCRYPT_THREADS = 2
+BCRYPT_QUEUE = 8  # checks that may wait for one of the threads; past it: 503 at once
 _BCRYPT = ("$2y$", "$2b$", "$2a$")
 
 
@@ -135,11 +143,22 @@ class BasicAuthSpec:
     location: CredentialLocation = CredentialLocation("header", "authorization", "Basic ")
 
 
+def _dummy_hash(users: tuple[tuple[str, str], ...]) -> str:
+    """A well-formed hash nothing matches, of the first user's kind and bcrypt cost (an unknown user
+    costs what a wrong password does); a fixed salt and digest: checking computes, never matches."""
+    hashed = users[0][1] if users else "{SHA}"
+    if hashed.startswith(_BCRYPT):
+        return hashed[:7] + "." * 53  # $2y$NN$ + 22 salt + 31 digest characters
+    if hashed.startswith("$apr1$"):
+        return "$apr1$........$" + "." * 22
+    return "{SHA}" + "." * 28
+
+
 class BasicAuthStage(Stage):
     """Sets ``x.basic_auth`` (CEL ``basicAuth``); after jwtAuth, before apiKey, as in agentgateway."""
 
     kind = "basicAuth"
-    __slots__ = ("challenge", "limiter", "spec", "users", "verified")
+    __slots__ = ("challenge", "checks", "dummy", "limiter", "spec", "users", "verified")
 
     def __init__(self, spec: BasicAuthSpec) -> None:
         self.spec = spec
@@ -147,6 +166,8 @@ class BasicAuthStage(Stage):
         self.challenge = ((b"www-authenticate", f'Basic realm="{spec.realm}"'.encode("latin-1")),)
         self.verified: OrderedDict[bytes, float] = OrderedDict()  # digest of user:password -> until
         self.limiter = trio.CapacityLimiter(BCRYPT_THREADS)
+        self.checks = 0  # bcrypt checks running or waiting for a thread
+        self.dummy = _dummy_hash(spec.users)
 
     def _fail(self, x: Exchange, reason: str) -> BasicAuthenticationFailed:
         x.tracer.event("policy", severity="warn", kind="basicAuth", result="rejected", reason=reason)
@@ -161,10 +182,13 @@ class BasicAuthStage(Stage):
             x.tracer.event("policy", kind="basicAuth", result="skipped", reason="no credentials (optional mode)")
             return
         credentials = _credentials(encoded)
-        hashed = self.users.get(credentials[0]) if credentials is not None else None
-        if credentials is None or hashed is None:
+        if credentials is None:
             raise self._fail(x, "invalid credentials")
         user, password = credentials
+        hashed = self.users.get(user)
+        if hashed is None:  # as slow as a wrong password, so the timing does not tell users apart
+            await self._verify(user, password, self.dummy)
+            raise self._fail(x, "invalid credentials")
         if not await self._verify(user, password, hashed):
             raise self._fail(x, "invalid credentials")
         spec.location.remove(x)
@@ -180,7 +204,13 @@ class BasicAuthStage(Stage):
         if until is not None and until > now:
             return True
         if hashed.startswith(_BCRYPT):
-            ok = await trio.to_thread.run_sync(verify_password, hashed, password, limiter=self.limiter)
+            if self.checks >= BCRYPT_THREADS + BCRYPT_QUEUE:
+                raise BasicAuthenticationBusy(headers=((b"retry-after", b"1"),))
+            self.checks += 1
+            try:
+                ok = await trio.to_thread.run_sync(verify_password, hashed, password, limiter=self.limiter)
+            finally:
+                self.checks -= 1
         else:
             ok = verify_password(hashed, password)
         if ok:
