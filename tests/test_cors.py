@@ -47,6 +47,7 @@ def test_preflight_is_answered_with_everything_configured():
         b"access-control-max-age": b"600",
         b"access-control-allow-credentials": b"true",
         b"access-control-expose-headers": b"x-request-id",
+        b"vary": b"origin, access-control-request-method, access-control-request-headers",
     }
 
 
@@ -60,9 +61,10 @@ def test_simple_request_gets_response_headers_and_disallowed_one_passes_bare():
     assert not decision.preflight
     assert dict(decision.headers) == {b"access-control-allow-origin": b"https://app.example.com",
                                       b"access-control-allow-credentials": b"true",
-                                      b"access-control-expose-headers": b"x-request-id"}
+                                      b"access-control-expose-headers": b"x-request-id", b"vary": b"origin"}
     decision = POLICY.decide("GET", h(origin="http://evil.test"))
-    assert (decision.preflight, decision.headers, decision.result) == (False, (), "disallowed origin")
+    assert (decision.preflight, decision.headers, decision.result) == (False, ((b"vary", b"origin"),),
+                                                                       "disallowed origin")
 
 
 def test_wildcards_echo_what_the_browser_asked():

@@ -200,20 +200,26 @@ async def serve_own_servers(nursery: trio.Nursery, bound: BoundSockets, config: 
     stops once ``drained`` is set, after the binds (readiness answers 503 while they drain)."""
     from .admin.app import create_admin_app
     from .admin.auth import is_loopback
-    from .admin.host_check import require_loopback_host
+    from .admin.host_check import refuse_cross_site_writes, require_loopback_host
     from .admin.servers import readiness_app
 
     own, metrics = bound.own, runtime.metrics
+    servers = config.servers
+
+    def guarded(app: Any, name: str, host: str) -> Any:
+        # DNS rebinding: on loopback, 421 for other Host names (admin, stats and readiness alike)
+        return require_loopback_host(app, name) if is_loopback(host) else app
+
     if "readiness" in own:
-        await nursery.start(_serve, readiness_app(is_ready), own["readiness"], 1.0, drained,
-                            _counter("readiness", 256, metrics))
+        await nursery.start(_serve, guarded(readiness_app(is_ready), "readiness", servers.readiness.host),
+                            own["readiness"], 1.0, drained, _counter("readiness", 256, metrics))
     if "stats" in own:
-        await nursery.start(_serve, stats, own["stats"], 1.0, drained, _counter("stats", 256, metrics))
+        await nursery.start(_serve, guarded(stats, "stats", servers.stats.host), own["stats"], 1.0, drained,
+                            _counter("stats", 256, metrics))
     if "admin" in own:
-        admin_app = create_admin_app(runtime, token=token)
-        if is_loopback(config.servers.admin.host):
-            admin_app = require_loopback_host(admin_app)  # DNS rebinding: 421 for other Host names
-        await nursery.start(_serve, admin_app, own["admin"], 1.0, drained, _counter("admin", 1024, metrics))
+        admin_app = refuse_cross_site_writes(create_admin_app(runtime, token=token))  # CSRF: 403
+        await nursery.start(_serve, guarded(admin_app, "admin", servers.admin.host), own["admin"], 1.0, drained,
+                            _counter("admin", 1024, metrics))
 
 
 def register_gateway(config: Config, info: ServerInfo) -> registry.Registration:

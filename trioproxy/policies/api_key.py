@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from http.cookies import CookieError, SimpleCookie
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import parse_qsl, unquote_plus
 
@@ -59,8 +58,7 @@ class CredentialLocation:
         if self.kind == "queryParameter":
             query = x.scope.get("query_string", b"").decode("latin-1")
             return next((v for k, v in parse_qsl(query) if k == self.name), None)  # blank values are left out
-        morsel = _cookies(x).get(self.name)
-        return morsel.value if morsel is not None and morsel.value else None
+        return next((value for name, value, _ in _cookie_pairs(x) if name == self.name and value), None)
 
     def remove(self, x: Exchange) -> None:
         """Take the credential off the request before it goes upstream."""
@@ -73,20 +71,33 @@ class CredentialLocation:
             kept = [p for p in query.split(b"&") if unquote_plus(p.partition(b"=")[0].decode("latin-1")) != self.name]
             x.scope["query_string"] = b"&".join(kept)
         else:
-            rest = [f"{k}={m.coded_value}" for k, m in _cookies(x).items() if k != self.name]
+            rest = [piece for name, _, piece in _cookie_pairs(x) if name != self.name]
             x.headers = [h for h in x.headers if h[0] != b"cookie"] + (
                 [(b"cookie", "; ".join(rest).encode("latin-1"))] if rest else [])
 
 
-def _cookies(x: Exchange) -> SimpleCookie:
-    jar: SimpleCookie = SimpleCookie()
-    for name, value in x.headers:
-        if name == b"cookie":
-            try:
-                jar.load(value.decode("latin-1"))
-            except CookieError:  # a malformed cookie header holds no key we can read
+def _cookie_pairs(x: Exchange) -> list[tuple[str | None, str, str]]:
+    """(name, value, the piece as sent) of each ``;``-separated piece of every ``Cookie`` header.
+
+    Read leniently, as browsers and agentgateway do: a piece that is no ``name=value`` (``junk``, a
+    stray ``;``) is skipped (name None) but kept when the header is rewritten. The standard
+    library's ``SimpleCookie`` stops at the first such piece, so ``a=b; junk; key=VALID`` hid the
+    key behind it. The first cookie of a name wins (the most specific path comes first).
+    """
+    pairs: list[tuple[str | None, str, str]] = []
+    for header, raw in x.headers:
+        if header != b"cookie":
+            continue
+        for piece in raw.decode("latin-1").split(";"):
+            piece = piece.strip()
+            if not piece:
                 continue
-    return jar
+            name, eq, value = piece.partition("=")
+            value = value.strip()
+            if len(value) > 1 and value[0] == value[-1] == '"':
+                value = value[1:-1]
+            pairs.append((name.strip() if eq and name.strip() else None, value, piece))
+    return pairs
 
 
 @frozen

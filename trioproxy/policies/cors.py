@@ -15,6 +15,13 @@
   ``Access-Control-Allow-Origin``, ``-Allow-Credentials`` and ``-Expose-Headers``.
 - A request from an origin that is not allowed is forwarded without CORS headers (the browser,
   not the gateway, withholds the response from the page).
+- Every forwarded request's response gets ``Vary: Origin`` (with or without an ``Origin``), and an
+  allowed preflight's answer ``Vary: Origin, Access-Control-Request-Method,
+  Access-Control-Request-Headers``: the answer echoes what the request carried, so a shared cache
+  keyed on the URL alone would otherwise hand one origin's ``Access-Control-Allow-Origin`` (or a
+  response without it) to another (Fetch standard, "CORS protocol and HTTP caches"). agentgateway
+  and Envoy add no ``Vary``; it only makes caches more careful. A disallowed preflight's empty
+  answer needs none: ``OPTIONS`` answers are not stored by HTTP caches.
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ class CorsDecision:
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+VARY_ORIGIN: Header = (b"vary", b"origin")
+VARY_PREFLIGHT: Header = (b"vary", b"origin, access-control-request-method, access-control-request-headers")
 
 
 def parse_origin(value: str, *, allow_wildcard_host: bool = False) -> tuple[str, str, int] | None:
@@ -135,16 +144,16 @@ class CorsPolicy:
     def decide(self, method: str, headers: Sequence[Header]) -> CorsDecision:
         origin = _header(headers, b"origin")
         if origin is None:
-            return CorsDecision("no origin")
+            return CorsDecision("no origin", headers=(VARY_ORIGIN,))
         request_method = _header(headers, b"access-control-request-method")
         is_preflight = method == "OPTIONS" and bool(request_method and request_method.strip())
         if not self.origin_allowed(origin.decode("latin-1")):
             if is_preflight:
                 return CorsDecision("disallowed preflight", preflight=True)
-            return CorsDecision("disallowed origin")
+            return CorsDecision("disallowed origin", headers=(VARY_ORIGIN,))
         allow_origin = [(b"access-control-allow-origin", origin)]
         if method == "OPTIONS":
-            answer = list(allow_origin)
+            answer = [*allow_origin, VARY_PREFLIGHT]
             methods = self._preflight_list(self.spec.allow_methods, request_method, csv=False)
             if methods is not None:
                 answer.append((b"access-control-allow-methods", methods))
@@ -155,7 +164,7 @@ class CorsPolicy:
             answer += self.max_age
             answer += self.response_extra
             return CorsDecision("preflight", preflight=True, headers=tuple(answer))
-        return CorsDecision("allowed", headers=tuple(allow_origin) + self.response_extra)
+        return CorsDecision("allowed", headers=(*allow_origin, VARY_ORIGIN, *self.response_extra))
 
 
 def decide(spec: CorsSpec, method: str, headers: Sequence[Header]) -> CorsDecision:
