@@ -232,7 +232,7 @@ def test_stream_options_injected():
     sent = json.loads(out)
     assert sent["stream_options"] == {"include_usage": True}
     assert sent["messages"] == [{"role": "user", "content": "hi"}]
-    assert info == LlmRequestInfo(model="client-model", streaming=True)
+    assert info == LlmRequestInfo(model="client-model", streaming=True, usage_added=True)
 
 
 @pytest.mark.parametrize(

@@ -50,21 +50,22 @@ def test_provider_defaults_are_https_on_443_with_the_provider_path(provider, hos
     backend = ai_backend(provider)
     assert str(backend.target) == f"{host}:443"
     assert backend.tls == SYSTEM_TRUST  # system trust store, SNI and hostname = the provider's host
-    assert backend.ai.path_override == path
+    assert backend.ai.path_override is None
+    assert backend.ai.upstream_path("completions") == path  # a chat request (Anthropic: its Messages API)
     assert backend.ai.key_header == key_header
     assert backend.ai.stream_usage_option == ("anthropic" not in provider)
 
 
 def test_host_override_keeps_plain_http_and_the_client_path_unless_told():
     plain = ai_backend("{anthropic: {}}", ", hostOverride: '127.0.0.1:9000'")
-    assert (plain.target, plain.tls, plain.ai.path_override) == (Address("127.0.0.1", 9000), None, None)
+    assert (plain.target, plain.tls, plain.ai.upstream_path("messages")) == (Address("127.0.0.1", 9000), None, None)
     assert type(plain.target) is Address
     assert ai_backend("{openAI: {}}", ", pathOverride: /x").ai.path_override == "/x"
     assert str(ai_backend("{openAI: {}}", ", pathOverride: /x").target) == "api.openai.com:443"
 
 
 @pytest.mark.parametrize(("provider", "message"), [
-    ("{}", "expected exactly one of: openAI, anthropic, gemini, azure"),
+    ("{}", "expected exactly one of: openAI, anthropic, gemini, vertex, azure, groq"),
     ("{openAI: {}, anthropic: {}}", "expected exactly one of"),
     ("{azure: {apiVersion: v1}}", "resourceName: required field is missing"),
     ("{bedrock: {}}", "'bedrock' is an agentgateway feature that trioproxy does not implement"),

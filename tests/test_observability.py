@@ -68,7 +68,7 @@ async def test_llm_stream_line_has_model_and_token_counts(nursery, mock_clock, l
         response = await client.post("/chat", json={**CHAT, "stream": True}, headers={"x-mock-total-tokens": "40"})
     assert response.status_code == 200
     [line] = requests_of(await log_lines())
-    assert line["gen_ai.request.model"] == "forced-model" and line["gen_ai.provider.name"] == "openAI"
+    assert line["gen_ai.request.model"] == "forced-model" and line["gen_ai.provider.name"] == "openai"
     assert (line["gen_ai.usage.input_tokens"], line["gen_ai.usage.output_tokens"]) == (20, 20)
     assert line["ratelimit"] == "100/100"
 

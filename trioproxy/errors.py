@@ -41,6 +41,10 @@ class ProxyError(Exception):
     status: int = 500
     default_message: str = "internal error"
     content_type: bytes = b"text/plain"
+    #: the error JSON it is always answered with (``openai``), whatever the route; None: text/plain
+    #: unless the route goes to an LLM provider
+    dialect: str | None = None
+    code: str | None = None  # OpenAI's ``error.code`` (else the class name in snake_case)
 
     def __init__(self, message: str | None = None, *, headers: Sequence[Header] = ()) -> None:
         self.message = message if message is not None else self.default_message
@@ -168,15 +172,53 @@ def plain_text(message: str) -> str:
     return _BYTES_REPR.sub(lambda m: f"'{m.group(2) if m.group(2) is not None else m.group(4)}'", message)
 
 
-def error_response(error: ProxyError) -> tuple[int, list[Header], bytes]:
-    """The (status, headers, body) a client receives for ``error``."""
-    body = error.message.encode()
+def error_response(error: ProxyError, dialect: str | None = None) -> tuple[int, list[Header], bytes]:
+    """The (status, headers, body) a client receives for ``error``: text/plain, or on a route to an
+    LLM provider (``dialect`` ``openai`` or ``anthropic``) the error JSON that provider's SDK parses,
+    so it raises its typed error (``RateLimitError``...) with the message."""
+    dialect = dialect or error.dialect
+    if dialect is not None and error.status >= 400 and not isinstance(error, DirectResponse):
+        body = dialect_error_body(error, dialect)
+        content_type = b"application/json"
+    else:
+        body = error.message.encode()
+        content_type = error.content_type
     headers: list[Header] = [
-        (b"content-type", error.content_type),
+        (b"content-type", content_type),
         (b"content-length", str(len(body)).encode()),
         *error.headers,
     ]
     return error.status, headers, body
+
+
+#: status → (OpenAI ``error.type``, Anthropic ``error.type``)
+_DIALECT_TYPES = {
+    400: ("invalid_request_error", "invalid_request_error"),
+    401: ("authentication_error", "authentication_error"),
+    403: ("permission_error", "permission_error"),
+    404: ("invalid_request_error", "not_found_error"),
+    408: ("timeout_error", "timeout_error"),
+    413: ("invalid_request_error", "request_too_large"),
+    429: ("rate_limit_error", "rate_limit_error"),
+    503: ("server_error", "overloaded_error"),
+    504: ("timeout_error", "timeout_error"),
+}
+_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def dialect_error_body(error: ProxyError, dialect: str) -> bytes:
+    """OpenAI's ``{"error": {"message", "type", "code"}}`` or Anthropic's
+    ``{"type": "error", "error": {"type", "message"}}``; the message is the text/plain one."""
+    import json
+
+    openai_type, anthropic_type = _DIALECT_TYPES.get(
+        error.status, ("server_error", "api_error") if error.status >= 500 else ("invalid_request_error",) * 2)
+    if dialect == "anthropic":
+        obj: dict[str, object] = {"type": "error", "error": {"type": anthropic_type, "message": error.message}}
+    else:
+        code = error.code or _CAMEL.sub("_", type(error).__name__.rstrip("_")).lower()
+        obj = {"error": {"message": error.message, "type": openai_type, "param": None, "code": code}}
+    return json.dumps(obj, ensure_ascii=False).encode()
 
 
 class PayloadTooLarge(ProxyError):
@@ -204,11 +246,15 @@ class LlmRequestError(ProxyError):
     """An LLM request the ``llm:`` models cannot take: agentgateway's JSON error body
     (404 ``model_not_found``, 400 ``missing_model`` / ``invalid_request_body``)."""
 
-    content_type = b"application/json"
+    dialect = "openai"
 
     def __init__(self, status: int, message: str, code: str) -> None:
-        import json
-
         self.status = status
         self.code = code
-        super().__init__(json.dumps({"error": {"message": message, "type": "invalid_request_error", "code": code}}))
+        super().__init__(message)
+
+
+class ModelList(DirectResponse):
+    """``GET /v1/models`` on an ``llm:`` port: the gateway answers with the models it serves."""
+
+    content_type = b"application/json"

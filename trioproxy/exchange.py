@@ -62,16 +62,20 @@ class Exchange:
         "disconnect_monitor",
         "disconnected",
         "error",
+        "error_dialect",
         "error_kind",
         "extra_response_headers",
         "finished",
+        "first_chunk",
         "headers",
         "host",
         "jwt",
         "limits",
         "listener",
         "llm",
+        "llm_kind",
         "llm_request",
+        "llm_strip",
         "mirrors",
         "nursery",
         "receive",
@@ -117,6 +121,10 @@ class Exchange:
         self.retry: RetrySpec | None = None  # set by the retry stage: the upstream call may be retried
         self.mirrors: tuple[Address, ...] = ()  # set by requestMirror stages: where copies go
         self.llm_request: tuple[bytes, str | None] | None = None  # llm: format: (body read, model to send)
+        self.llm_kind: str | None = None  # on a route to LLM providers: the endpoint kind of the path
+        self.first_chunk: float | None = None  # when the first response body bytes arrived (LLM calls)
+        self.llm_strip = False  # the gateway asked for stream usage the client did not: strip it
+        self.error_dialect: str | None = None  # openai/anthropic: the gateway's errors as that API's JSON
         self.backend_phase: Phase | None = None  # the chosen backend's compiled stages
         self.upstream_started: float | None = None  # when the upstream call started
         self.request_capture: BodyCapture | None = None
@@ -289,7 +297,7 @@ class Exchange:
                 return
             except RequestBodyTimeout:
                 pass  # answer anyway; the server closes the connection (its body never ended)
-        status, headers, body = error_response(error)
+        status, headers, body = error_response(error, self.error_dialect)
         if self.extra_response_headers:
             headers += self.extra_response_headers
         if close:

@@ -37,6 +37,7 @@ from .config.model import Backend, Route
 from .errors import (
     BackendUnreachable,
     HeaderTooLarge,
+    ModelList,
     ProxyError,
     RequestTimeout,
     RouteNotFound,
@@ -44,9 +45,19 @@ from .errors import (
     UpstreamTimeout,
 )
 from .exchange import ClientDisconnected, Exchange
-from .llm import UsageReader, prepare_request_body
-from .llm_models import select_model, transformed_model
-from .llm_providers import fill_model, provider_headers
+from .llm import UsageReader, UsageStripper, prepare_request_body
+from .llm_models import model_list, select_model, transformed_model
+from .llm_providers import (
+    COMPLETIONS,
+    MODELS,
+    PASSTHROUGH,
+    endpoint_kind,
+    error_dialect,
+    fill_model,
+    operation_name,
+    provider_headers,
+    semconv_provider,
+)
 from .otel import OtelTracing
 from .policies.headers import (
     forwarded_request_headers,
@@ -140,8 +151,19 @@ class Gateway:
         self.runtime.metrics.observe(self.bind.key, gateway, listener, route, backend, method, status,
                                      x.error_kind or "", seconds)
         llm = x.llm
-        if llm is not None and ("inputTokens" in llm or "outputTokens" in llm):
-            self.runtime.metrics.tokens(llm.get("model") or "", route, llm.get("inputTokens"), llm.get("outputTokens"))
+        operation = provider = None
+        if llm is not None:  # gen-ai semantic-convention values, agentgateway's metric labels
+            operation = operation_name(x.llm_kind or PASSTHROUGH)
+            provider = semconv_provider(llm["provider"])
+            if status < 400:
+                self.runtime.metrics.gen_ai(
+                    (operation, provider, llm.get("model") or "", llm.get("responseModel") or "", gateway, listener,
+                     route),
+                    (("input", llm.get("inputTokens")), ("output", llm.get("outputTokens")),
+                     ("cached_input", llm.get("cachedInputTokens")), ("reasoning", llm.get("reasoningTokens"))),
+                    seconds, x.first_chunk - x.arrival if x.first_chunk is not None and llm.get("streaming") else None,
+                    llm.get("outputTokens"))
+
         def finished() -> dict[str, Any]:  # CEL's view of the finished request (span fields, access log)
             return {**activation(x), "response": {"code": status}}
 
@@ -149,12 +171,16 @@ class Gateway:
         if x.span is not None and otel is None:  # tracing turned off by a reload meanwhile
             OtelTracing.finish(x.span, status, {}, x.error)
         elif x.span is not None and otel is not None:
+            if llm is not None:  # the semantic conventions' span name: {operation} {model}
+                x.span.update_name(f"{operation} {llm.get('model')}" if llm.get("model") else str(operation))
             otel.finish_request(x.span, status, {
                 "http.route": route or None, "gen_ai.request.model": llm.get("model") if llm else None,
-                "gen_ai.provider.name": llm.get("provider") if llm else None,
+                "gen_ai.response.model": llm.get("responseModel") if llm else None,
+                "gen_ai.provider.name": provider,
                 "gen_ai.usage.input_tokens": llm.get("inputTokens") if llm else None,
                 "gen_ai.usage.output_tokens": llm.get("outputTokens") if llm else None,
-                "gen_ai.operation.name": "chat" if llm else None, "error.type": x.error_kind}, x.error, finished)
+                "gen_ai.usage.cache_read.input_tokens": llm.get("cachedInputTokens") if llm else None,
+                "gen_ai.operation.name": operation, "error.type": x.error_kind}, x.error, finished)
         access = self.access_log
         own_error = x.error_kind is not None
         if not access.enabled(status if own_error else 200):
@@ -173,10 +199,15 @@ class Gateway:
         if x.jwt is not None and isinstance(x.jwt.get("sub"), str):
             fields["jwt.sub"] = x.jwt["sub"]  # as agentgateway; never the token
         if llm is not None:
-            fields["gen_ai.provider.name"] = llm.get("provider")
+            fields["gen_ai.operation.name"] = operation
+            fields["gen_ai.provider.name"] = provider
             fields["gen_ai.request.model"] = llm.get("model")
+            fields["gen_ai.response.model"] = llm.get("responseModel")
             fields["gen_ai.usage.input_tokens"] = llm.get("inputTokens")
             fields["gen_ai.usage.output_tokens"] = llm.get("outputTokens")
+            fields["gen_ai.usage.cache_read.input_tokens"] = llm.get("cachedInputTokens")
+            fields["gen_ai.usage.cache_creation.input_tokens"] = llm.get("cacheCreationInputTokens")
+            fields["gen_ai.usage.reasoning.output_tokens"] = llm.get("reasoningTokens")
         if x.limits:
             fields["ratelimit"] = ",".join(f"{d.remaining}/{d.limit}" for _, d in x.limits)
         elif x.error_kind == "RateLimited":
@@ -224,7 +255,11 @@ class Gateway:
             raise RouteNotFound()
         x.route = selection.route
         x.route_match = selection.match
-        return gateway, state.routes[selection.route.key]
+        compiled = state.routes[selection.route.key]
+        if compiled.llm:  # the endpoint asked for, and so the dialect of the gateway's own errors
+            x.llm_kind = kind = endpoint_kind(scope["path"])
+            x.error_dialect = error_dialect(kind)
+        return gateway, compiled
 
     async def route_and_backend_stages(self, x: Exchange, compiled: CompiledRoute, *,
                                        by_model: bool = True) -> Backend:
@@ -289,11 +324,13 @@ class Gateway:
         backend = await self.route_and_backend_stages(x, compiled)
         if tr.active:
             x.request_capture = BodyCapture(tr.body_limit)
-        if backend.ai is not None:
+        if backend.ai is not None and (x.llm_request is not None or x.llm_kind not in (MODELS, PASSTHROUGH)):
             llm_body = await self._prepare_llm_request(x, backend)
             body: bytes | AsyncIterator[bytes] = llm_body
             framing: Header | None = (b"content-length", str(len(llm_body)).encode()) if llm_body or x.has_body() else None
         else:
+            if backend.ai is not None:  # models list, files, batches...: the body is not read, only forwarded
+                self._llm_passthrough(x, backend)
             await x.peek_body()  # HTTP/2: is there a body without content-length?
             framing = request_framing(scope["headers"])
             if framing is None and x.has_body():
@@ -356,19 +393,24 @@ class Gateway:
                 await trio.sleep(spec.backoff)
 
     async def _prepare_llm_request(self, x: Exchange, backend: Backend) -> bytes:
-        """Buffer and rewrite the JSON body; the provider's path and credential header apply."""
+        """Buffer and rewrite the JSON body; the provider's path for the endpoint and its credential
+        header apply. Stream usage is asked for only from chat completions (the one endpoint that
+        takes ``stream_options``), and what the client did not ask for is stripped from the answer."""
         ai = backend.ai
         assert ai is not None
         if x.llm_request is not None:  # read already to choose the model (llm: format)
             original, override = x.llm_request
         else:
             original, override = await x.read_body(self.runtime.state.config.frontend.max_buffer_size), None
+        kind = x.llm_kind or COMPLETIONS
         body, info = prepare_request_body(original, model_override=override or ai.model,
-                                          stream_usage_option=ai.stream_usage_option)
+                                          stream_usage_option=ai.stream_usage_option and kind == COMPLETIONS)
         x.llm = {"provider": ai.provider, "model": info.model if info else None,
                  "streaming": info.streaming if info else False}
-        if ai.path_override:
-            x.upstream_path = fill_model(ai.path_override, info.model if info else None)
+        x.llm_strip = info is not None and info.usage_added
+        path = ai.upstream_path(kind)
+        if path is not None:
+            x.upstream_path = fill_model(path, info.model if info else None)
         if ai.key_header != b"authorization" or ai.provider == "anthropic":
             x.headers = provider_headers(x.headers, ai.provider, ai.key_header)
         if x.request_capture is not None and body is not original:
@@ -376,8 +418,24 @@ class Gateway:
             x.request_capture.feed(body)
         return body
 
+    @staticmethod
+    def _llm_passthrough(x: Exchange, backend: Backend) -> None:
+        """A models list or another endpoint (files, batches...): the provider's path and credential
+        header, the body forwarded as it comes."""
+        ai = backend.ai
+        assert ai is not None
+        x.llm = {"provider": ai.provider, "model": ai.model, "streaming": False}
+        path = ai.upstream_path(x.llm_kind or PASSTHROUGH)
+        if path is not None:
+            x.upstream_path = fill_model(path, ai.model)
+        if ai.key_header != b"authorization" or ai.provider == "anthropic":
+            x.headers = provider_headers(x.headers, ai.provider, ai.key_header)
+
     async def _choose_model(self, x: Exchange, compiled: CompiledRoute) -> tuple[Backend, Phase]:
-        """The ``llm.models`` entry for the request body's model (llm_models.py); 404/400 JSON otherwise."""
+        """The ``llm.models`` entry for the request body's model (llm_models.py); 404/400 JSON otherwise.
+        ``GET .../models`` is answered here: the models this port serves."""
+        if x.llm_kind == MODELS and x.scope["method"] in ("GET", "HEAD"):
+            raise ModelList(200, model_list(compiled.route.backends))
         body = await x.read_body(self.runtime.state.config.frontend.max_buffer_size)
         entry, request = select_model(compiled.route.models, body)
         x.llm_request = (body, transformed_model(entry, request))
@@ -472,9 +530,17 @@ class Gateway:
             if not usage_reader.active:
                 usage_reader = None
         capture = BodyCapture(tr.body_limit) if tr.active else None
+        stripper = None
+        if x.llm_strip and response.status < 300 and header_value(response.headers, b"content-encoding") is None:
+            # The gateway asked for stream usage; the client did not: what it brings is taken out.
+            stripper = UsageStripper()
+            headers = [h for h in headers if h[0] != b"content-length"]
 
         # What came with the headers (often the whole body) leaves in one write with them.
         ready, complete = response.ready()
+        timed = backend.ai is not None  # time to first token (gen_ai_server_* metrics)
+        if timed and any(ready):
+            x.first_chunk = trio.current_time()
         async with x.corked():
             await x.start_response(response.status, headers)
             for chunk in ready:
@@ -482,26 +548,45 @@ class Gateway:
                     usage_reader.feed(chunk)
                 if capture is not None:
                     capture.feed(chunk)
+                if stripper is not None:
+                    chunk = stripper.feed(chunk)
+                    if not chunk:
+                        continue
                 await x.send_body(chunk)
             if complete:
-                await x.end_body()
+                await x.end_body(stripper.finish() if stripper is not None else b"")
         if not complete:
             async with aclosing(response.body()) as chunks:
                 async for chunk in chunks:
+                    if timed and x.first_chunk is None:
+                        x.first_chunk = trio.current_time()
                     if usage_reader is not None:
                         usage_reader.feed(chunk)
                     if capture is not None:
                         capture.feed(chunk)
+                    if stripper is not None:
+                        chunk = stripper.feed(chunk)
+                        if not chunk:
+                            continue
                     await x.send_body(chunk)
-            await x.end_body()
+            await x.end_body(stripper.finish() if stripper is not None else b"")
 
         if usage_reader is not None:
             usage = usage_reader.finish()
             if usage is not None:
                 x.usage = usage
-                if x.llm is not None:
-                    x.llm.update(inputTokens=usage.prompt_tokens, outputTokens=usage.completion_tokens,
-                                 totalTokens=usage.total_tokens)
+                llm = x.llm
+                if llm is not None:
+                    llm.update(inputTokens=usage.prompt_tokens, outputTokens=usage.completion_tokens,
+                               totalTokens=usage.total_tokens)
+                    if usage.model:
+                        llm["responseModel"] = usage.model
+                    if usage.cached_input_tokens:
+                        llm["cachedInputTokens"] = usage.cached_input_tokens
+                    if usage.cache_creation_input_tokens:
+                        llm["cacheCreationInputTokens"] = usage.cache_creation_input_tokens
+                    if usage.reasoning_tokens:
+                        llm["reasoningTokens"] = usage.reasoning_tokens
                 for stage in finishers:
                     await stage.finish(x)
         tr.body("response", capture)

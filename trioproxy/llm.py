@@ -1,9 +1,11 @@
-"""LLM traffic helpers, pure: request rewriting and usage reading for OpenAI-style APIs.
+"""LLM traffic helpers, pure: request rewriting, usage reading and usage stripping.
 
-``prepare_request_body`` rewrites a chat request before it goes upstream (model override,
-``stream_options.include_usage`` so that streams report usage). ``UsageReader`` watches a
+``prepare_request_body`` rewrites a request before it goes upstream (model override,
+``stream_options.include_usage`` so that chat streams report usage). ``UsageReader`` watches a
 response body as the gateway forwards it and yields the ``usage`` object at the end; it
-only observes the chunks, so forwarding never waits for it.
+only observes the chunks, so forwarding never waits for it. ``UsageStripper`` takes back out of a
+chat stream what the added option made the provider send (the usage-only chunk, ``"usage": null``
+members), so a client that did not ask sees the stream it would have had.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ __all__ = [
     "LlmRequestInfo",
     "Usage",
     "UsageReader",
+    "UsageStripper",
     "prepare_request_body",
     "usage_from_response",
 ]
@@ -34,6 +37,8 @@ class LlmRequestInfo:
 
     model: str | None
     streaming: bool
+    #: the gateway added ``stream_options.include_usage``: the client must not see its effects
+    usage_added: bool = False
 
 
 @attrs.frozen
@@ -44,6 +49,12 @@ class Usage:
     completion_tokens: int
     total_tokens: int
     model: str | None = None
+    #: input tokens served from the provider's cache (OpenAI ``cached_tokens``, Anthropic
+    #: ``cache_read_input_tokens``), written to it (Anthropic ``cache_creation_input_tokens``),
+    #: and output tokens spent reasoning (``reasoning_tokens``)
+    cached_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    reasoning_tokens: int = 0
 
 
 def prepare_request_body(
@@ -68,15 +79,16 @@ def prepare_request_body(
         obj["model"] = model_override
         changed = True
     streaming = obj.get("stream") is True
+    added = False
     if streaming and stream_usage_option:
         options = obj.get("stream_options")
         if not isinstance(options, dict):
             options = {}
         if options.get("include_usage") is not True:
             obj["stream_options"] = {**options, "include_usage": True}
-            changed = True
+            changed = added = True
     model = obj.get("model")
-    info = LlmRequestInfo(model=model if isinstance(model, str) else None, streaming=streaming)
+    info = LlmRequestInfo(model=model if isinstance(model, str) else None, streaming=streaming, usage_added=added)
     if not changed:
         return body, info
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode(), info
@@ -86,8 +98,17 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-#: (prompt, completion, total, model) as one body or event gave them; None where it did not
-_Parts = tuple[int | None, int | None, int | None, str | None]
+#: (prompt, completion, total, model, cached input, cache creation, reasoning) as one body or event
+#: gave them; None where it did not
+_Parts = tuple[int | None, int | None, int | None, str | None, int | None, int | None, int | None]
+
+
+def _detail(usage: dict[str, Any], keys: tuple[str, str], field: str) -> int | None:
+    for key in keys:
+        details = usage.get(key)
+        if isinstance(details, dict):
+            return _count(details.get(field))
+    return None
 
 
 def _usage_parts(obj: Any) -> _Parts | None:
@@ -108,15 +129,23 @@ def _usage_parts(obj: Any) -> _Parts | None:
     total = _count(usage.get("total_tokens"))
     if prompt is None and completion is None and total is None:
         return None
+    cached = _detail(usage, ("prompt_tokens_details", "input_tokens_details"), "cached_tokens")
+    if cached is None:
+        cached = _count(usage.get("cache_read_input_tokens"))
+    creation = _count(usage.get("cache_creation_input_tokens"))
+    reasoning = _detail(usage, ("completion_tokens_details", "output_tokens_details"), "reasoning_tokens")
     model = obj.get("model")
-    return prompt, completion, total, model if isinstance(model, str) else None
+    return prompt, completion, total, model if isinstance(model, str) else None, cached, creation, reasoning
 
 
 def _usage(parts: _Parts) -> Usage:
-    prompt, completion, total, model = parts
+    prompt, completion, total, model, cached, creation, reasoning = parts
     if total is None:
-        total = (prompt or 0) + (completion or 0)
-    return Usage(prompt_tokens=prompt or 0, completion_tokens=completion or 0, total_tokens=total, model=model)
+        # Anthropic's input_tokens leave out the cached ones: the request consumed all three.
+        total = (prompt or 0) + (completion or 0) + (cached or 0) + (creation or 0)
+    return Usage(prompt_tokens=prompt or 0, completion_tokens=completion or 0, total_tokens=total, model=model,
+                 cached_input_tokens=cached or 0, cache_creation_input_tokens=creation or 0,
+                 reasoning_tokens=reasoning or 0)
 
 
 def usage_from_response(obj: Any) -> Usage | None:
@@ -220,12 +249,13 @@ class _SseUsage:
             return
         old = self.parts
         if old is not None:
-            prompt, completion, total, model = parts
+            prompt, completion, total, model, cached, creation, reasoning = parts
             if total is None and prompt is None:
                 prompt = old[0]
             if total is None and completion is None:
                 completion = old[1]
-            parts = (prompt, completion, total, model or old[3])
+            parts = (prompt, completion, total, model or old[3], old[4] if cached is None else cached,
+                     old[5] if creation is None else creation, old[6] if reasoning is None else reasoning)
         self.parts = parts
 
     def finish(self) -> Usage | None:
@@ -331,6 +361,80 @@ class UsageReader:
         """The usage of the whole response, or None if it carried none (or was too big)."""
         parser, self._parser = self._parser, None
         return parser.finish() if parser is not None else None
+
+
+# What ``include_usage`` adds to an OpenAI chat stream: ``"usage":null`` in every chunk, and a last
+# chunk with ``"choices":[]`` and the usage object.
+_USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null(?=\s*[,}])|"usage"\s*:\s*null\s*,')
+_EMPTY_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
+_EVENT_END = re.compile(rb"(?:\r\n|\r|\n)(?:\r\n|\r|\n)")
+
+
+class UsageStripper:
+    """Takes out of a chat SSE stream what ``stream_options.include_usage`` (added by the gateway,
+    not asked for by the client) made the provider send: the usage-only chunk is dropped, the
+    ``"usage":null`` members removed, a usage object riding on a content chunk deleted.
+
+    ``feed`` returns the bytes to forward now: whole events only (the rest waits for the next
+    chunk, as a client waits for the blank line); ``finish`` returns what is left. Only chunks
+    that mention ``"usage"`` are touched (one regex search each): other bytes pass unchanged.
+    """
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self._held + chunk if self._held else chunk
+        end = 0
+        for match in _EVENT_END.finditer(data):
+            end = match.end()
+        if end == 0:
+            self._held = data
+            return b""
+        self._held = data[end:]
+        return _strip_events(data[:end])
+
+    def finish(self) -> bytes:
+        held, self._held = self._held, b""
+        return _strip_events(held) if held else b""
+
+
+def _strip_events(text: bytes) -> bytes:
+    if b'"usage"' not in text:
+        return text
+    text = _USAGE_NULL.sub(b"", text)
+    if _USAGE_OBJECT.search(text) is None:
+        return text
+    out = []
+    start = 0
+    for match in _EVENT_END.finditer(text):
+        out.append(_strip_event(text[start:match.start()], text[match.start():match.end()]))
+        start = match.end()
+    if start < len(text):
+        out.append(_strip_event(text[start:], b""))
+    return b"".join(out)
+
+
+def _strip_event(event: bytes, end: bytes) -> bytes:
+    """One event (and its terminating blank line): dropped when it is the usage-only chunk."""
+    if _USAGE_OBJECT.search(event) is None:
+        return event + end
+    if _EMPTY_CHOICES.search(event) is not None:
+        return b""
+    lines = event.splitlines()
+    data = [line[6:] if line[5:6] == b" " else line[5:] for line in lines if line.startswith(b"data:")]
+    try:
+        obj = json.loads(b"\n".join(data))
+    except ValueError:
+        return event + end
+    if not isinstance(obj, dict) or "usage" not in obj:
+        return event + end
+    del obj["usage"]
+    others = [line for line in lines if not line.startswith(b"data:")]
+    payload = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    return b"\n".join([*others, b"data: " + payload]) + (end or b"\n\n")
 
 
 def _lower_str(value: str | bytes | None) -> str:

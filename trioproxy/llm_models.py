@@ -15,10 +15,10 @@ from functools import lru_cache
 from typing import Any
 
 from .cel import Expression, compile_expression
-from .config.model import LlmModelRoute
+from .config.model import Backend, LlmModelRoute
 from .errors import LlmRequestError
 
-__all__ = ["model_matches", "select_model", "transformed_model", "validate_pattern"]
+__all__ = ["model_list", "model_matches", "select_model", "transformed_model", "validate_pattern"]
 
 
 def validate_pattern(pattern: str) -> str | None:
@@ -74,3 +74,11 @@ def transformed_model(entry: LlmModelRoute, request: dict[str, Any]) -> str | No
         return None
     value = _expression(entry.model_expression).evaluate({"llmRequest": request})
     return value if isinstance(value, str) else None
+
+
+def model_list(backends: tuple[Backend, ...]) -> str:
+    """``GET /v1/models`` on an ``llm:`` port: OpenAI's model list of the configured names, in config
+    order; a wildcard entry is listed as its pattern (``anthropic/*``), the prefix it serves."""
+    data = [{"id": b.ai.name, "object": "model", "created": 0, "owned_by": b.ai.provider}
+            for b in backends if b.ai is not None]
+    return json.dumps({"object": "list", "data": data})

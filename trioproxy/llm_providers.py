@@ -1,11 +1,15 @@
-"""LLM provider defaults, pure: where each ``ai.provider`` lives and what its requests need.
+"""LLM provider defaults, pure: where each ``ai.provider`` lives, which endpoints it serves, and
+what its requests need.
 
 agentgateway's names and defaults (docs/llm-providers.md): ``openAI``, ``anthropic``, ``gemini``
-(Google's OpenAI-compatible endpoint) and ``azure``. A provider gives the backend its host
-(port 443, TLS with the system trust store) and upstream path; ``hostOverride`` replaces the host
-(plain HTTP unless a backendTLS policy applies) and keeps the client's path, ``pathOverride``
-replaces the path. trioproxy does not translate between formats: a client of an ``anthropic``
-backend speaks the Messages API.
+(Google's OpenAI-compatible endpoint), ``vertex``, ``azure``, and OpenAI-compatible presets by name
+(``groq``, ``mistral``...). A provider gives the backend its host (port 443, TLS with the system trust
+store) and, per endpoint kind, its upstream path: the request's path picks the kind
+(``endpoint_kind``), so an SDK's ``embeddings.create`` reaches the provider's embeddings endpoint
+and not its chat one. ``hostOverride`` replaces the host (plain HTTP unless a backendTLS policy
+applies) and keeps the client's path, ``pathOverride`` replaces the path whatever the kind.
+trioproxy does not translate between formats here: a client of an ``anthropic`` backend speaks
+the Messages API.
 
 The credential: ``backendAuth`` (or the client) puts it in ``Authorization: Bearer``;
 ``provider_headers`` moves it to ``x-api-key`` for Anthropic and ``api-key`` for Azure, and adds
@@ -14,6 +18,7 @@ The credential: ``backendAuth`` (or the client) puts it in ``Authorization: Bear
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from urllib.parse import quote
 
@@ -21,10 +26,73 @@ import attrs
 
 from .asgi import Header
 
-__all__ = ["ANTHROPIC_VERSION", "PROVIDERS", "ProviderDefaults", "azure_defaults", "provider_headers"]
+__all__ = [
+    "ANTHROPIC_VERSION", "COMPLETIONS", "COUNT_TOKENS", "EMBEDDINGS", "MESSAGES", "MODELS", "PASSTHROUGH",
+    "PRESETS", "PROVIDERS", "RESPONSES", "ProviderDefaults", "azure_defaults", "endpoint_kind", "error_dialect",
+    "operation_name", "provider_headers", "semconv_provider", "vertex_defaults",
+]
 
 #: The Messages API version sent when the client names none (https://docs.anthropic.com/en/api/versioning).
 ANTHROPIC_VERSION = b"2023-06-01"
+
+# Endpoint kinds (agentgateway's route types): what a request asks for, chosen by its path.
+COMPLETIONS = "completions"  # OpenAI chat completions
+RESPONSES = "responses"  # OpenAI Responses API
+EMBEDDINGS = "embeddings"
+MESSAGES = "messages"  # Anthropic Messages
+COUNT_TOKENS = "count_tokens"  # Anthropic messages/count_tokens
+MODELS = "models"  # GET models list
+PASSTHROUGH = "passthrough"  # anything else: the client's path, the body untouched
+
+#: path suffix → kind, longest first (``/messages/count_tokens`` before ``/messages``)
+_SUFFIXES = (
+    ("/chat/completions", COMPLETIONS), ("/messages/count_tokens", COUNT_TOKENS), ("/embeddings", EMBEDDINGS),
+    ("/responses", RESPONSES), ("/messages", MESSAGES), ("/models", MODELS),
+)
+
+
+_VERSIONED = re.compile(r"/v\d[^/]*/")
+
+
+def endpoint_kind(path: str) -> str:
+    """The endpoint kind of a request path, by its last segments (``/v1/chat/completions``,
+    ``/openai/v1/embeddings``, ``/v1/messages/count_tokens``...). Another path of a provider's API
+    (a version segment: ``/v1/files``, ``/v1/batches/b1``) is ``passthrough``; a path of the
+    gateway's own choosing (``/chat``, ``/``) is ``completions``, the provider's default endpoint,
+    as it has always been."""
+    path = path.rstrip("/")
+    for suffix, kind in _SUFFIXES:
+        if path.endswith(suffix):
+            return kind
+    return PASSTHROUGH if _VERSIONED.search(path + "/") else COMPLETIONS
+
+
+def error_dialect(kind: str) -> str:
+    """Whose error JSON a client of this endpoint kind parses: ``anthropic`` or ``openai``."""
+    return "anthropic" if kind in (MESSAGES, COUNT_TOKENS) else "openai"
+
+
+#: gen_ai.operation.name (OpenTelemetry semantic conventions) per kind
+_OPERATIONS = {COMPLETIONS: "chat", RESPONSES: "chat", MESSAGES: "chat", EMBEDDINGS: "embeddings",
+               COUNT_TOKENS: "count_tokens", MODELS: "list_models", PASSTHROUGH: "passthrough"}
+
+
+def operation_name(kind: str) -> str:
+    return _OPERATIONS.get(kind, kind)
+
+
+#: gen_ai.provider.name values of the semantic conventions; a preset is named as itself
+_SEMCONV = {"openAI": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini", "vertex": "gcp.vertex_ai",
+            "azure": "azure.ai.openai", "bedrock": "aws.bedrock", "mistral": "mistral_ai", "xai": "x_ai"}
+
+
+def semconv_provider(provider: str) -> str:
+    return _SEMCONV.get(provider, provider)
+
+
+def _openai_paths(base: str, *kinds: str) -> tuple[tuple[str, str], ...]:
+    names = {COMPLETIONS: "chat/completions", RESPONSES: "responses", EMBEDDINGS: "embeddings", MODELS: "models"}
+    return tuple((kind, f"{base}/{names[kind]}") for kind in kinds)
 
 
 @attrs.frozen
@@ -32,39 +100,80 @@ class ProviderDefaults:
     """Where a provider is reached when the config does not override it."""
 
     host: str
-    path: str  # may hold ``{model}``: the request's model, filled in per request
+    #: (kind, path) of each endpoint the provider serves; a path may hold ``{model}`` (filled in per request)
+    paths: tuple[tuple[str, str], ...]
     port: int = 443
-    #: the API reports stream usage only when asked (``stream_options.include_usage``)
+    tls: bool = True
+    #: the API reports chat stream usage only when asked (``stream_options.include_usage``) and takes the option
     stream_usage_option: bool = True
     #: the header the API key goes in (``authorization`` keeps ``Bearer <key>``)
     key_header: bytes = b"authorization"
 
+    def path(self, kind: str) -> str | None:
+        return next((path for k, path in self.paths if k == kind), None)
+
+
+_OPENAI_KINDS = (COMPLETIONS, RESPONSES, EMBEDDINGS, MODELS)
 
 PROVIDERS: dict[str, ProviderDefaults] = {
-    "openAI": ProviderDefaults("api.openai.com", "/v1/chat/completions"),
-    "anthropic": ProviderDefaults("api.anthropic.com", "/v1/messages", stream_usage_option=False,
-                                  key_header=b"x-api-key"),
-    "gemini": ProviderDefaults("generativelanguage.googleapis.com", "/v1beta/openai/chat/completions"),
+    "openAI": ProviderDefaults("api.openai.com", _openai_paths("/v1", *_OPENAI_KINDS)),
+    "anthropic": ProviderDefaults("api.anthropic.com", (
+        (MESSAGES, "/v1/messages"), (COUNT_TOKENS, "/v1/messages/count_tokens"), (MODELS, "/v1/models")),
+        stream_usage_option=False, key_header=b"x-api-key"),
+    "gemini": ProviderDefaults("generativelanguage.googleapis.com",
+                               _openai_paths("/v1beta/openai", COMPLETIONS, EMBEDDINGS, MODELS)),
+}
+
+#: OpenAI-compatible services by name: ``provider: {groq: {model}}`` is ``openAI`` at their host.
+PRESETS: dict[str, ProviderDefaults] = {
+    "groq": ProviderDefaults("api.groq.com", _openai_paths("/openai/v1", COMPLETIONS, RESPONSES, EMBEDDINGS, MODELS)),
+    # Mistral always reports stream usage and refuses fields it does not know.
+    "mistral": ProviderDefaults("api.mistral.ai", _openai_paths("/v1", COMPLETIONS, EMBEDDINGS, MODELS),
+                                stream_usage_option=False),
+    "deepseek": ProviderDefaults("api.deepseek.com", _openai_paths("/v1", COMPLETIONS, MODELS)),
+    "openrouter": ProviderDefaults("openrouter.ai", _openai_paths("/api/v1", COMPLETIONS, RESPONSES, EMBEDDINGS,
+                                                                  MODELS)),
+    "together": ProviderDefaults("api.together.xyz", _openai_paths("/v1", COMPLETIONS, EMBEDDINGS, MODELS)),
+    "fireworks": ProviderDefaults("api.fireworks.ai", _openai_paths("/inference/v1", COMPLETIONS, EMBEDDINGS,
+                                                                    MODELS)),
+    "xai": ProviderDefaults("api.x.ai", _openai_paths("/v1", COMPLETIONS, RESPONSES, MODELS)),
+    "cerebras": ProviderDefaults("api.cerebras.ai", _openai_paths("/v1", COMPLETIONS, MODELS)),
+    # Local servers: plain HTTP on their usual ports.
+    "ollama": ProviderDefaults("localhost", _openai_paths("/v1", COMPLETIONS, EMBEDDINGS, MODELS), port=11434,
+                               tls=False),
+    "vllm": ProviderDefaults("localhost", _openai_paths("/v1", COMPLETIONS, RESPONSES, EMBEDDINGS, MODELS),
+                             port=8000, tls=False),
 }
 
 
 def azure_defaults(resource_name: str, resource_type: str, api_version: str | None, model: str | None,
                    project_name: str | None) -> ProviderDefaults:
-    """Azure's host and path from its options (as agentgateway builds them)."""
+    """Azure's host and paths from its options (as agentgateway builds them)."""
     version = api_version or "v1"
     if resource_type == "openAI":
         host = f"{resource_name}.openai.azure.com"
-        if version == "v1":
-            path = "/openai/v1/chat/completions"
-        elif version == "preview":
-            path = "/openai/v1/chat/completions?api-version=preview"
+        if version in ("v1", "preview"):
+            query = "?api-version=preview" if version == "preview" else ""
+            paths = tuple((kind, path + query) for kind, path in _openai_paths("/openai/v1", *_OPENAI_KINDS))
         else:
             deployment = quote(model, safe="") if model else "{model}"
-            path = f"/openai/deployments/{deployment}/chat/completions?api-version={quote(version, safe='')}"
+            query = f"?api-version={quote(version, safe='')}"
+            paths = ((COMPLETIONS, f"/openai/deployments/{deployment}/chat/completions{query}"),
+                     (EMBEDDINGS, f"/openai/deployments/{deployment}/embeddings{query}"),
+                     (MODELS, f"/openai/models{query}"))
     else:  # foundry / aiServices
         host = f"{resource_name}.services.ai.azure.com"
-        path = f"/api/projects/{quote(project_name or resource_name, safe='')}/openai/v1/chat/completions"
-    return ProviderDefaults(host, path, key_header=b"api-key")
+        paths = _openai_paths(f"/api/projects/{quote(project_name or resource_name, safe='')}/openai/v1",
+                              *_OPENAI_KINDS)
+    return ProviderDefaults(host, paths, key_header=b"api-key")
+
+
+def vertex_defaults(project_id: str, region: str | None) -> ProviderDefaults:
+    """Vertex AI's OpenAI-compatible endpoint of a project and region (``global`` when none)."""
+    region = region or "global"
+    host = "aiplatform.googleapis.com" if region == "global" else f"{quote(region, safe='')}-aiplatform.googleapis.com"
+    base = f"/v1/projects/{quote(project_id, safe='')}/locations/{quote(region, safe='')}/endpoints/openapi"
+    return ProviderDefaults(host, _openai_paths(base, COMPLETIONS, EMBEDDINGS))
 
 
 def fill_model(path: str, model: str | None) -> str:

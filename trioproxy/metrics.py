@@ -27,6 +27,13 @@ DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 
 # OpenTelemetry's advised buckets for gen_ai.client.token.usage (powers of 4).
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
 REQUEST_LABELS = ("bind", "gateway", "listener", "route", "backend", "method", "status", "reason")
+# agentgateway's labels of its gen_ai metrics (gen_ai_system: the semconv provider name, e.g. openai).
+GEN_AI_LABELS = ("gen_ai_operation_name", "gen_ai_system", "gen_ai_request_model", "gen_ai_response_model",
+                 "gateway", "listener", "route")
+# agentgateway's buckets: time to first token 1 ms-10 s, per output token 1 ms-2.5 s, request 10 ms-81.92 s.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+TPOT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+GEN_AI_DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
 
 
 class Metrics:
@@ -47,8 +54,23 @@ class Metrics:
         )
         self.token_usage = Histogram(
             "trioproxy_gen_ai_client_token_usage", "LLM tokens per request, as the provider's usage reports them "
-            "(OpenTelemetry gen_ai.client.token.usage).", ["gen_ai_token_type", "gen_ai_request_model", "route"],
+            "(OpenTelemetry gen_ai.client.token.usage).", ("gen_ai_token_type", *GEN_AI_LABELS),
             buckets=TOKEN_BUCKETS, registry=self.registry,
+        )
+        self.gen_ai_duration = Histogram(
+            "trioproxy_gen_ai_server_request_duration", "LLM request duration in seconds, arrival to the end of "
+            "the answer (gen_ai.server.request.duration).", GEN_AI_LABELS, buckets=GEN_AI_DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self.time_to_first_token = Histogram(
+            "trioproxy_gen_ai_server_time_to_first_token", "Seconds from the request's arrival to the first bytes "
+            "of a streamed LLM answer (gen_ai.server.time_to_first_token).", GEN_AI_LABELS, buckets=TTFT_BUCKETS,
+            registry=self.registry,
+        )
+        self.time_per_output_token = Histogram(
+            "trioproxy_gen_ai_server_time_per_output_token", "Seconds per output token after the first, of a "
+            "streamed LLM answer (gen_ai.server.time_per_output_token).", GEN_AI_LABELS, buckets=TPOT_BUCKETS,
+            registry=self.registry,
         )
         self.ratelimit_decisions = Counter(
             "trioproxy_ratelimit_decisions", "Rate-limit decisions, by policy kind, where it is attached and result.",
@@ -110,7 +132,7 @@ class Metrics:
         )
         self._requests: dict[tuple[str, ...], tuple[Callable[[], None], Callable[[float], None]]] = {}
         self._decisions: dict[tuple[str, str, str], Callable[[], None]] = {}
-        self._tokens: dict[tuple[str, str, str], Callable[[float], None]] = {}
+        self._tokens: dict[tuple[object, ...], Callable[[float], None]] = {}
 
     def observe(self, bind: str, gateway: str, listener: str, route: str, backend: str, method: str, status: int,
                 reason: str, seconds: float) -> None:
@@ -132,18 +154,25 @@ class Metrics:
             inc = self._decisions[labels] = self.ratelimit_decisions.labels(*labels).inc
         inc()
 
-    def tokens(self, model: str, route: str, input_tokens: int | None, output_tokens: int | None) -> None:
-        if input_tokens is not None:
-            self._token_observer("input", model, route)(input_tokens)
-        if output_tokens is not None:
-            self._token_observer("output", model, route)(output_tokens)
+    def gen_ai(self, labels: tuple[str, ...], tokens: tuple[tuple[str, int | None], ...], seconds: float,
+               first_token: float | None, output_tokens: int | None) -> None:
+        """One LLM call: its tokens by type, its duration and, when streamed, the time to its first
+        token and per output token after it (``labels``: ``GEN_AI_LABELS`` in order)."""
+        for kind, count in tokens:
+            if count is not None:
+                self._observer(self.token_usage, (kind, *labels))(count)
+        self._observer(self.gen_ai_duration, labels)(seconds)
+        if first_token is not None:
+            self._observer(self.time_to_first_token, labels)(first_token)
+            if output_tokens is not None and output_tokens > 1:
+                self._observer(self.time_per_output_token, labels)((seconds - first_token) / (output_tokens - 1))
 
-    def _token_observer(self, kind: str, model: str, route: str) -> Callable[[float], None]:
+    def _observer(self, histogram: Histogram, labels: tuple[str, ...]) -> Callable[[float], None]:
         """The cached child's ``observe``, as ``observe`` caches the request counters."""
-        labels = (kind, model, route)
-        observe = self._tokens.get(labels)
+        key = (id(histogram), *labels)
+        observe = self._tokens.get(key)
         if observe is None:
-            observe = self._tokens[labels] = self.token_usage.labels(*labels).observe
+            observe = self._tokens[key] = histogram.labels(*labels).observe
         return observe
 
     def requests_in_flight(self) -> int:

@@ -208,13 +208,15 @@ def compile_phase(name: str, policies: Policies, key: str, compiler: StageCompil
 class CompiledRoute:
     """A route plus its phases and what choosing among its backends needs, computed once."""
 
-    __slots__ = ("backend_phases", "backends", "cumulative", "limiter", "phase", "phases_by_index", "request_timeout",
-                 "route")
+    __slots__ = ("backend_phases", "backends", "cumulative", "limiter", "llm", "phase", "phases_by_index",
+                 "request_timeout", "route")
 
     def __init__(self, route: Route, phase: Phase, backend_phases: tuple[Phase, ...],
                  limiter: LocalRateLimiter | None = None) -> None:
         self.route = route
         self.phase = phase
+        #: a route to LLM providers: endpoint kinds, and the gateway's errors in the provider's dialect
+        self.llm = bool(route.models) or any(b.ai is not None for b in route.backends)
         self.phases_by_index = backend_phases  # route.backends[i]'s phase (the llm: format picks by model)
         chosen = [(b, p) for b, p in zip(route.backends, backend_phases) if b.weight > 0]
         self.backends = tuple(b for b, _ in chosen)

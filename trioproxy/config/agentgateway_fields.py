@@ -41,7 +41,7 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
         "mcpAuthorization mcpGuardrails requestRedirect sessionAffinity tcp transformations"
     ),
     "AIBackend": _names("pathPrefix policies tokenize"),
-    "Provider": _names("bedrock copilot custom vertex"),
+    "Provider": _names("bedrock copilot custom"),
     "BackendTLS": _names("keyExchangeGroups spiffe"),
     "OpenAIOptions": _names("moderation"),
     "DirectResponse": _names("bodyExpression headers"),
@@ -69,7 +69,7 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
         "responseHeaders backendTLS tls auth health backendTunnel guardrails promptCaching matches"
     ),
     "LlmParams": _names(
-        "awsRegion vertexRegion vertexProject azureResourceName azureResourceType azureApiVersion "
+        "awsRegion azureResourceName azureResourceType azureApiVersion "
         "azureProjectName baseUrl pathPrefix tokenize"
     ),
 }

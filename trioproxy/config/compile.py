@@ -24,7 +24,7 @@ import attrs
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from ..backend_tls import SYSTEM_TRUST, BackendTls, TlsConfigError, build_context, file_fingerprint
-from ..llm_providers import PROVIDERS, ProviderDefaults, azure_defaults
+from ..llm_providers import PRESETS, PROVIDERS, ProviderDefaults, azure_defaults, vertex_defaults
 from ..policies.api_key import ApiKeySpec, CredentialLocation, key_digest
 from ..policies.authorization import AuthorizationSpec, Rule
 from ..policies.basic_auth import BasicAuthSpec, HtpasswdError, parse_htpasswd
@@ -433,9 +433,16 @@ def _provider(provider: d.Provider) -> tuple[str, str | None, ProviderDefaults]:
         azure = provider.azure
         return "azure", azure.model, azure_defaults(azure.resource_name, azure.resource_type, azure.api_version,
                                                     azure.model, azure.project_name)
+    if provider.vertex is not None:
+        vertex = provider.vertex
+        return "vertex", vertex.model, vertex_defaults(vertex.project_id, vertex.region)
     for name, options in (("anthropic", provider.anthropic), ("gemini", provider.gemini)):
         if options is not None:
             return name, options.model, PROVIDERS[name]
+    for name, defaults in PRESETS.items():
+        options = getattr(provider, name)
+        if options is not None:
+            return name, options.model, defaults
     return "openAI", provider.open_ai.model if provider.open_ai is not None else None, PROVIDERS["openAI"]
 
 
@@ -446,14 +453,15 @@ def _backend(backend: d.Backend, r: Reader) -> m.Backend:
         return _with_tls(m.Backend(str(backend.host), backend.host, backend.weight, policies), policies.backend_tls)
     ai = backend.ai
     name, model, defaults = _provider(ai.provider)
+    paths: tuple[tuple[str, str], ...] = ()
     if ai.host_override is not None:  # as agentgateway: the client's path, plain HTTP unless backendTLS
-        target, path, tls = ai.host_override, ai.path_override, policies.backend_tls
-    else:
+        target, tls = ai.host_override, policies.backend_tls
+    else:  # the provider's path for each endpoint kind (llm_providers.endpoint_kind)
         target = m.Address(defaults.host, defaults.port)
-        path = ai.path_override or defaults.path
-        tls = policies.backend_tls or SYSTEM_TRUST
+        paths = defaults.paths
+        tls = policies.backend_tls or (SYSTEM_TRUST if defaults.tls else None)
     return _with_tls(m.Backend(ai.name, target, backend.weight, policies, m.AIBackend(
-        ai.name, name, model, path, defaults.stream_usage_option, defaults.key_header)), tls)
+        ai.name, name, model, ai.path_override, paths, defaults.stream_usage_option, defaults.key_header)), tls)
 
 
 def _with_tls(backend: m.Backend, tls: BackendTls | None) -> m.Backend:
@@ -562,7 +570,13 @@ def _llm_provider(model: d.LlmModel, r: Reader) -> Any:
     options_type = next(t for t in typing.get_args(typing.get_type_hints(d.Provider)[attribute.name])
                         if t is not type(None))
     params = model.params
-    options = _made(options_type, model=params.model if params is not None else None)
+    extra: dict[str, Any] = {}
+    if options_type is d.VertexOptions:
+        if params is None or not params.vertex_project:
+            r.at(model, "params", "provider vertex needs params.vertexProject")
+            return None
+        extra = {"project_id": params.vertex_project, "region": params.vertex_region}
+    options = _made(options_type, model=params.model if params is not None else None, **extra)
     return _made(d.Provider, **{attribute.name: options})
 
 

@@ -586,21 +586,46 @@ class AzureOptions:
     project_name: str | None = field("Foundry project name (default: resourceName).", default=None)
 
 
-@described(one_of=("openAI", "anthropic", "gemini", "azure"))
+@described
+class VertexOptions:
+    """Options of Google Vertex AI through its OpenAI-compatible endpoint."""
+
+    model: str | None = field("Model to use, overriding the one the client asks for.", default=None)
+    project_id: str = field("Google Cloud project ID (in the path).")
+    region: str | None = field("Region, e.g. us-central1 (default: global, at aiplatform.googleapis.com).",
+                               default=None)
+
+
+@described(one_of=("openAI", "anthropic", "gemini", "vertex", "azure", "groq", "mistral", "deepseek", "openrouter", "together", "fireworks", "xai", "cerebras", "ollama", "vllm"))
 class Provider:
-    """Which LLM provider API the backend speaks: exactly one of openAI, anthropic, gemini, azure."""
+    """Which LLM provider API the backend speaks: exactly one of openAI, anthropic, gemini, vertex, azure, or an
+    OpenAI-compatible preset (groq, mistral, deepseek, openrouter, together, fireworks, xai, cerebras, ollama,
+    vllm)."""
 
     open_ai: OpenAIOptions | None = field(
-        "OpenAI's chat completions API (api.openai.com:443, /v1/chat/completions), or any compatible one "
+        "OpenAI (api.openai.com:443): chat completions, Responses, embeddings, models; or any compatible API "
         "with hostOverride.", name="openAI", default=None)
     anthropic: AnthropicOptions | None = field(
-        "Anthropic's Messages API (api.anthropic.com:443, /v1/messages); the key goes in x-api-key, "
-        "anthropic-version defaults to 2023-06-01.", default=None)
+        "Anthropic's Messages API (api.anthropic.com:443, /v1/messages, /v1/messages/count_tokens); the key goes "
+        "in x-api-key, anthropic-version defaults to 2023-06-01.", default=None)
     gemini: GeminiOptions | None = field(
         "Google Gemini's OpenAI-compatible API (generativelanguage.googleapis.com:443, "
-        "/v1beta/openai/chat/completions).", default=None)
+        "/v1beta/openai/...).", default=None)
+    vertex: VertexOptions | None = field(
+        "Google Vertex AI's OpenAI-compatible endpoint (<region>-aiplatform.googleapis.com:443, "
+        "/v1/projects/<projectId>/locations/<region>/endpoints/openapi/...).", default=None)
     azure: AzureOptions | None = field(
         "Azure OpenAI (<resourceName>.openai.azure.com:443); the key goes in the api-key header.", default=None)
+    groq: OpenAIOptions | None = field("Groq (api.groq.com:443, /openai/v1/...).", default=None)
+    mistral: OpenAIOptions | None = field("Mistral (api.mistral.ai:443, /v1/...).", default=None)
+    deepseek: OpenAIOptions | None = field("DeepSeek (api.deepseek.com:443, /v1/...).", default=None)
+    openrouter: OpenAIOptions | None = field("OpenRouter (openrouter.ai:443, /api/v1/...).", default=None)
+    together: OpenAIOptions | None = field("Together AI (api.together.xyz:443, /v1/...).", default=None)
+    fireworks: OpenAIOptions | None = field("Fireworks AI (api.fireworks.ai:443, /inference/v1/...).", default=None)
+    xai: OpenAIOptions | None = field("xAI (api.x.ai:443, /v1/...).", default=None)
+    cerebras: OpenAIOptions | None = field("Cerebras (api.cerebras.ai:443, /v1/...).", default=None)
+    ollama: OpenAIOptions | None = field("Ollama on this host (localhost:11434, plain HTTP, /v1/...).", default=None)
+    vllm: OpenAIOptions | None = field("vLLM on this host (localhost:8000, plain HTTP, /v1/...).", default=None)
 
 
 @described
@@ -842,6 +867,8 @@ class LlmParams:
         "HOST:PORT of the provider, reached over plain HTTP unless backendTLS applies (absent: the provider's own"
         " host over TLS).", default=None)
     path_override: PathText | None = field("Request path to use instead of the client's.", default=None)
+    vertex_project: str | None = field("Google Cloud project ID (provider vertex).", default=None)
+    vertex_region: str | None = field("Vertex AI region (provider vertex; default global).", default=None)
 
 
 @described

@@ -273,15 +273,27 @@ class AIBackend:
     """An LLM provider reached at its backend's ``target`` (``llm_providers.py`` has the defaults)."""
 
     name: str
-    provider: str  # openAI, anthropic, gemini, azure
+    provider: str  # openAI, anthropic, gemini, vertex, azure, or an OpenAI-compatible preset (groq...)
     model: str | None
-    #: the upstream path (pathOverride, else the provider's unless hostOverride; may hold
-    #: ``{model}``); None: the client's path
+    #: ``pathOverride``: the upstream path whatever the endpoint (may hold ``{model}``)
     path_override: str | None
-    #: streams report usage only when the request asks (OpenAI-style ``stream_options``)
+    #: (endpoint kind, path) the provider serves; empty with hostOverride (the client's path is kept)
+    paths: tuple[tuple[str, str], ...] = ()
+    #: chat streams report usage only when the request asks (OpenAI-style ``stream_options``)
     stream_usage_option: bool = True
     #: where the Bearer credential goes for this provider
     key_header: bytes = b"authorization"
+
+    def upstream_path(self, kind: str) -> str | None:
+        """The path a request of endpoint ``kind`` goes to; None keeps the client's. A chat request
+        to a provider without that endpoint goes to its main one (Anthropic: Messages), as before
+        endpoints were told apart."""
+        if self.path_override is not None:
+            return self.path_override
+        for k, path in self.paths:
+            if k == kind:
+                return path
+        return self.paths[0][1] if kind == "completions" and self.paths else None
 
 
 @frozen
