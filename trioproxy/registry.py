@@ -4,7 +4,8 @@ Each running trioproxy writes ``<runtime_dir>/<pid>.json`` = ``{pid, gateways, a
 ``trioproxy trace gateway/NAME`` can find the admin address of the local process that serves the
 Gateway ``NAME`` without the user knowing its admin port, and so that a second start on a busy port
 can say which trioproxy holds it. Entries of dead processes are ignored
-(and cleaned up), so a crashed gateway never misdirects a trace.
+(and cleaned up), so a crashed gateway never misdirects a trace; a name that several live
+processes serve is an error listing them, never a guess.
 
 The directory is ``$TRIOPROXY_RUNTIME_DIR`` if set (tests), else ``$XDG_RUNTIME_DIR/trioproxy``,
 else ``/tmp/trioproxy-<uid>``. A standalone config serves the gateway name ``default``.
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["Registration", "holder_of_port", "lookup", "register", "runtime_dir"]
+__all__ = ["AmbiguousGateway", "Registration", "holder_of_port", "lookup", "register", "runtime_dir"]
 
 
 def runtime_dir() -> Path:
@@ -122,21 +123,34 @@ def holder_of_port(port: int) -> int | None:
     return None
 
 
+class AmbiguousGateway(LookupError):
+    """Several live processes serve the name: which one the user means is theirs to say."""
+
+
 def lookup(gateway_name: str) -> str:
     """Admin ``host:port`` of the live local process serving ``gateway_name``.
 
-    When several live processes serve it, the most recently registered wins.
+    Every standalone config serves ``default``, so two gateways started from two configs both
+    match it; guessing one (say the newest) would attach a trace to the wrong process without a
+    word. Several live matches raise ``AmbiguousGateway`` listing each (name, pid, admin address).
     Raises ``LookupError`` with a message fit to show the user.
     """
     directory = runtime_dir()
-    found: list[tuple[float, str]] = []
+    found: list[tuple[float, int, str, str]] = []
     for mtime, entry in _live_entries():
         gateways = entry.get("gateways")
         if isinstance(gateways, list) and _serves(gateways, gateway_name) and entry.get("admin"):
-            found.append((mtime, str(entry["admin"])))
+            names = ", ".join(str(g) for g in gateways if g == gateway_name or str(g).endswith("/" + gateway_name))
+            found.append((mtime, int(entry["pid"]), names, str(entry["admin"])))  # type: ignore[call-overload]
     if not found:
         raise LookupError(
             f"no running trioproxy serves gateway/{gateway_name} "
             f"(looked in {directory}); start it, or use --local --proxy-admin-port PORT"
         )
-    return max(found)[1]
+    if len(found) > 1:
+        lines = [f"  gateway/{names}  pid {pid}  admin {admin}" for _, pid, names, admin in sorted(found)]
+        raise AmbiguousGateway(
+            f"{len(found)} running trioproxy processes serve gateway/{gateway_name}; "
+            "pick one with --local --proxy-admin-port PORT:\n" + "\n".join(lines)
+        )
+    return found[0][3]
