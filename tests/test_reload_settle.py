@@ -115,10 +115,16 @@ def test_settled_file_decisions(tmp_path):
     path.write_text("xyz")  # same size, mtime restored: the content hash still sees it
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert not watched.poll(11.0) and watched.poll(12.0) and watched.content == b"xyz"
+    os.utime(path)  # touched: the same content, nothing to load
+    assert not watched.poll(12.5) and not watched.poll(13.5)
+    twin = tmp_path / "twin"
+    twin.write_text("xyz")
+    twin.replace(path)  # the same content renamed into place: nothing to load either
+    assert not watched.poll(13.6)
     path.unlink()
-    assert not watched.poll(13.0) and watched.poll(14.0) and watched.content is None  # gone, settled
+    assert not watched.poll(14.0) and watched.poll(15.0) and watched.content is None  # gone, settled
     path.write_text("new")  # a new inode appears: at once
-    assert watched.poll(14.1) and watched.content == b"new"
+    assert watched.poll(15.1) and watched.content == b"new"
 
 
 def test_the_rate_limit_server_never_loads_a_half_written_file(tmp_path):

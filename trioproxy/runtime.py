@@ -33,6 +33,7 @@ from .policies.header_stages import (
 from .policies.jwks import JwksRegistry
 from .policies.jwt import JwtAuthStage, JwtVerifier, KeyHolder, parse_jwks
 from .policies.mirror import MirrorSender, MirrorStage
+from .policies.ratelimit_client import ClientRateLimitStage
 from .policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
 from .policies.ratelimit_local_stage import local_rate_limit_stage
 from .policies.ratelimit_remote import remote_rate_limit_stage
@@ -115,11 +116,17 @@ def _authorization(policies: Policies, key: str, c: StageCompiler) -> Stage | No
 
 
 def _local_rate_limit(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
-    limiter = _limiter(policies.local_rate_limit, key, c.previous, c.limiter_factory)
+    specs = tuple(spec for spec in policies.local_rate_limit if not spec.per_client_address)
+    limiter = _limiter(specs, key, c.previous, c.limiter_factory)
     if limiter is None:
         return None
-    c.limiters[key] = (policies.local_rate_limit, limiter)
+    c.limiters[key] = (specs, limiter)
     return local_rate_limit_stage(limiter, key, c.count_decision)
+
+
+def _client_rate_limit(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
+    specs = tuple(spec for spec in policies.local_rate_limit if spec.per_client_address)
+    return ClientRateLimitStage(specs, key, c.count_decision) if specs else None
 
 
 def _remote_rate_limit(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
@@ -176,6 +183,7 @@ def _request_mirror(policies: Policies, key: str, c: StageCompiler) -> Stage | N
 #: configured on it. Adding a policy kind = its stage file in ``policies/`` + one line here.
 STAGE_ORDER: tuple[tuple[str, Callable[[Policies, str, StageCompiler], Stage | None]], ...] = (
     ("cors", _cors),                                      # a preflight never needs a token
+    ("clientRateLimit", _client_rate_limit),              # localRateLimit perClientAddress: before any password check
     ("jwtAuth", _jwt_auth),                               # sets x.jwt, removes the token
     ("basicAuth", _basic_auth),                           # sets x.basic_auth, removes the credentials
     ("apiKey", _api_key),                                 # sets x.api_key, removes the key

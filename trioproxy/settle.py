@@ -70,5 +70,6 @@ class SettledFile:
                 return False
             if now - self._since < self.settle:
                 return False
+        unchanged = current.digest == self.applied.digest and self.applied.inode is not None
         self.applied, self.content, self._pending = current, content, None
-        return True
+        return not unchanged  # touched, or the same content renamed into place: nothing to load

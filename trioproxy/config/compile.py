@@ -206,7 +206,8 @@ def _local_rate_limit(value: tuple[d.LocalRateLimit, ...], r: Reader) -> tuple[L
     specs = []
     for entry in value:
         try:
-            specs.append(LocalRateLimitSpec(entry.max_tokens, entry.tokens_per_fill, entry.fill_interval, entry.type))
+            specs.append(LocalRateLimitSpec(entry.max_tokens, entry.tokens_per_fill, entry.fill_interval, entry.type,
+                                            entry.per_client_address))
         except ValueError as exc:  # the spec names the wire field first: "maxTokens: ..."
             wire, message = str(exc).split(": ", 1)
             r.at(entry, wire, message)

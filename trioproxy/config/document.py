@@ -215,6 +215,10 @@ class LocalRateLimit:
     type: Literal["requests", "tokens"] = field(
         "What a token is: one request, or one LLM token (usage.total_tokens of each response).",
         default="requests")
+    per_client_address: bool = field(
+        "A bucket per client address (source.address), checked before authentication (jwtAuth, basicAuth, "
+        "apiKey) so wrong credentials cannot buy unbounded password checks; requests only. trioproxy only.",
+        default=False)
 
 
 LOCAL_RATE_LIMIT = "Token buckets for requests or LLM tokens."

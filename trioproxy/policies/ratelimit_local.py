@@ -70,8 +70,12 @@ class LocalRateLimitSpec:
     tokens_per_fill: int = attrs.field(validator=_positive_int("tokensPerFill"))
     fill_interval: float = attrs.field(converter=float, validator=_positive_interval)
     kind: Kind = attrs.field(default="requests", validator=_kind)
+    #: a bucket per client address, before authentication (``ratelimit_client.py``)
+    per_client_address: bool = False
 
     def __attrs_post_init__(self) -> None:
+        if self.per_client_address and self.kind != "requests":
+            raise ValueError("perClientAddress: only for type requests (tokens are known after authentication)")
         # Same rule as agentgateway: a fill larger than the bucket would be silently lost.
         if self.max_tokens < self.tokens_per_fill:
             raise ValueError(

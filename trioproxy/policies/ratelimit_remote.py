@@ -5,7 +5,9 @@ counters live in Redis). Per request:
 
 - every descriptor's entries are CEL expressions over ``request.*``, ``source.*``, ``jwt.*`` and
   ``llm.*``; a descriptor with an entry that fails to evaluate (no JWT, no such header...) is
-  skipped for this request, with a trace ``policy`` event saying why;
+  skipped for this request, with a trace ``policy`` event saying why; a value longer than 256
+  characters is sent as its SHA-256 (``rls/descriptor_text.py``: the service keeps values in its
+  counter keys);
 - ONE ``ShouldRateLimit`` call carries all descriptors: ``requests`` ones add one hit, ``tokens``
   ones only look (``hits_addend: 0``); after the response, a second call charges the tokens
   descriptors ``usage.total_tokens``, outside the request (the client already has its whole
@@ -34,6 +36,7 @@ from ..after_response import AFTER_RESPONSE, AfterResponse
 from ..cel import CelError, Expression, compile_expression
 from ..errors import RateLimited, RateLimitFailed
 from ..rls.client import RlsCallFailed
+from ..rls.descriptor_text import MAX_DESCRIPTOR_TEXT, bounded
 from .stage import Stage
 
 if TYPE_CHECKING:
@@ -222,7 +225,7 @@ class RemoteRateLimitPolicy:
                 if value is None:
                     skipped.append(f"descriptors[{i}]: entry {key} ({source}) did not evaluate to a value")
                     break
-                entries.append((key, value))
+                entries.append((key, value if len(value) <= MAX_DESCRIPTOR_TEXT else bounded(value)))
             else:
                 out.append((i, entries))
         return out, skipped

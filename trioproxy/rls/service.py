@@ -2,7 +2,8 @@
 
 Behaviour follows envoyproxy/ratelimit: each request descriptor gets the limit of the most
 specific configured descriptor (``limits.LimitsConfig.find``) and a counter per window
-``<domain>_<key>_<value>[_<key>_<value>...]_<window start>``; a descriptor without a limit is OK
+``<domain>_<key>_<value>[_<key>_<value>...]_<window start>`` (a key or value longer than 256
+characters is its SHA-256 there: ``descriptor_text.py``); a descriptor without a limit is OK
 with no current limit. ``hits_addend`` comes from the descriptor when set (0 = only look), else
 from the request (0 there means 1, as the protocol says). OVER_LIMIT when any non-shadow counter
 passes its limit. Response headers: ``x-ratelimit-*`` of the status with the fewest remaining,
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .descriptor_text import MAX_DESCRIPTOR_TEXT, bounded
 from .limits import UNIT_NUMBERS, Limit, LimitsConfig
 from .protos import core_base_pb2, rls_pb2
 
@@ -51,7 +53,8 @@ class Plan:
             if limit is None or limit.unlimited:
                 continue
             window = now_s - now_s % limit.seconds
-            key = "_".join([config.domain, *(f"{k}_{v}" for k, v in entries), str(window)])
+            key = "_".join([config.domain, *(f"{k}_{v}" if len(k) + len(v) <= MAX_DESCRIPTOR_TEXT
+                                             else f"{bounded(k)}_{bounded(v)}" for k, v in entries), str(window)])
             self.limited.append((i, limit, key, _hits(descriptor, default_hits)))
 
     @property
