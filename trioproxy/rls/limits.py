@@ -5,11 +5,17 @@ shadow_mode?}``. A request descriptor (a list of ``(key, value)`` entries) walks
 per level; at each level the most specific node wins: ``key`` with exactly ``value``, then a wildcard
 value ``prefix*``, then ``key`` without a value (every value counted on its own). The limit is the one
 of the node reached by the last entry; a descriptor that walks off the tree is not limited.
+
+A limit with ``replaces: [{name: N}]`` drops, for the request it matched in, every other matched
+limit named ``N`` (not counted, not applied). ``--config`` is one file or a directory of them
+(``load_domains``): each file one domain, a domain in two files is an error, as in envoyproxy/ratelimit.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -31,6 +37,7 @@ class Limit:
     name: str = ""
     unlimited: bool = False
     shadow_mode: bool = False
+    replaces: tuple[str, ...] = ()  # names of the limits this one replaces when both match
 
     @property
     def seconds(self) -> int:
@@ -106,20 +113,39 @@ def _node(items: Any, where: str) -> Node:
     return Node(None, exact, tuple(wildcard), any_value)
 
 
+def _replaces(raw: Any, name: str, where: str) -> tuple[str, ...]:
+    """``replaces: [{name}]``, checked as envoyproxy/ratelimit does (no empty name, not its own)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise LimitsError(f"{where}: must be a list of {{name: ...}}")
+    names = []
+    for i, entry in enumerate(raw):
+        replaced = entry.get("name") if isinstance(entry, dict) else None
+        if not isinstance(replaced, str) or not replaced:
+            raise LimitsError(f"{where}[{i}].name: should not have an empty replaces entry")
+        if replaced == name:
+            raise LimitsError(f"{where}[{i}].name: replaces should not contain name of same descriptor")
+        names.append(replaced)
+    return tuple(names)
+
+
 def _limit(raw: Any, where: str, shadow: bool) -> Limit | None:
     if raw is None:
         return None
     if not isinstance(raw, dict):
         raise LimitsError(f"{where}: must be a mapping")
+    name = str(raw.get("name", ""))
+    replaces = _replaces(raw.get("replaces"), name, f"{where}.replaces")
     if raw.get("unlimited"):
-        return Limit(0, "second", str(raw.get("name", "")), unlimited=True, shadow_mode=shadow)
+        return Limit(0, "second", name, unlimited=True, shadow_mode=shadow, replaces=replaces)
     unit = str(raw.get("unit", "")).lower()
     if unit not in UNIT_SECONDS:
         raise LimitsError(f"{where}.unit: must be one of second, minute, hour, day (got {raw.get('unit')!r})")
     rpu = raw.get("requests_per_unit")
     if not isinstance(rpu, int) or isinstance(rpu, bool) or rpu < 0:
         raise LimitsError(f"{where}.requests_per_unit: must be a non-negative integer")
-    return Limit(rpu, unit, str(raw.get("name", "")), shadow_mode=shadow)
+    return Limit(rpu, unit, name, shadow_mode=shadow, replaces=replaces)
 
 
 def parse_limits(text: str, source: str = "config") -> LimitsConfig:
@@ -144,3 +170,46 @@ def load_limits(path: str) -> LimitsConfig:
     except OSError as exc:
         raise LimitsError(f"{path}: {exc.strerror}") from None
     return parse_limits(text, path)
+
+
+@frozen
+class Domains:
+    """Every domain the server answers for: one file's, or a directory's (one per file)."""
+
+    by_name: Mapping[str, LimitsConfig]
+
+    def find(self, domain: str) -> LimitsConfig | None:
+        return self.by_name.get(domain)
+
+
+#: The files of a config directory that are read: hidden files (an editor's swap file) are not.
+DOMAIN_FILE_SUFFIXES = (".yaml", ".yml")
+
+
+def domain_files(path: str) -> list[str]:
+    """The files ``load_domains`` reads for ``path`` (a file, or a directory's ``*.yaml``/``*.yml``)."""
+    if not os.path.isdir(path):
+        return [path]
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as exc:
+        raise LimitsError(f"{path}: {exc.strerror}") from None
+    return [str(Path(path) / name) for name in names
+            if name.endswith(DOMAIN_FILE_SUFFIXES) and not name.startswith(".")
+            and os.path.isfile(Path(path) / name)]
+
+
+def load_domains(path: str) -> Domains:
+    """One config file, or a directory of them (each one domain; a domain twice is an error)."""
+    files = domain_files(path)
+    if not files:
+        raise LimitsError(f"{path}: a config directory needs at least one *.yaml or *.yml file (one per domain)")
+    by_name: dict[str, LimitsConfig] = {}
+    source: dict[str, str] = {}
+    for file in files:
+        config = load_limits(file)
+        if config.domain in by_name:
+            raise LimitsError(f"{file}: duplicate domain {config.domain!r} in config file "
+                              f"(also in {source[config.domain]})")
+        by_name[config.domain], source[config.domain] = config, file
+    return Domains(by_name)
