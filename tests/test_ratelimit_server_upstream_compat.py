@@ -179,3 +179,30 @@ def test_envoy_with_enable_x_ratelimit_headers_sends_each_header_once(tmp_path):
             assert len(answer.headers.get_list(name)) == 1, (name, answer.headers)
     assert answers[0].headers["x-ratelimit-remaining"] == "1"
     assert answers[2].headers["x-ext-ratelimited"] == "true"
+
+
+WILDCARDS = """
+domain: files
+descriptors:
+  - key: path
+    value: /v*/items/*.json
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: path
+    value: /static/*
+    rate_limit: {unit: minute, requests_per_unit: 9}
+"""
+
+
+def test_a_wildcard_anywhere_in_the_value_as_upstream(tmp_path):
+    config = parse_limits(WILDCARDS)
+    assert config.find([("path", "/v1/items/a.json")]).requests_per_unit == 2
+    assert config.find([("path", "/v2/items/deep/b.json")]).requests_per_unit == 2
+    assert config.find([("path", "/v1/items/a.xml")]) is None
+    assert config.find([("path", "/static/")]).requests_per_unit == 9
+    file = tmp_path / "rls.yaml"
+    file.write_text(WILDCARDS)
+    with ratelimit_server(file, "--store", "memory") as rls:
+        answers = [rls.call("files", [[("path", "/v1/items/a.json")]]) for _ in range(3)]
+        other = rls.call("files", [[("path", "/v1/items/b.json")]])  # each value counted on its own
+    assert [a.overall_code for a in answers] == [OK, OK, OVER]
+    assert other.overall_code == OK

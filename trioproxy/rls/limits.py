@@ -3,7 +3,8 @@
 A file holds one ``domain`` and a tree of ``descriptors`` ``{key, value?, rate_limit?, descriptors?,
 shadow_mode?}``. A request descriptor (a list of ``(key, value)`` entries) walks the tree one entry
 per level; at each level the most specific node wins: ``key`` with exactly ``value``, then a wildcard
-value ``prefix*``, then ``key`` without a value (every value counted on its own). The limit is the one
+value (``*`` anywhere, any number of times: ``/api/*``, ``/v*/items/*.json``; the first that matches,
+in file order), then ``key`` without a value (every value counted on its own). The limit is the one
 of the node reached by the last entry; a descriptor that walks off the tree is not limited.
 
 A limit with ``replaces: [{name: N}]`` drops, for the request it matched in, every other matched
@@ -48,7 +49,7 @@ class Limit:
 class Node:
     limit: Limit | None
     exact: Mapping[tuple[str, str], Node]
-    wildcard: tuple[tuple[str, str, Node], ...]  # (key, prefix, node), in file order
+    wildcard: tuple[tuple[str, tuple[str, ...], Node], ...]  # (key, value split on "*", node), in file order
     any_value: Mapping[str, Node]
 
 
@@ -63,8 +64,8 @@ class LimitsConfig:
         for key, value in entries:
             nxt = node.exact.get((key, value))
             if nxt is None:
-                for wkey, prefix, wnode in node.wildcard:
-                    if wkey == key and value.startswith(prefix):
+                for wkey, parts, wnode in node.wildcard:
+                    if wkey == key and wildcard_match(parts, value):
                         nxt = wnode
                         break
             if nxt is None:
@@ -75,13 +76,28 @@ class LimitsConfig:
         return node.limit if entries else None
 
 
+def wildcard_match(parts: tuple[str, ...], value: str) -> bool:
+    """Does ``value`` match the pattern whose literal pieces (split on ``*``) are ``parts``? As
+    envoyproxy/ratelimit: the first piece a prefix, the last a suffix, the others in order between."""
+    first, *middle, last = parts
+    if not value.startswith(first) or not value.endswith(last) or len(value) < sum(map(len, parts)):
+        return False
+    rest = value[len(first):len(value) - len(last)]
+    for part in middle:
+        at = rest.find(part)
+        if at < 0:
+            return False
+        rest = rest[at + len(part):]
+    return True
+
+
 def _node(items: Any, where: str) -> Node:
     if items is None:
         items = []
     if not isinstance(items, list):
         raise LimitsError(f"{where}: descriptors must be a list")
     exact: dict[tuple[str, str], Node] = {}
-    wildcard: list[tuple[str, str, Node]] = []
+    wildcard: list[tuple[str, tuple[str, ...], Node]] = []
     any_value: dict[str, Node] = {}
     for i, item in enumerate(items):
         place = f"{where}[{i}]"
@@ -104,8 +120,8 @@ def _node(items: Any, where: str) -> Node:
             if key in any_value:
                 raise LimitsError(f"{place}: duplicate descriptor {key!r}")
             any_value[key] = node
-        elif str(value).endswith("*"):
-            wildcard.append((key, str(value)[:-1], node))
+        elif "*" in str(value):
+            wildcard.append((key, tuple(str(value).split("*")), node))
         else:
             if (key, str(value)) in exact:
                 raise LimitsError(f"{place}: duplicate descriptor {key}={value}")
