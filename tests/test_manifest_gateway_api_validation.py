@@ -68,15 +68,27 @@ def test_gateway_values_upstream_rejects(listener, message):
     assert result.rejected == (f"Gateway gateway-system/gw rejected: {message}",)
 
 
+@pytest.mark.parametrize(("second", "message"), [
+    ("{name: main, port: 3001, protocol: HTTP}", "Listener name must be unique within the Gateway"),
+    ("{name: other, port: 3000, protocol: HTTP}",
+     "Combination of port, protocol and hostname must be unique for each listener"),
+])
+def test_listener_list_rules_are_gateway_apis(second, message):
+    first = "{name: main, port: 3000, protocol: HTTP}"
+    result = compile_docs(GATEWAY.replace(first, f"{first}\n  - {second}"))
+    assert result.rejected == (f'Gateway gateway-system/gw rejected: spec.listeners: Invalid value: "array": {message}',)
+
+
 def test_values_upstream_accepts_still_load():
     accepted = (ROUTE.replace("hostnames: [api.example.com]", "hostnames: ['*.example.com', a-1.b]")
                 .replace("{type: PathPrefix, value: /v1}", "{type: RegularExpression, value: 'v1.*'}")
                 .replace("{name: X-Team, value: eng}", "{name: \"X-Team_1.~!#\", value: eng}"))
     gateway = GATEWAY.replace("{name: main, port: 3000, protocol: HTTP}",
-                              "{name: main.v1, port: 3000, protocol: HTTP, hostname: '*.example.com'}")
+                              "{name: main.v1, port: 3000, protocol: HTTP, hostname: '*.example.com'}\n"
+                              "  - {name: main, port: 3000, protocol: HTTP}")  # same port, another hostname
     result = compile_docs(gateway, accepted)
     assert result.rejected == ()
-    assert len(routes(result)) == 2
+    assert len(routes(result)) == 4  # two rules on each of the two listeners
 
 
 async def test_a_gateway_serves_the_valid_route_and_not_the_one_upstream_rejects(nursery):

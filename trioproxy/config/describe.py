@@ -435,10 +435,12 @@ NOT_SUPPORTED = NotSupported()
 
 @attrs.frozen(eq=False)
 class Items(Kind):
-    """A YAML list → tuple; null → ``()``; invalid items are left out (their problems kept)."""
+    """A YAML list → tuple; null → ``()``; invalid items are left out (their problems kept).
+    ``rules``: the list's own ``x-kubernetes-validations`` (schema only; ``manifest_validate``)."""
 
     item: Kind | None = None
     min_items: int = 0
+    rules: tuple[tuple[str, str], ...] = ()
     shape = "list"
 
     def read(self, r: Reader, node: Node, path: str) -> Any:
@@ -479,6 +481,8 @@ class Items(Kind):
         out: dict[str, Any] = {"type": "array", "items": s.kind(self.item)}
         if self.min_items:
             out["minItems"] = self.min_items
+        if self.rules:
+            out["x-kubernetes-validations"] = [{"rule": rule, "message": message} for rule, message in self.rules]
         return out
 
 

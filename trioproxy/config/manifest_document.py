@@ -152,12 +152,21 @@ class GatewayListener:
     allowed_routes: AllowedRoutes | None = field("Routes that may attach.", default=None)
 
 
+#: Gateway API's x-kubernetes-validations of Gateway ``spec.listeners`` that apply to protocol HTTP.
+_LISTENER_RULES = (
+    ("self.all(l1, self.exists_one(l2, l1.name == l2.name))", "Listener name must be unique within the Gateway"),
+    ("self.all(l1, self.exists_one(l2, l1.port == l2.port && l1.protocol == l2.protocol && "
+     "(has(l1.hostname) && has(l2.hostname) ? l1.hostname == l2.hostname : !has(l1.hostname) && !has(l2.hostname))))",
+     "Combination of port, protocol and hostname must be unique for each listener"),
+)
+
+
 @described
 class GatewaySpec:
     """A Gateway API v1 Gateway (the fields trioproxy reads)."""
 
     gateway_class_name: ObjectName = field("GatewayClass (any name is served).")
-    listeners: Annotated[tuple[GatewayListener, ...], Items(min_items=1)] = field("Listeners.")
+    listeners: Annotated[tuple[GatewayListener, ...], Items(min_items=1, rules=_LISTENER_RULES)] = field("Listeners.")
 
 
 # --- HTTPRoute (the subset trioproxy reads) -----------------------------------------------------

@@ -117,6 +117,13 @@ def _message(error: jsonschema.ValidationError, prefix: str) -> list[str]:
     return [f"{path}: Invalid value: {_quoted(value)}: {error.message}"]
 
 
+def _holds(rule: str, value: Any) -> bool:
+    try:  # the engine itself: the gateway's CEL wrapper allows only request roots
+        return _rule(rule).execute({"self": value}) is True
+    except Exception:  # noqa: BLE001 - the engine raises its own types; a failing rule is a failed rule
+        return False
+
+
 def _walk(value: Any, schema: dict[str, Any], path: str, out: list[str]) -> None:
     """Unknown fields and ``x-kubernetes-validations`` rules, depth first."""
     if isinstance(value, dict) and schema.get("type") == "object":
@@ -133,15 +140,14 @@ def _walk(value: Any, schema: dict[str, Any], path: str, out: list[str]) -> None
             defaults = {k: p["default"] for k, p in properties.items() if "default" in p and k not in value}
             value = {**defaults, **value} if defaults else value
         for rule in rules:
-            try:  # the engine itself: the gateway's CEL wrapper allows only request roots
-                ok = _rule(rule["rule"]).execute({"self": value})
-            except Exception:  # noqa: BLE001 - the engine raises its own types; a failing rule is a failed rule
-                ok = False
-            if ok is not True:
+            if not _holds(rule["rule"], value):
                 out.append(f'{path}: Invalid value: "object": {rule["message"]}')
     elif isinstance(value, list) and schema.get("type") == "array":
         for i, item in enumerate(value):
             _walk(item, schema.get("items", {}), f"{path}[{i}]", out)
+        for rule in schema.get("x-kubernetes-validations", ()):
+            if not _holds(rule["rule"], value):
+                out.append(f'{path}: Invalid value: "array": {rule["message"]}')
 
 
 def validate_spec(cls: type, spec: Any, prefix: str = "spec") -> list[str]:
