@@ -74,6 +74,12 @@ def test_bad_replaces_is_one_line_naming_the_place(replaces, message):
         parse_limits(text, "rls.yaml")
 
 
+def test_unlimited_with_a_unit_is_refused_as_upstream():
+    with pytest.raises(LimitsError, match=re.escape(
+            "rls.yaml: descriptors[0].rate_limit.unit: should not specify rate limit unit when unlimited")):
+        parse_limits("domain: d\ndescriptors: [{key: k, rate_limit: {unlimited: true, unit: day}}]", "rls.yaml")
+
+
 def domain_file(domain: str, n: int) -> str:
     return f"domain: {domain}\ndescriptors: [{{key: user, rate_limit: {{unit: day, requests_per_unit: {n}}}}}]\n"
 

@@ -154,6 +154,8 @@ def _limit(raw: Any, where: str, shadow: bool) -> Limit | None:
     name = str(raw.get("name", ""))
     replaces = _replaces(raw.get("replaces"), name, f"{where}.replaces")
     if raw.get("unlimited"):
+        if str(raw.get("unit", "")).lower() in UNIT_SECONDS:  # upstream refuses the contradiction too
+            raise LimitsError(f"{where}.unit: should not specify rate limit unit when unlimited")
         return Limit(0, "second", name, unlimited=True, shadow_mode=shadow, replaces=replaces)
     unit = str(raw.get("unit", "")).lower()
     if unit not in UNIT_SECONDS:
