@@ -12,9 +12,6 @@ HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"te", b"trailer", b"upgrade",
      b"proxy-authenticate", b"proxy-authorization"}
 )
-# ``trioproxy trace --port`` marks its injected request with this header so that its trace
-# expression matches exactly that request; it is the trace client's, never the backend's.
-TRACE_ID_HEADER = b"x-trioproxy-trace-id"
 
 
 def header_value(headers: Iterable[Header], name: bytes) -> bytes | None:
@@ -46,8 +43,7 @@ def without_hop_by_hop(headers: Sequence[Header]) -> list[Header]:
 
 def forwarded_request_headers(headers: Sequence[Header], *, client: str | None, scheme: str,
                               framing: Header | None) -> list[Header]:
-    """What goes upstream: no hop-by-hop fields nor the trace client's ``TRACE_ID_HEADER``,
-    ``x-forwarded-for`` extended, the body's framing.
+    """What goes upstream: no hop-by-hop fields, ``x-forwarded-for`` extended, the body's framing.
 
     ``framing`` is the request's own ``content-length`` or ``transfer-encoding: chunked`` (the
     latter is hop-by-hop, so it is re-added here for a chunked body the pool re-chunks).
@@ -56,7 +52,7 @@ def forwarded_request_headers(headers: Sequence[Header], *, client: str | None, 
     forwarded_for = None
     tokens = _connection_tokens(headers)
     for name, value in headers:
-        if name in HOP_BY_HOP or name in tokens or name == b"content-length" or name == TRACE_ID_HEADER:
+        if name in HOP_BY_HOP or name in tokens or name == b"content-length":
             continue
         if name == b"expect" and value.lower() == b"100-continue":
             continue  # the gateway answered it; the body follows the head upstream at once
