@@ -16,12 +16,14 @@ import attrs
 class EnvoyRateLimit:
     """Envoy's ratelimit filter: ask the rate-limit server on ``rls_port`` (gRPC over HTTP/2) about
     ``domain``, with one descriptor entry ``descriptor_key`` = the value of request header ``header``;
-    deny when the server cannot be asked."""
+    deny when the server cannot be asked. ``x_ratelimit_headers``: Envoy adds ``x-ratelimit-*`` itself
+    from the statuses (``enable_x_ratelimit_headers: DRAFT_VERSION_03``)."""
 
     domain: str
     rls_port: int
     header: str
     descriptor_key: str
+    x_ratelimit_headers: bool = False
 
 
 def _cluster(name: str, port: int, **extra: Any) -> dict[str, Any]:
@@ -43,10 +45,11 @@ def envoy_config(port: int, backend_port: int, rate_limit: EnvoyRateLimit | None
     if rate_limit is not None:
         host["rate_limits"] = [{"actions": [{"request_headers": {"header_name": rate_limit.header,
                                                                  "descriptor_key": rate_limit.descriptor_key}}]}]
+        extra = {"enable_x_ratelimit_headers": "DRAFT_VERSION_03"} if rate_limit.x_ratelimit_headers else {}
         filters.append({"name": "envoy.filters.http.ratelimit", "typed_config": _typed(
             "filters.http.ratelimit.v3.RateLimit", domain=rate_limit.domain, failure_mode_deny=True, timeout="2s",
             rate_limit_service={"transport_api_version": "V3",
-                                "grpc_service": {"envoy_grpc": {"cluster_name": "rls"}}})})
+                                "grpc_service": {"envoy_grpc": {"cluster_name": "rls"}}}, **extra)})
         http2 = _typed("upstreams.http.v3.HttpProtocolOptions",
                        explicit_http_config={"http2_protocol_options": {}})
         clusters.append(_cluster("rls", rate_limit.rls_port, typed_extension_protocol_options={

@@ -124,13 +124,14 @@ class RlsProcess:
 
 
 @contextmanager
-def ratelimit_server(config: Path, *store: str, stats: bool = False) -> Iterator[RlsProcess]:
+def ratelimit_server(config: Path, *store: str, stats: bool = False,
+                     env: dict[str, str] | None = None) -> Iterator[RlsProcess]:
     args = [sys.executable, "-m", "trioproxy", "ratelimit-server", "--config", str(config),
             "--addr", "127.0.0.1:0", *store]
     if stats:
         args += ["--stats-addr", "127.0.0.1:0"]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()

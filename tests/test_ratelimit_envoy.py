@@ -42,7 +42,7 @@ def test_envoy_ratelimit_filter_against_our_server(tmp_path):
     config = tmp_path / "rls.yaml"
     config.write_text(RLS)
     port = free_port()
-    with redis_server(tmp_path) as redis, ratelimit_server(config, "--redis", redis.url) as rls:
+    with redis_server(tmp_path) as redis, ratelimit_server(config, "--redis", redis.url, "--response-headers") as rls:
         envoy_yaml = tmp_path / "envoy.yaml"
         envoy_yaml.write_text(envoy_config(port, backend.server_address[1],
                                             EnvoyRateLimit("envoy-gw", rls.port, "x-user", "user")))
@@ -57,7 +57,7 @@ def test_envoy_ratelimit_filter_against_our_server(tmp_path):
             assert [r.status_code for r in answers] == [200, 200, 429]
             assert answers[0].text == "backend"
             assert answers[2].headers["x-ext-ratelimited"] == "true"  # our response_headers_to_add
-            assert answers[2].headers["x-ratelimit-limit"] == "2, 2;w=86400"
+            assert answers[2].headers["x-ratelimit-limit"] == "2, 2;w=86400"  # --response-headers
             assert answers[2].headers.get("x-envoy-ratelimited") == "true"  # Envoy's own OVER_LIMIT mark
             assert other.status_code == 200
         finally:

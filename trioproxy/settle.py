@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 SETTLE_SECONDS = 1.0  # the file must be unchanged this long before an in-place change is applied
 POLL_SECONDS = 0.25  # how often the watchers look (a small file read and hashed)
@@ -51,15 +53,18 @@ def read(path: str | os.PathLike[str]) -> tuple[Stamp, bytes | None]:
 class SettledFile:
     """Tracks one file; ``poll(now)`` is True when a change is to be loaded now."""
 
-    def __init__(self, path: str | os.PathLike[str], *, settle: float = SETTLE_SECONDS) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, settle: float = SETTLE_SECONDS,
+                 reader: Callable[[Any], tuple[Stamp, Any]] = read) -> None:
+        """``reader`` reads the path's stamp and content (a directory of files can be one config)."""
         self.path = path
         self.settle = settle
-        self.applied, self.content = read(path)  # the version the caller holds
+        self.reader = reader
+        self.applied, self.content = reader(path)  # the version the caller holds
         self._pending: Stamp | None = None
         self._since = 0.0
 
     def poll(self, now: float) -> bool:
-        current, content = read(self.path)
+        current, content = self.reader(self.path)
         if current == self.applied:
             self._pending = None
             return False

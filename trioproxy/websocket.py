@@ -3,7 +3,8 @@
 hypercorn owns the client's socket and turns an upgrade request into an ASGI ``websocket``
 scope: the gateway sees messages, never the raw bytes after the ``101``. So the relay is
 message-level on both hops, and the backend hop is **trio-websocket** (its client on a plain TCP
-stream) rather than a raw byte relay: a raw relay would need hypercorn's protocol internals on the
+stream, or wss to a backend with ``backendTLS``: the pool's connector, verified as for HTTP)
+rather than a raw byte relay: a raw relay would need hypercorn's protocol internals on the
 client side, while two message-level ends give, for free, what the gateway must enforce anyway —
 close codes it can read and forward, a per-message size limit, and ping/pong answered on each hop.
 
@@ -31,7 +32,7 @@ session once it ends, with status 101.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import trio
 from trio_websocket import ConnectionClosed, ConnectionRejected, WebSocketConnection, wrap_client_stream
@@ -151,7 +152,10 @@ class WebSocketProxy:
         tr.event("backendCallStart", target=str(backend.target))
         try:
             with trio.fail_after(pool.connect_timeout):
-                stream = await trio.open_tcp_stream(backend.target.host, backend.target.port)
+                # The pool's connector: TCP, or TLS (wss) for a backend with backendTLS.
+                stream = await pool.connect(backend.target)
+        except ProxyError as error:  # the TLS handshake failed (BackendTlsFailed, 503)
+            raise self._failed(x, error) from None
         except trio.TooSlowError:
             raise self._failed(x, BackendUnreachable(f"upstream connect timeout ({backend.target})")) from None
         except OSError as exc:
@@ -182,14 +186,16 @@ class WebSocketProxy:
             await self._forward_rejection(x, rejected)
             task_status.started(False)
 
-    async def _handshake(self, nursery: trio.Nursery, stream: trio.SocketStream, host: str, resource: str,
+    async def _handshake(self, nursery: trio.Nursery, stream: trio.abc.Stream, host: str, resource: str,
                          headers: list[Header], scope: Scope) -> WebSocketConnection:
         """The backend's opening handshake (a refusal is raised by the reader task in ``nursery``)."""
         timeout = self.gateway.runtime.pool.connect_timeout
         try:
             with trio.fail_after(timeout):
+                # trio-websocket reads and writes only the Stream interface: TCP or TLS alike.
+                tcp_or_tls = cast("trio.SocketStream | trio.SSLStream[trio.SocketStream]", stream)
                 return await wrap_client_stream(
-                    nursery, stream, host, resource, subprotocols=scope.get("subprotocols") or None,
+                    nursery, tcp_or_tls, host, resource, subprotocols=scope.get("subprotocols") or None,
                     extra_headers=headers, max_message_size=WEBSOCKET_MAX_MESSAGE_SIZE)
         except trio.TooSlowError:
             raise UpstreamTimeout(f"upstream WebSocket handshake timeout ({timeout:g}s)") from None

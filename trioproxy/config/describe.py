@@ -259,10 +259,14 @@ def _expected_scalar(r: Reader, node: Node, path: str, expected: str) -> bool:
 @attrs.frozen(eq=False)
 class Text(Kind):
     """A string; plain scalars are taken as written. ``min_length=1`` by default. ``expand=False``
-    keeps ``$`` as written (htpasswd hashes are full of it): no ``$VAR`` expansion."""
+    keeps ``$`` as written (htpasswd hashes are full of it): no ``$VAR`` expansion. ``pattern`` and
+    ``max_length`` go into the schema only (the Gateway API resources' own, checked by
+    ``manifest_validate``)."""
 
     min_length: int = 1
     expand: bool = True
+    pattern: str | None = None
+    max_length: int | None = None
 
     def read(self, r: Reader, node: Node, path: str) -> Any:
         expected = "a non-empty string" if self.min_length else "a string"
@@ -281,6 +285,10 @@ class Text(Kind):
         out: dict[str, Any] = {"type": "string"}
         if self.min_length:
             out["minLength"] = self.min_length
+        if self.max_length is not None:
+            out["maxLength"] = self.max_length
+        if self.pattern is not None:
+            out["pattern"] = self.pattern
         return out
 
 
@@ -427,10 +435,12 @@ NOT_SUPPORTED = NotSupported()
 
 @attrs.frozen(eq=False)
 class Items(Kind):
-    """A YAML list → tuple; null → ``()``; invalid items are left out (their problems kept)."""
+    """A YAML list → tuple; null → ``()``; invalid items are left out (their problems kept).
+    ``rules``: the list's own ``x-kubernetes-validations`` (schema only; ``manifest_validate``)."""
 
     item: Kind | None = None
     min_items: int = 0
+    rules: tuple[tuple[str, str], ...] = ()
     shape = "list"
 
     def read(self, r: Reader, node: Node, path: str) -> Any:
@@ -471,6 +481,8 @@ class Items(Kind):
         out: dict[str, Any] = {"type": "array", "items": s.kind(self.item)}
         if self.min_items:
             out["minItems"] = self.min_items
+        if self.rules:
+            out["x-kubernetes-validations"] = [{"rule": rule, "message": message} for rule, message in self.rules]
         return out
 
 

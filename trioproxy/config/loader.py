@@ -84,12 +84,33 @@ class Yaml12Resolver(VersionedResolver):
         return super().resolve(kind, value, implicit)
 
 
-def compose(text: str, source: str) -> list[Node]:
-    """The YAML documents of ``text`` as nodes (YAML 1.2; the C parser when installed)."""
-    yaml = YAML(typ="safe")
+def _compose(text: str, *, pure: bool) -> list[Node]:
+    yaml = YAML(typ="safe", pure=pure)
     yaml.Resolver = Yaml12Resolver
+    return [node for node in yaml.compose_all(text) if node is not None]
+
+
+def _place(error: MarkedYAMLError) -> tuple[int, int]:
+    mark = error.problem_mark or error.context_mark
+    return (mark.line, mark.column) if mark else (-1, -1)
+
+
+def compose(text: str, source: str) -> list[Node]:
+    """The YAML documents of ``text`` as nodes (YAML 1.2; the C parser when installed).
+
+    ruamel's C parser (an older libyaml) rejects a ``:`` inside a plain scalar of a flow
+    collection — ``[{host: 127.0.0.1:8080}]`` — which YAML 1.2, PyYAML and agentgateway's
+    serde_yaml accept; so a document it rejects is read again by ruamel's pure-Python parser,
+    and only when that one fails too is it invalid: reported by the parser that read further
+    (the C one on a tie, whose messages are libyaml's, as for any other YAML error)."""
     try:
-        return [node for node in yaml.compose_all(text) if node is not None]
+        try:
+            return _compose(text, pure=False)
+        except MarkedYAMLError as first:
+            try:
+                return _compose(text, pure=True)
+            except MarkedYAMLError as second:
+                raise (second if _place(second) > _place(first) else first) from None
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source

@@ -24,6 +24,22 @@ __all__ = ["SPECS", "GatewaySpec", "HTTPRouteSpec", "ProxyPolicySpec"]
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 Port = Annotated[int, Integer(1, 65535)]
+
+# Gateway API v1's string types, with the patterns and lengths of its CRDs (config/crd/standard):
+# the API server would refuse a value outside them, so trioproxy does too, with its message.
+_DNS_LABELS = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+#: Hostname: a listener's or a route's, may start with ``*.``; lower case only.
+Hostname = Annotated[str, Text(pattern=r"^(\*\.)?" + _DNS_LABELS, max_length=253)]
+#: PreciseHostname: a redirect's or rewrite's, no wildcard.
+PreciseHostname = Annotated[str, Text(pattern="^" + _DNS_LABELS, max_length=253)]
+#: SectionName: a listener's name (a parentRef's sectionName), a rule's name.
+SectionName = Annotated[str, Text(pattern="^" + _DNS_LABELS, max_length=253)]
+#: HTTPHeaderName: a header (or query parameter) name, RFC 7230 token characters.
+HTTPHeaderName = Annotated[str, Text(pattern=r"^[A-Za-z0-9!#$%&'*+\-.^_\x60|~]+$", max_length=256)]
+#: ObjectName: a Kubernetes object's name.
+ObjectName = Annotated[str, Text(max_length=253)]
+#: Namespace: a DNS label.
+Namespace = Annotated[str, Text(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
 Weight = Annotated[int, Integer(0, 1_000_000)]
 Count = Annotated[int, Integer(1, 4_294_967_295)]
 
@@ -129,19 +145,28 @@ class AllowedRoutes:
 class GatewayListener:
     """One listener: a port, a protocol and an optional hostname."""
 
-    name: Annotated[str, Text()] = field("Listener name (a parentRef's sectionName).")
+    name: SectionName = field("Listener name (a parentRef's sectionName).")
     port: Port = field("Port to listen on.")
     protocol: Literal["HTTP"] = field("Protocol (HTTP in this version).")
-    hostname: str | None = field("Host name (may start with *.) requests must have.", default=None)
+    hostname: Hostname | None = field("Host name (may start with *.) requests must have.", default=None)
     allowed_routes: AllowedRoutes | None = field("Routes that may attach.", default=None)
+
+
+#: Gateway API's x-kubernetes-validations of Gateway ``spec.listeners`` that apply to protocol HTTP.
+_LISTENER_RULES = (
+    ("self.all(l1, self.exists_one(l2, l1.name == l2.name))", "Listener name must be unique within the Gateway"),
+    ("self.all(l1, self.exists_one(l2, l1.port == l2.port && l1.protocol == l2.protocol && "
+     "(has(l1.hostname) && has(l2.hostname) ? l1.hostname == l2.hostname : !has(l1.hostname) && !has(l2.hostname))))",
+     "Combination of port, protocol and hostname must be unique for each listener"),
+)
 
 
 @described
 class GatewaySpec:
     """A Gateway API v1 Gateway (the fields trioproxy reads)."""
 
-    gateway_class_name: Annotated[str, Text()] = field("GatewayClass (any name is served).")
-    listeners: Annotated[tuple[GatewayListener, ...], Items(min_items=1)] = field("Listeners.")
+    gateway_class_name: ObjectName = field("GatewayClass (any name is served).")
+    listeners: Annotated[tuple[GatewayListener, ...], Items(min_items=1, rules=_LISTENER_RULES)] = field("Listeners.")
 
 
 # --- HTTPRoute (the subset trioproxy reads) -----------------------------------------------------
@@ -153,19 +178,32 @@ class ParentRef:
 
     group: Literal["gateway.networking.k8s.io"] | None = field("API group.", default=None)
     kind: Literal["Gateway"] | None = field("Kind.", default=None)
-    namespace: str | None = field("Namespace of the Gateway (default: the route's).", default=None)
-    name: Annotated[str, Text()] = field("Gateway name.")
-    section_name: str | None = field("Listener name.", default=None)
+    namespace: Namespace | None = field("Namespace of the Gateway (default: the route's).", default=None)
+    name: ObjectName = field("Gateway name.")
+    section_name: SectionName | None = field("Listener name.", default=None)
     port: Port | None = field("Listener port.", default=None)
 
 
-@described
+_EXACT_OR_PREFIX = "(self.type in ['Exact','PathPrefix']) ? "
+_WHEN = " when type one of ['Exact', 'PathPrefix']"
+
+
+@described(rules=(  # Gateway API's HTTPPathMatch rules, its messages
+    (_EXACT_OR_PREFIX + "self.value.startsWith('/') : true", "value must be an absolute path and start with '/'" + _WHEN),
+    *((_EXACT_OR_PREFIX + f"!self.value.contains('{part}') : true", f"must not contain '{part}'" + _WHEN)
+      for part in ("//", "/./", "/../", "%2f", "%2F", "#")),
+    *((_EXACT_OR_PREFIX + f"!self.value.endsWith('{end}') : true", f"must not end with '{end}'" + _WHEN)
+      for end in ("/..", "/.")),
+    (_EXACT_OR_PREFIX + "self.value.matches(r\"\"\"^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{2})+$\"\"\") : true",
+     "must only contain valid characters (matching ^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{2})+$) "
+     "for types ['Exact', 'PathPrefix']"),
+))
 class PathMatch:
     """A path condition."""
 
     type: Literal["Exact", "PathPrefix", "RegularExpression"] = field("How value is compared.",
                                                                         default="PathPrefix")
-    value: Annotated[str, Text()] = field("The path.", default="/")
+    value: Annotated[str, Text(max_length=1024)] = field("The path.", default="/")
 
 
 @described
@@ -173,8 +211,8 @@ class ValueMatch:
     """A header or query parameter condition."""
 
     type: Literal["Exact", "RegularExpression"] = field("How value is compared.", default="Exact")
-    name: Annotated[str, Text()] = field("Header or parameter name.")
-    value: Annotated[str, Text(min_length=0)] = field("Value.")
+    name: HTTPHeaderName = field("Header or parameter name.")
+    value: Annotated[str, Text(min_length=0, max_length=4096)] = field("Value.")
 
 
 @described
@@ -192,8 +230,8 @@ class RouteMatch:
 class HeaderPair:
     """A header name and value."""
 
-    name: Annotated[str, Text()] = field("Header name.")
-    value: Annotated[str, Text(min_length=0)] = field("Header value.")
+    name: HTTPHeaderName = field("Header name.")
+    value: Annotated[str, Text(min_length=0, max_length=4096)] = field("Header value.")
 
 
 @described
@@ -232,7 +270,7 @@ class RequestRedirectFilter:
     scheme: Literal["http", "https"] | None = field(
         "Scheme of the new URL (default: the request's); it takes its well-known port unless port is set.",
         default=None)
-    hostname: Annotated[str, Text()] | None = field("Host of the new URL (default: the request's).", default=None)
+    hostname: PreciseHostname | None = field("Host of the new URL (default: the request's).", default=None)
     path: PathModifier | None = field("Path of the new URL (default: the request's).", default=None)
     port: Port | None = field("Port of the new URL (the scheme's default port is left out).", default=None)
     status_code: Literal[301, 302, 303, 307, 308] | None = field("Redirect status (default 302).", default=None)
@@ -242,7 +280,7 @@ class RequestRedirectFilter:
 class URLRewriteFilter:
     """Rewrite the Host and path the backend receives."""
 
-    hostname: Annotated[str, Text()] | None = field("The Host header sent to the backend.", default=None)
+    hostname: PreciseHostname | None = field("The Host header sent to the backend.", default=None)
     path: PathModifier | None = field("The path sent to the backend.", default=None)
 
 
@@ -294,8 +332,8 @@ class ServiceRef:
 
     group: Literal[""] | None = field("API group (core).", default=None)
     kind: Literal["Service"] | None = field("Kind (Service).", default=None)
-    name: Annotated[str, Text()] = field("Host name (a Service name in Kubernetes).")
-    namespace: str | None = field("Namespace (the host is name.namespace when set).", default=None)
+    name: ObjectName = field("Host name (a Service name in Kubernetes).")
+    namespace: Namespace | None = field("Namespace (the host is name.namespace when set).", default=None)
     port: Port = field("Port.")
 
 
@@ -337,7 +375,7 @@ _RULE_RULES = (
 class RouteRule:
     """Matches, filters and backends of one rule (with Gateway API's rules on how filters combine)."""
 
-    name: str | None = field("Rule name.", default=None)
+    name: SectionName | None = field("Rule name.", default=None)
     matches: tuple[RouteMatch, ...] = field("Conditions (any of them); absent = every path.", default=())
     filters: tuple[RouteFilter, ...] = field("Filters.", default=())
     backend_refs: tuple[BackendRef, ...] = field("Backends.", default=())
@@ -348,7 +386,7 @@ class HTTPRouteSpec:
     """A Gateway API v1 HTTPRoute (the fields trioproxy reads)."""
 
     parent_refs: Annotated[tuple[ParentRef, ...], Items(min_items=1)] = field("Gateways to attach to.")
-    hostnames: tuple[str, ...] = field("Host names the route serves.", default=())
+    hostnames: tuple[Hostname, ...] = field("Host names the route serves.", default=())
     rules: tuple[RouteRule, ...] = field("Rules.", default=())
 
 

@@ -5,11 +5,16 @@ enums, minimums and required fields are checked by ``jsonschema``, the CRD's
 ``x-kubernetes-validations`` rules (``tokens`` xor ``requests``...) by trioproxy's CEL engine, and
 unknown fields as ``kubectl --validate=strict`` reports them. Messages are the API server's:
 ``spec.traffic.rateLimit.local[1].unit: Unsupported value: "Fortnights": supported values: ...``.
+A ``pattern`` is matched as the API server's Go (RE2) regexp does: ``$`` is the end of the text,
+not "before a final newline" as in Python. Rules see the schema's defaults filled in, since the
+API server defaults a resource before it validates it.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
@@ -25,8 +30,35 @@ _TYPE_NAMES = {dict: "object", list: "array", str: "string", bool: "boolean", in
 
 
 @cache
+def _go_regexp(pattern: str) -> re.Pattern[str]:
+    """``pattern`` with each ``$`` outside a character class as RE2 reads it: the end of the text."""
+    out, escaped, in_class = [], False, False
+    for char in pattern:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "[":
+            in_class = True
+        elif char == "]":
+            in_class = False
+        elif char == "$" and not in_class:
+            char = r"\Z"
+        out.append(char)
+    return re.compile("".join(out))
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[jsonschema.ValidationError]:
+    if validator.is_type(instance, "string") and not _go_regexp(pattern).search(instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_Validator = jsonschema.validators.extend(jsonschema.Draft7Validator, {"pattern": _pattern})
+
+
+@cache
 def _validator(cls: type) -> jsonschema.Draft7Validator:
-    return jsonschema.Draft7Validator(openapi_schema(cls))
+    return _Validator(openapi_schema(cls))
 
 
 @cache
@@ -76,9 +108,20 @@ def _message(error: jsonschema.ValidationError, prefix: str) -> list[str]:
         return [f'{path}: Invalid value: "{got}": {path} in body must be of type {expected}: "{got}"']
     if kind == "minLength":
         return [f"{path}: Invalid value: {_quoted(value)}: {path} in body should be at least {expected} chars long"]
+    if kind == "maxLength":
+        return [f"{path}: Too long: may not be more than {expected} bytes"]
+    if kind == "pattern":
+        return [f"{path}: Invalid value: {_quoted(value)}: {path} in body should match '{expected}'"]
     if kind == "minItems":
         return [f"{path}: Invalid value: {len(value)}: {path} in body should have at least {expected} items"]
     return [f"{path}: Invalid value: {_quoted(value)}: {error.message}"]
+
+
+def _holds(rule: str, value: Any) -> bool:
+    try:  # the engine itself: the gateway's CEL wrapper allows only request roots
+        return _rule(rule).execute({"self": value}) is True
+    except Exception:  # noqa: BLE001 - the engine raises its own types; a failing rule is a failed rule
+        return False
 
 
 def _walk(value: Any, schema: dict[str, Any], path: str, out: list[str]) -> None:
@@ -92,16 +135,19 @@ def _walk(value: Any, schema: dict[str, Any], path: str, out: list[str]) -> None
                 out.append(f'unknown field "{path}.{key}"')
             else:
                 _walk(item, properties[key], f"{path}.{key}", out)
-        for rule in schema.get("x-kubernetes-validations", ()):
-            try:  # the engine itself: the gateway's CEL wrapper allows only request roots
-                ok = _rule(rule["rule"]).execute({"self": value})
-            except Exception:  # noqa: BLE001 - the engine raises its own types; a failing rule is a failed rule
-                ok = False
-            if ok is not True:
+        rules = schema.get("x-kubernetes-validations", ())
+        if rules:
+            defaults = {k: p["default"] for k, p in properties.items() if "default" in p and k not in value}
+            value = {**defaults, **value} if defaults else value
+        for rule in rules:
+            if not _holds(rule["rule"], value):
                 out.append(f'{path}: Invalid value: "object": {rule["message"]}')
     elif isinstance(value, list) and schema.get("type") == "array":
         for i, item in enumerate(value):
             _walk(item, schema.get("items", {}), f"{path}[{i}]", out)
+        for rule in schema.get("x-kubernetes-validations", ()):
+            if not _holds(rule["rule"], value):
+                out.append(f'{path}: Invalid value: "array": {rule["message"]}')
 
 
 def validate_spec(cls: type, spec: Any, prefix: str = "spec") -> list[str]:

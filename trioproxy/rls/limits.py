@@ -3,13 +3,20 @@
 A file holds one ``domain`` and a tree of ``descriptors`` ``{key, value?, rate_limit?, descriptors?,
 shadow_mode?}``. A request descriptor (a list of ``(key, value)`` entries) walks the tree one entry
 per level; at each level the most specific node wins: ``key`` with exactly ``value``, then a wildcard
-value ``prefix*``, then ``key`` without a value (every value counted on its own). The limit is the one
+value (``*`` anywhere, any number of times: ``/api/*``, ``/v*/items/*.json``; the first that matches,
+in file order), then ``key`` without a value (every value counted on its own). The limit is the one
 of the node reached by the last entry; a descriptor that walks off the tree is not limited.
+
+A limit with ``replaces: [{name: N}]`` drops, for the request it matched in, every other matched
+limit named ``N`` (not counted, not applied). ``--config`` is one file or a directory of them
+(``load_domains``): each file one domain, a domain in two files is an error, as in envoyproxy/ratelimit.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -31,6 +38,7 @@ class Limit:
     name: str = ""
     unlimited: bool = False
     shadow_mode: bool = False
+    replaces: tuple[str, ...] = ()  # names of the limits this one replaces when both match
 
     @property
     def seconds(self) -> int:
@@ -41,7 +49,7 @@ class Limit:
 class Node:
     limit: Limit | None
     exact: Mapping[tuple[str, str], Node]
-    wildcard: tuple[tuple[str, str, Node], ...]  # (key, prefix, node), in file order
+    wildcard: tuple[tuple[str, tuple[str, ...], Node], ...]  # (key, value split on "*", node), in file order
     any_value: Mapping[str, Node]
 
 
@@ -56,8 +64,8 @@ class LimitsConfig:
         for key, value in entries:
             nxt = node.exact.get((key, value))
             if nxt is None:
-                for wkey, prefix, wnode in node.wildcard:
-                    if wkey == key and value.startswith(prefix):
+                for wkey, parts, wnode in node.wildcard:
+                    if wkey == key and wildcard_match(parts, value):
                         nxt = wnode
                         break
             if nxt is None:
@@ -68,13 +76,28 @@ class LimitsConfig:
         return node.limit if entries else None
 
 
+def wildcard_match(parts: tuple[str, ...], value: str) -> bool:
+    """Does ``value`` match the pattern whose literal pieces (split on ``*``) are ``parts``? As
+    envoyproxy/ratelimit: the first piece a prefix, the last a suffix, the others in order between."""
+    first, *middle, last = parts
+    if not value.startswith(first) or not value.endswith(last) or len(value) < sum(map(len, parts)):
+        return False
+    rest = value[len(first):len(value) - len(last)]
+    for part in middle:
+        at = rest.find(part)
+        if at < 0:
+            return False
+        rest = rest[at + len(part):]
+    return True
+
+
 def _node(items: Any, where: str) -> Node:
     if items is None:
         items = []
     if not isinstance(items, list):
         raise LimitsError(f"{where}: descriptors must be a list")
     exact: dict[tuple[str, str], Node] = {}
-    wildcard: list[tuple[str, str, Node]] = []
+    wildcard: list[tuple[str, tuple[str, ...], Node]] = []
     any_value: dict[str, Node] = {}
     for i, item in enumerate(items):
         place = f"{where}[{i}]"
@@ -97,8 +120,8 @@ def _node(items: Any, where: str) -> Node:
             if key in any_value:
                 raise LimitsError(f"{place}: duplicate descriptor {key!r}")
             any_value[key] = node
-        elif str(value).endswith("*"):
-            wildcard.append((key, str(value)[:-1], node))
+        elif "*" in str(value):
+            wildcard.append((key, tuple(str(value).split("*")), node))
         else:
             if (key, str(value)) in exact:
                 raise LimitsError(f"{place}: duplicate descriptor {key}={value}")
@@ -106,20 +129,41 @@ def _node(items: Any, where: str) -> Node:
     return Node(None, exact, tuple(wildcard), any_value)
 
 
+def _replaces(raw: Any, name: str, where: str) -> tuple[str, ...]:
+    """``replaces: [{name}]``, checked as envoyproxy/ratelimit does (no empty name, not its own)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise LimitsError(f"{where}: must be a list of {{name: ...}}")
+    names = []
+    for i, entry in enumerate(raw):
+        replaced = entry.get("name") if isinstance(entry, dict) else None
+        if not isinstance(replaced, str) or not replaced:
+            raise LimitsError(f"{where}[{i}].name: should not have an empty replaces entry")
+        if replaced == name:
+            raise LimitsError(f"{where}[{i}].name: replaces should not contain name of same descriptor")
+        names.append(replaced)
+    return tuple(names)
+
+
 def _limit(raw: Any, where: str, shadow: bool) -> Limit | None:
     if raw is None:
         return None
     if not isinstance(raw, dict):
         raise LimitsError(f"{where}: must be a mapping")
+    name = str(raw.get("name", ""))
+    replaces = _replaces(raw.get("replaces"), name, f"{where}.replaces")
     if raw.get("unlimited"):
-        return Limit(0, "second", str(raw.get("name", "")), unlimited=True, shadow_mode=shadow)
+        if str(raw.get("unit", "")).lower() in UNIT_SECONDS:  # upstream refuses the contradiction too
+            raise LimitsError(f"{where}.unit: should not specify rate limit unit when unlimited")
+        return Limit(0, "second", name, unlimited=True, shadow_mode=shadow, replaces=replaces)
     unit = str(raw.get("unit", "")).lower()
     if unit not in UNIT_SECONDS:
         raise LimitsError(f"{where}.unit: must be one of second, minute, hour, day (got {raw.get('unit')!r})")
     rpu = raw.get("requests_per_unit")
     if not isinstance(rpu, int) or isinstance(rpu, bool) or rpu < 0:
         raise LimitsError(f"{where}.requests_per_unit: must be a non-negative integer")
-    return Limit(rpu, unit, str(raw.get("name", "")), shadow_mode=shadow)
+    return Limit(rpu, unit, name, shadow_mode=shadow, replaces=replaces)
 
 
 def parse_limits(text: str, source: str = "config") -> LimitsConfig:
@@ -144,3 +188,62 @@ def load_limits(path: str) -> LimitsConfig:
     except OSError as exc:
         raise LimitsError(f"{path}: {exc.strerror}") from None
     return parse_limits(text, path)
+
+
+@frozen
+class Domains:
+    """Every domain the server answers for: one file's, or a directory's (one per file)."""
+
+    by_name: Mapping[str, LimitsConfig]
+
+    def find(self, domain: str) -> LimitsConfig | None:
+        return self.by_name.get(domain)
+
+
+#: The files of a config directory that are read: hidden files (an editor's swap file) are not.
+DOMAIN_FILE_SUFFIXES = (".yaml", ".yml")
+
+
+def domain_files(path: str) -> list[str]:
+    """The files ``load_domains`` reads for ``path`` (a file, or a directory's ``*.yaml``/``*.yml``)."""
+    if not os.path.isdir(path):
+        return [path]
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as exc:
+        raise LimitsError(f"{path}: {exc.strerror}") from None
+    return [str(Path(path) / name) for name in names
+            if name.endswith(DOMAIN_FILE_SUFFIXES) and not name.startswith(".")
+            and os.path.isfile(Path(path) / name)]
+
+
+def load_domains(path: str) -> Domains:
+    """One config file, or a directory of them (each one domain; a domain twice is an error)."""
+    files = domain_files(path)
+    contents: dict[str, bytes] = {}
+    for file in files:
+        try:
+            with open(file, "rb") as f:
+                contents[file] = f.read()
+        except OSError as exc:
+            raise LimitsError(f"{file}: {exc.strerror}") from None
+    return parse_domains(contents, path)
+
+
+def parse_domains(contents: Mapping[str, bytes], path: str) -> Domains:
+    """The domains of ``contents`` (file name -> bytes, in ``domain_files`` order) of config ``path``."""
+    if not contents:
+        raise LimitsError(f"{path}: a config directory needs at least one *.yaml or *.yml file (one per domain)")
+    by_name: dict[str, LimitsConfig] = {}
+    source: dict[str, str] = {}
+    for file, raw in contents.items():
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise LimitsError(f"{file}: not UTF-8 text") from None
+        config = parse_limits(text, file)
+        if config.domain in by_name:
+            raise LimitsError(f"{file}: duplicate domain {config.domain!r} in config file "
+                              f"(also in {source[config.domain]})")
+        by_name[config.domain], source[config.domain] = config, file
+    return Domains(by_name)

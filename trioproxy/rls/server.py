@@ -11,9 +11,12 @@ thread hop; requests arriving meanwhile form the next batch), then answers each 
 ``service.Plan`` holds the behaviour; this module only moves bytes and counts.
 
 Redis down: the batch's calls answer gRPC UNAVAILABLE and the next batch tries Redis again
-(redis-py reconnects), so the server recovers by itself. The config file is re-read once a change
-has settled (``trioproxy/settle.py``: unchanged for a second, or renamed into place); a bad new
-file is reported on stderr and the previous config stays.
+(redis-py reconnects), so the server recovers by itself. ``--config`` is a file or a directory of
+domain files (``limits.load_domains``); it is re-read once a change has settled
+(``trioproxy/settle.py``: unchanged for a second; a single file renamed into place at once), and a
+file that comes or goes in a directory is a change like any other; a bad new config is reported on
+stderr and the previous one stays. ``x-ratelimit-*`` response headers only with
+``--response-headers`` or ``LIMIT_RESPONSE_HEADERS_ENABLED`` (as envoyproxy/ratelimit).
 SIGTERM/SIGINT: health watchers hear NOT_SERVING, every connection gets GOAWAY, calls already
 started finish (at most ``GRACE_SECONDS``), then the process exits.
 """
@@ -21,6 +24,8 @@ started finish (at most ``GRACE_SECONDS``), then the process exits.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import os
 import signal
 import sys
 import time
@@ -32,10 +37,10 @@ from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from grpc_health.v1 import health_pb2  # type: ignore[import-untyped]
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from ..settle import SettledFile
+from ..settle import SettledFile, Stamp, read
 from .cli import split_address
 from .health import Health
-from .limits import LimitsConfig, LimitsError, load_limits, parse_limits
+from .limits import Domains, LimitsError, domain_files, load_domains, parse_domains
 from .protos import rls_pb2
 from .service import OVER_LIMIT, Plan, UnknownDomain
 from .store import MemoryStore, RedisStore, StoreUnavailable
@@ -65,28 +70,51 @@ class RlsMetrics:
                                registry=self.registry)
 
 
-def _parse_settled(path: str, content: bytes | None) -> LimitsConfig:
-    """The limits in ``content``, the bytes that settled (not a second read)."""
-    if content is None:
-        return load_limits(path)  # gone or unreadable: its error says why
+def read_config(path: str) -> tuple[Stamp, dict[str, bytes] | None]:
+    """The config's stamp and the bytes of each of its files, for ``SettledFile``.
+
+    A directory's stamp covers every domain file (name and content), so a file that is written,
+    comes or goes is a change that must settle; its identity is fixed (no rename fast path: a
+    rename into a directory is a file that comes, and the next file may still be on its way).
+    """
+    if not os.path.isdir(path):
+        stamp, content = read(path)
+        return stamp, None if content is None else {path: content}
     try:
-        return parse_limits(content.decode("utf-8"), path)
-    except UnicodeDecodeError:
-        raise LimitsError(f"{path}: not UTF-8 text") from None
+        files = domain_files(path)
+    except LimitsError:
+        return Stamp(None), None
+    contents: dict[str, bytes] = {}
+    digest = hashlib.sha256()
+    for file in files:
+        file_stamp, content = read(file)
+        if content is None:
+            return Stamp(None), None
+        contents[file] = content
+        digest.update(file.encode() + b"\0" + file_stamp.digest)
+    return Stamp((0, 0), 0, sum(map(len, contents.values())), digest.digest()), contents
+
+
+def _parse_settled(path: str, contents: dict[str, bytes] | None) -> Domains:
+    """The domains in ``contents``, the bytes that settled (not a second read)."""
+    if contents is None:
+        return load_domains(path)  # gone or unreadable: its error says why
+    return parse_domains(contents, path)
 
 
 class RateLimitServer:
     """The server's state (config, store, metrics, health) and its gRPC methods."""
 
     def __init__(self, config_path: str, store: Any, metrics: RlsMetrics | None = None,
-                 health_watchers: int = 8) -> None:
+                 health_watchers: int = 8, *, response_headers: bool = False) -> None:
         self.config_path = config_path
         self.health = Health((SERVICE,), health_watchers)
         self.store = store
         self.metrics = metrics or RlsMetrics()
-        self.config: LimitsConfig = load_limits(config_path)
+        self.response_headers = response_headers
+        self.domains: Domains = load_domains(config_path)
         self.metrics.config_ok.set(1)
-        self._watched = SettledFile(config_path)
+        self._watched = SettledFile(config_path, reader=read_config)
         self.batcher = CheckBatcher(self)
 
     async def watch_config(self) -> None:
@@ -100,7 +128,7 @@ class RateLimitServer:
         if not self._watched.poll(time.monotonic() if now is None else now):
             return
         try:
-            self.config = _parse_settled(self.config_path, self._watched.content)
+            self.domains = _parse_settled(self.config_path, self._watched.content)
         except LimitsError as exc:
             print(f"ratelimit-server: reload rejected, keeping the previous config: {exc}", file=sys.stderr,
                   flush=True)
@@ -111,7 +139,7 @@ class RateLimitServer:
 
     async def check_batch(self, batch: list[tuple[Call, bytes]]) -> None:
         """Answer a batch of ShouldRateLimit calls with one store round trip."""
-        config = self.config
+        domains = self.domains
         now = time.time()
         calls = Tally[tuple[str, str]]()
         planned: list[tuple[Call, Plan, int]] = []
@@ -123,10 +151,13 @@ class RateLimitServer:
                 request = rls_pb2.RateLimitRequest.FromString(message)
             except DecodeError:
                 call.fail(INTERNAL, "cannot parse the RateLimitRequest")
-                calls[(config.domain, "error")] += 1
+                calls[("", "error")] += 1
                 continue
             try:
-                plan = Plan(config, request, now)
+                config = domains.find(request.domain)
+                if config is None:
+                    raise UnknownDomain(request.domain)
+                plan = Plan(config, request, now, headers=self.response_headers)
             except UnknownDomain:
                 call.fail(INVALID_ARGUMENT, f"unknown domain {request.domain!r}")
                 calls[(request.domain[:64], "error")] += 1
@@ -138,16 +169,16 @@ class RateLimitServer:
             try:
                 counts = await self._incr(items)
             except StoreUnavailable as exc:
-                for call, _, _ in planned:
+                for call, plan, _ in planned:
                     call.fail(UNAVAILABLE, str(exc))
+                    calls[(plan.config.domain, "error")] += 1
                 self.metrics.store_errors.inc(len(planned))
-                calls[(config.domain, "error")] += len(planned)
                 planned = []
         descriptors = Tally[tuple[str, str]]()
         for call, plan, at in planned:
             response, seen = plan.respond(counts[at:at + len(plan.limited)])
             call.reply(response.SerializeToString())
-            calls[(config.domain, "over_limit" if response.overall_code == OVER_LIMIT else "ok")] += 1
+            calls[(plan.config.domain, "over_limit" if response.overall_code == OVER_LIMIT else "ok")] += 1
             for limit, over in seen:
                 descriptors[(limit.name or limit.unit, "true" if over else "false")] += 1
         for labels, n in calls.items():
@@ -217,6 +248,16 @@ class CheckBatcher:
                     call.fail(INTERNAL, "internal error")
 
 
+def env_flag(name: str) -> bool:
+    """A boolean environment variable as envoyproxy/ratelimit reads it (Go's ``strconv.ParseBool``)."""
+    raw = os.environ.get(name, "")
+    if raw in ("", "0", "f", "F", "false", "FALSE", "False"):
+        return False
+    if raw in ("1", "t", "T", "true", "TRUE", "True"):
+        return True
+    raise ValueError(f"{name}: expected true or false, got {raw!r}")
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         host, port = split_address(args.addr, "--addr")
@@ -229,7 +270,9 @@ def run(args: argparse.Namespace) -> int:
             store = MemoryStore()
         if args.threads < 1 or args.health_watchers < 0:
             raise ValueError("--threads must be at least 1 and --health-watchers at least 0")
-        server_state = RateLimitServer(args.config, store, health_watchers=args.health_watchers)
+        headers = args.response_headers or env_flag("LIMIT_RESPONSE_HEADERS_ENABLED")
+        server_state = RateLimitServer(args.config, store, health_watchers=args.health_watchers,
+                                       response_headers=headers)
     except (ValueError, LimitsError) as exc:
         print(f"ratelimit-server: {exc}", file=sys.stderr)
         return 2
@@ -270,7 +313,9 @@ async def serve(state: RateLimitServer, host: str, port: int, stats: tuple[str, 
         nursery.start_soon(state.watch_config)
         nursery.start_soon(serve_then_mark)
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            print(f"ratelimit-server: domain {state.config.domain!r} listening on {host}:{bound}"
+            names = ", ".join(repr(name) for name in sorted(state.domains.by_name))
+            print(f"ratelimit-server: domain{'s' if len(state.domains.by_name) > 1 else ''} {names} "
+                  f"listening on {host}:{bound}"
                   + (f", metrics on http://{stats[0]}:{stats[1]}/metrics" if stats else ""), flush=True)
             async for _ in signals:
                 break

@@ -6,8 +6,12 @@ specific configured descriptor (``limits.LimitsConfig.find``) and a counter per 
 characters is its SHA-256 there: ``descriptor_text.py``); a descriptor without a limit is OK
 with no current limit. ``hits_addend`` comes from the descriptor when set (0 = only look), else
 from the request (0 there means 1, as the protocol says). OVER_LIMIT when any non-shadow counter
-passes its limit. Response headers: ``x-ratelimit-*`` of the status with the fewest remaining,
-and ``x-ext-ratelimited: true`` when over the limit.
+passes its limit. A matched limit named in another matched limit's ``replaces`` is dropped (not
+counted, status OK with no current limit); an ``unlimited`` one is OK with ``UINT32_MAX`` remaining.
+Response headers: ``x-ext-ratelimited: true`` when over the limit, and ``x-ratelimit-*`` of the
+status with the fewest remaining only when asked (``headers``: upstream's
+``LIMIT_RESPONSE_HEADERS_ENABLED``): a client that derives its own from the statuses (Envoy's
+``enable_x_ratelimit_headers``, the gateway) would otherwise send each twice.
 
 ``Plan`` is the same in two halves, the counters to add and then the response from their new
 values, so the server can give many requests one store round trip (``server.CheckBatcher``).
@@ -23,6 +27,7 @@ from .protos import core_base_pb2, rls_pb2
 
 OK = rls_pb2.RateLimitResponse.OK
 OVER_LIMIT = rls_pb2.RateLimitResponse.OVER_LIMIT
+UNLIMITED_REMAINING = 2**32 - 1  # what envoyproxy/ratelimit reports for an ``unlimited`` descriptor
 
 
 class UnknownDomain(Exception):
@@ -38,19 +43,31 @@ class Plan:
     ``should_rate_limit`` with the store round trip between them, so a server can put many
     requests' counters in one round trip."""
 
-    __slots__ = ("config", "limited", "now_s", "request")
+    __slots__ = ("config", "headers", "limited", "now_s", "request", "unlimited")
 
-    def __init__(self, config: LimitsConfig, request: Any, now: float) -> None:
+    def __init__(self, config: LimitsConfig, request: Any, now: float, *, headers: bool = False) -> None:
         if request.domain != config.domain:
             raise UnknownDomain(request.domain)
-        self.config, self.request = config, request
+        self.config, self.request, self.headers = config, request, headers
         default_hits = request.hits_addend or 1
         self.now_s = now_s = int(now)
         self.limited: list[tuple[int, Limit, str, int]] = []  # (status index, limit, key, hits)
-        for i, descriptor in enumerate(request.descriptors):
+        self.unlimited: list[int] = []  # status indexes
+        matched = []
+        replaced: set[str] = set()
+        for descriptor in request.descriptors:
             entries = [(e.key, e.value) for e in descriptor.entries]
             limit = config.find(entries)
-            if limit is None or limit.unlimited:
+            matched.append((entries, limit))
+            if limit is not None:
+                replaced.update(limit.replaces)
+        for i, (descriptor, (entries, limit)) in enumerate(zip(request.descriptors, matched)):
+            if limit is None:
+                continue
+            if limit.unlimited:
+                self.unlimited.append(i)
+                continue
+            if limit.name and limit.name in replaced:
                 continue
             window = now_s - now_s % limit.seconds
             key = "_".join([config.domain, *(f"{k}_{v}" if len(k) + len(v) <= MAX_DESCRIPTOR_TEXT
@@ -69,6 +86,8 @@ class Plan:
         response = rls_pb2.RateLimitResponse(overall_code=OK)
         for _ in self.request.descriptors:
             response.statuses.add(code=OK)
+        for i in self.unlimited:
+            response.statuses[i].limit_remaining = UNLIMITED_REMAINING
         seen: list[tuple[Limit, bool]] = []
         if self.limited:
             for (i, limit, _, _), count in zip(self.limited, counts):
@@ -85,26 +104,28 @@ class Plan:
                 if over and not limit.shadow_mode:
                     status.code = OVER_LIMIT
                     response.overall_code = OVER_LIMIT
-            _headers(response, [(response.statuses[i], limit) for i, limit, _, _ in self.limited])
+            if self.headers:
+                _ratelimit_headers(response, [(response.statuses[i], limit) for i, limit, _, _ in self.limited])
+        if response.overall_code == OVER_LIMIT:
+            response.response_headers_to_add.add(key="x-ext-ratelimited", value="true")
         return response, seen
 
 
-def should_rate_limit(config: LimitsConfig, store: Any, request: Any, now: float) -> tuple[Any, list[tuple[Limit, bool]]]:
+def should_rate_limit(config: LimitsConfig, store: Any, request: Any, now: float, *,
+                      headers: bool = False) -> tuple[Any, list[tuple[Limit, bool]]]:
     """The response, and (limit, over) per limited descriptor for the metrics. Raises
     ``UnknownDomain``, or ``store.StoreUnavailable`` when the counters cannot be reached."""
-    plan = Plan(config, request, now)
+    plan = Plan(config, request, now, headers=headers)
     return plan.respond(store.incr(plan.items) if plan.limited else [])
 
 
-def _headers(response: Any, statuses: list[tuple[Any, Limit]]) -> None:
+def _ratelimit_headers(response: Any, statuses: list[tuple[Any, Limit]]) -> None:
     status, limit = min(statuses, key=lambda s: s[0].limit_remaining)
     add = response.response_headers_to_add.add
     n = limit.requests_per_unit
     add(key="x-ratelimit-limit", value=f"{n}, {n};w={limit.seconds}")
     add(key="x-ratelimit-remaining", value=str(status.limit_remaining))
     add(key="x-ratelimit-reset", value=str(status.duration_until_reset.seconds))
-    if response.overall_code == OVER_LIMIT:
-        add(key="x-ext-ratelimited", value="true")
 
 
 def header_value(key: str, value: str) -> Any:
