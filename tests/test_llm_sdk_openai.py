@@ -119,6 +119,14 @@ async def test_models_and_files_pass_through(nursery):
     assert {labels["gen_ai_operation_name"] for labels, _ in durations} == {"list_models", "passthrough"}
 
 
+async def test_a_file_upload_larger_than_the_llm_buffer_streams_through(nursery):
+    gw = await start_llm_gateway(nursery)
+    data = b'{"custom_id": "r1"}\n' * (3 * 1024 * 1024 // 20)  # above maxBufferSize (2 MiB): not buffered
+    uploaded = await async_client(gw.url).files.create(file=("batch.jsonl", data), purpose="batch")
+    [seen] = [r for r in gw.mock.requests if r.method == "POST"]
+    assert seen.path == "/v1/files" and uploaded.bytes == len(seen.body) > len(data)  # multipart around it
+
+
 async def test_token_budget_429_is_a_rate_limit_error_with_its_message(nursery):
     gw = await start_llm_gateway(nursery)
     client = sync_client(gw.url, "/small")

@@ -164,7 +164,7 @@ async def test_token_budget_json_crossing_request_delivered_then_429(nursery, mo
         assert limits(first) == ("100", "100", "3")
         assert limits(second) == ("100", "40", "3")
         assert second.json()["usage"]["total_tokens"] == 60  # the crossing response, unchanged
-        assert third.text == "rate limit exceeded"
+        assert third.json()["error"]["message"] == "rate limit exceeded"  # an ai route: OpenAI's error JSON
         assert mock.count == 2
         mock_clock.jump(3)
         # One fill of 100 repays the 20-token overshoot: 80 left.
@@ -199,11 +199,13 @@ async def test_token_budget_sse_stream_is_charged_not_cut(nursery, mock_clock):
     assert first.headers["content-type"].startswith("text/event-stream")
     lines = [line for line in first.text.split("\n") if line.startswith("data: ")]
     assert lines[-1] == "data: [DONE]"
-    usage = [json.loads(line[6:])["usage"] for line in lines[:-1] if json.loads(line[6:]).get("usage")]
-    assert usage[-1]["total_tokens"] == 150  # stream delivered whole, although it crossed the budget
-    # stream_options were added upstream because the client did not ask for usage.
+    chunks = [json.loads(line[6:]) for line in lines[:-1]]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"  # stream delivered whole, although it crossed
+    # stream_options were added upstream because the client did not ask for usage; what they
+    # brought (the usage-only chunk, "usage": null) is not the client's to see, but was charged.
     assert mock.chat_requests[0].json["stream_options"] == {"include_usage": True}
-    assert blocked.status_code == 429
+    assert not any("usage" in chunk for chunk in chunks)
+    assert blocked.status_code == 429 and limits(blocked)[1] == "0"
     assert mock.count == 1
 
 

@@ -15,6 +15,8 @@
     ├── RateLimited                 429 rate limit exceeded
     ├── RateLimitFailed             500 rate limit failed
     ├── DirectResponse              any status chosen by a directResponse or requestRedirect policy
+    │   └── ModelList               200 ``GET /v1/models`` on an ``llm:`` port (JSON)
+    ├── LlmRequestError             404 model_not_found, 400 missing_model / invalid_request_body (JSON)
     ├── TimeoutError_
     │   ├── RequestTimeout          504 request timeout
     │   └── UpstreamTimeout         504 upstream call timeout
@@ -23,7 +25,8 @@
         │   └── BackendTlsFailed    503 upstream connect error: certificate verify failed (or TLS handshake failed)
         └── BadUpstreamResponse     502 (the backend answered something that is not HTTP/1.1)
 
-Stages raise these; ``gateway.py`` catches ``ProxyError`` once and calls ``error_response``.
+Stages raise these; ``gateway.py`` catches ``ProxyError`` once and calls ``error_response``. On a
+route to LLM providers the body is the provider's error JSON instead (``dialect_error_body``).
 Config errors are a different tree (``trioproxy.config.ConfigError``): they never reach a client.
 """
 

@@ -531,7 +531,8 @@ class Gateway:
                 usage_reader = None
         capture = BodyCapture(tr.body_limit) if tr.active else None
         stripper = None
-        if x.llm_strip and response.status < 300 and header_value(response.headers, b"content-encoding") is None:
+        if (x.llm_strip and response.status < 300 and header_value(response.headers, b"content-encoding") is None
+                and (header_value(response.headers, b"content-type") or b"").startswith(b"text/event-stream")):
             # The gateway asked for stream usage; the client did not: what it brings is taken out.
             stripper = UsageStripper()
             headers = [h for h in headers if h[0] != b"content-length"]

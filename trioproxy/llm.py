@@ -367,7 +367,7 @@ class UsageReader:
 # chunk with ``"choices":[]`` and the usage object.
 _USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null(?=\s*[,}])|"usage"\s*:\s*null\s*,')
 _EMPTY_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
-_EVENT_END = re.compile(rb"(?:\r\n|\r|\n)(?:\r\n|\r|\n)")
+_EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)")  # a blank line ends an event
 
 
 class UsageStripper:
@@ -389,7 +389,8 @@ class UsageStripper:
         data = self._held + chunk if self._held else chunk
         end = 0
         for match in _EVENT_END.finditer(data):
-            end = match.end()
+            if match.end() < len(data) or data[-1] != 0x0D:  # a last CR may be the start of CR LF
+                end = match.end()
         if end == 0:
             self._held = data
             return b""
