@@ -450,13 +450,16 @@ function setupTrace() {
     if (!row) return;
     const view = trace.view, i = Number(row.dataset.index);
     view.selectRequest(i);
-    view.followRequests = i === view.requests.length - 1;
+    // A clicked request stays selected, even the newest: following on to the next one would show
+    // that one's events and diffs under the user's next click. End (or G) follows again.
+    view.followRequests = false;
     renderTrace();
   });
   $("event-rows").addEventListener("click", (ev) => {
     const row = ev.target.closest("tr[data-index]");
     if (!row) return;
     trace.view.selectRow(Number(row.dataset.index));
+    trace.view.followRequests = false; // the request whose event was clicked stays on screen
     renderTrace();
   });
   for (const pane of document.querySelectorAll("#trace-panes .pane"))
