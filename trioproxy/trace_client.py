@@ -261,7 +261,9 @@ class TraceSession:
 
     async def __aenter__(self) -> TraceSession:
         try:
-            await self._open(combine(self.expression, self.injection.expression if self.injection is not None else None))
+            # An injected request is traced on its own (one-shot) stream; following starts after it.
+            await self._open(combine(self.expression, self.injection.expression if self.injection is not None else None),
+                             follow=self.follow and self.injection is None)
             if self.injection is not None:  # only now: the watcher is registered
                 self._inject_task = asyncio.create_task(self.injection.send())
         except BaseException:
@@ -286,11 +288,11 @@ class TraceSession:
             with contextlib.suppress(Exception):
                 await stream.aclose()
 
-    async def _open(self, expression: str | None) -> None:
+    async def _open(self, expression: str | None, *, follow: bool = False) -> None:
         await self._close_stream()
         url = f"http://{self.admin}/debug/trace"
         params = {"expression": expression} if expression else {}
-        if self.follow:
+        if follow:
             params["follow"] = "true"
         stack = contextlib.AsyncExitStack()
         self._stream = stack
@@ -361,4 +363,4 @@ class TraceSession:
                 yield event
             if not self.follow:
                 return
-            await self._open(self.expression)
+            await self._open(self.expression, follow=True)
