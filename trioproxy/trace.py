@@ -13,6 +13,13 @@ except the closing ``requestFinished``, for which a slot is kept free so every s
 properly. At most ``max_watchers`` readers exist at once (the endpoint answers 429 past it), so
 memory held for readers is bounded by ``max_watchers × watcher_budget`` whatever they do
 (docs/reliability.md, row 3).
+
+A ``Follower`` (``/debug/trace?follow=true``) reads every matching request on one stream. It keeps
+a one-shot watcher armed at all times: the claim that takes it arms the next one in the same
+step, so no request slips through between two (re-subscribing after each ``requestFinished``
+from the client lost most of a burst). Requests are written out whole, one after another in the
+order they were claimed; their unread events share one ``watcher_budget``, and at most
+``FOLLOW_PENDING`` requests wait behind a slow reader.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ DEFAULT_BUFFER = 256
 DEFAULT_MAX_WATCHERS = 16  # env TRIOPROXY_TRACE_MAX_WATCHERS overrides
 DEFAULT_WATCHER_BUDGET = 8 * 1024 * 1024  # bytes of unread events per watcher; env TRIOPROXY_TRACE_WATCHER_BUDGET
 KEEPALIVE_SECONDS = 1.0
+FOLLOW_ARMED = 2  # watchers a follower keeps waiting (2: a worker's claim reaches the supervisor late)
+FOLLOW_PENDING = 64  # claimed requests a follower's reader may lag behind; past it requests go untraced
 
 
 def body_limit_from_env() -> int:
@@ -294,21 +303,49 @@ class Tracer:
             self.event("bodySnapshot", **fields)
 
 
+class Ledger:
+    """Bytes of unread events held for one reader; a follower's watchers share one."""
+
+    __slots__ = ("high_water", "queued_bytes")
+
+    def __init__(self) -> None:
+        self.queued_bytes = 0  # estimated bytes of the events sent and not yet received
+        self.high_water = 0  # the most queued_bytes ever was (tests: never above budget)
+
+
 class Watcher:
     """One reader of ``/debug/trace`` waiting for (then reading) one request's events."""
 
     def __init__(self, matches: Callable[[Mapping[str, Any]], bool] | None, buffer: int,
-                 budget: int = DEFAULT_WATCHER_BUDGET, on_drop: Callable[[], None] = lambda: None) -> None:
+                 budget: int = DEFAULT_WATCHER_BUDGET, on_drop: Callable[[], None] = lambda: None,
+                 ledger: Ledger | None = None) -> None:
         self.matches = matches
         self.send, self.receive = trio.open_memory_channel[dict[str, Any]](buffer)
         self.dropped = 0
         self.budget = budget
         self.on_drop = on_drop
-        self.queued_bytes = 0  # estimated bytes of the events sent and not yet received
-        self.high_water = 0  # the most queued_bytes ever was (tests: never above budget)
+        self.ledger = ledger if ledger is not None else Ledger()
         self.sizes: deque[int] = deque()  # the estimate of each queued event, oldest first
         self._writing = 0  # the estimate of the event the reader is writing out now
         self.forgotten = False
+        self.counted = True  # in TraceHub.open (a follower's watchers count as their follower)
+        self.on_claim: Callable[[Watcher], None] | None = None  # called by the hub when a request takes it
+
+    @property
+    def queued_bytes(self) -> int:
+        return self.ledger.queued_bytes
+
+    @queued_bytes.setter
+    def queued_bytes(self, value: int) -> None:
+        self.ledger.queued_bytes = value
+
+    @property
+    def high_water(self) -> int:
+        return self.ledger.high_water
+
+    @high_water.setter
+    def high_water(self, value: int) -> None:
+        self.ledger.high_water = value
 
     async def next_event(self) -> dict[str, Any]:
         """The next event (``trio.EndOfChannel`` after the last). Asking for it means the previous
@@ -344,14 +381,29 @@ class TraceHub:
         self.on_drop: Callable[[], None] = lambda: None  # the runtime counts drops in a metric
         self.redaction = DEFAULT  # the runtime adds the loaded config's credential places
 
-    def watch(self, matches: Callable[[Mapping[str, Any]], bool] | None = None) -> Watcher:
-        """A new reader; ``TooManyWatchers`` when ``max_watchers`` exist already."""
+    def _take_slot(self) -> None:
         if self.open >= self.max_watchers:
             raise TooManyWatchers(f"too many trace watchers (limit {self.max_watchers})")
-        watcher = Watcher(matches, self.buffer, self.watcher_budget, lambda: self.on_drop())
         self.open += 1
+
+    def watch(self, matches: Callable[[Mapping[str, Any]], bool] | None = None, *,
+              follower: Follower | None = None) -> Watcher:
+        """A new reader; ``TooManyWatchers`` when ``max_watchers`` exist already. A ``follower``'s
+        watchers share its budget and its place among ``max_watchers``."""
+        if follower is None:
+            self._take_slot()
+        watcher = Watcher(matches, self.buffer, self.watcher_budget, lambda: self.on_drop(),
+                          follower.ledger if follower is not None else None)
+        watcher.counted = follower is None
         self.watchers.append(watcher)
         return watcher
+
+    def follow(self, matches: Callable[[Mapping[str, Any]], bool] | None = None) -> Follower:
+        """A reader of every matching request (``TooManyWatchers`` as ``watch``)."""
+        self._take_slot()
+        follower = Follower(self, matches)
+        follower.arm()
+        return follower
 
     def forget(self, watcher: Watcher) -> None:
         """A reader went away: stop offering it requests (a claimed trace just loses its reader)."""
@@ -359,7 +411,8 @@ class TraceHub:
             self.watchers.remove(watcher)
         if not watcher.forgotten:
             watcher.forgotten = True
-            self.open -= 1
+            if watcher.counted:
+                self.open -= 1
         watcher.receive.close()
 
     def claim(self, arrival: float, activation: Callable[[], Mapping[str, Any]]) -> Tracer | None:
@@ -373,5 +426,63 @@ class TraceHub:
                     continue
             self.watchers.remove(watcher)
             self.traced += 1
-            return Tracer(watcher, arrival, self.body_limit, self.redaction)
+            tracer = Tracer(watcher, arrival, self.body_limit, self.redaction)
+            if watcher.on_claim is not None:
+                watcher.on_claim(watcher)  # a follower arms its next watcher before any other request runs
+            return tracer
         return None
+
+
+class Follower:
+    """The reader of ``/debug/trace?follow=true``: every matching request, whole, in claim order.
+
+    It owns one place among the hub's ``max_watchers`` and keeps ``FOLLOW_ARMED`` one-shot
+    watchers waiting; when a request claims one, ``_claimed`` queues it for the stream and arms
+    a new one synchronously, inside the hub's ``claim``.
+    """
+
+    def __init__(self, hub: TraceHub, matches: Callable[[Mapping[str, Any]], bool] | None) -> None:
+        self.hub = hub
+        self.matches = matches
+        self.ledger = Ledger()
+        self.armed: list[Watcher] = []
+        self._send, self._claimed_requests = trio.open_memory_channel[Watcher](FOLLOW_PENDING)
+        self.pending = 0  # claimed and not yet written out completely
+        self.closed = False
+
+    def arm(self) -> None:
+        while not self.closed and len(self.armed) < FOLLOW_ARMED and self.pending + len(self.armed) < FOLLOW_PENDING:
+            watcher = self.hub.watch(self.matches, follower=self)
+            watcher.on_claim = self._claimed
+            self.armed.append(watcher)
+
+    def _claimed(self, watcher: Watcher) -> None:
+        self.armed.remove(watcher)
+        self.pending += 1
+        self._send.send_nowait(watcher)  # never full: pending + armed <= FOLLOW_PENDING
+        self.arm()
+
+    async def next_request(self) -> Watcher:
+        """The oldest claimed request not written out yet (waits for one)."""
+        return await self._claimed_requests.receive()
+
+    def done(self, watcher: Watcher) -> None:
+        """``watcher``'s request is written out (or abandoned): make room for another."""
+        self.pending -= 1
+        self.hub.forget(watcher)
+        self.arm()
+
+    def close(self) -> None:
+        """The reader left: withdraw the armed watchers and drop the queued requests' events."""
+        if self.closed:
+            return
+        self.closed = True
+        for watcher in self.armed:
+            self.hub.forget(watcher)
+        self.armed.clear()
+        while True:
+            try:
+                self.hub.forget(self._claimed_requests.receive_nowait())
+            except trio.WouldBlock:
+                break
+        self.hub.open -= 1

@@ -229,7 +229,11 @@ def combine(*expressions: str | None) -> str | None:
 
 
 class TraceSession:
-    """One or more ``/debug/trace`` streams read in turn (several with ``follow``).
+    """The ``/debug/trace`` stream of one request, or with ``follow`` of every request.
+
+    ``follow`` asks the server for ``?follow=true``: one stream that never ends, so no request is
+    missed between two streams. A gateway that predates it ends the stream after one request
+    anyway; then a new stream is opened, as before.
 
     ``async with`` opens the first stream and waits for ``: ready`` — so an unreachable admin or
     a 400 is reported before any UI is drawn — then starts the injection, if any.
@@ -257,7 +261,9 @@ class TraceSession:
 
     async def __aenter__(self) -> TraceSession:
         try:
-            await self._open(combine(self.expression, self.injection.expression if self.injection is not None else None))
+            # An injected request is traced on its own (one-shot) stream; following starts after it.
+            await self._open(combine(self.expression, self.injection.expression if self.injection is not None else None),
+                             follow=self.follow and self.injection is None)
             if self.injection is not None:  # only now: the watcher is registered
                 self._inject_task = asyncio.create_task(self.injection.send())
         except BaseException:
@@ -282,10 +288,12 @@ class TraceSession:
             with contextlib.suppress(Exception):
                 await stream.aclose()
 
-    async def _open(self, expression: str | None) -> None:
+    async def _open(self, expression: str | None, *, follow: bool = False) -> None:
         await self._close_stream()
         url = f"http://{self.admin}/debug/trace"
-        params = {"expression": expression} if expression else None
+        params = {"expression": expression} if expression else {}
+        if follow:
+            params["follow"] = "true"
         stack = contextlib.AsyncExitStack()
         self._stream = stack
         try:
@@ -325,12 +333,15 @@ class TraceSession:
         return await reader
 
     async def _events_of_stream(self) -> AsyncIterator[Event]:
-        """Events of the current stream until ``requestFinished``."""
+        """Events of the current stream until ``requestFinished`` (with ``follow``, until it ends)."""
         data: list[str] = []
+        between = False  # no request half-way: the stream may end here
         while True:
             try:
                 line = await self._next_line()
             except StopAsyncIteration:
+                if between:
+                    return
                 raise TraceError("the trace stream ended before the request finished") from None
             except httpx.HTTPError as exc:
                 raise TraceError(f"trace stream from {self.admin} broke: {exc or type(exc).__name__}") from None
@@ -340,15 +351,16 @@ class TraceSession:
                 event = parse_event("\n".join(data), f"event from {self.admin}")
                 data = []
                 yield event
-                if (event.get("message") or {}).get("type") == "requestFinished":
+                between = (event.get("message") or {}).get("type") == "requestFinished"
+                if between and not self.follow:
                     return
             # comments (": keepalive") and other fields are ignored
 
     async def events(self) -> AsyncIterator[Event]:
-        """All traced events; with ``follow`` a new stream (watch mode) after each request."""
+        """All traced events; with ``follow``, of every request (a new stream if one ends)."""
         while True:
             async for event in self._events_of_stream():
                 yield event
             if not self.follow:
                 return
-            await self._open(self.expression)
+            await self._open(self.expression, follow=True)

@@ -20,7 +20,7 @@ from typing import Any
 import trio
 
 from ..cel import CelError, compile_expression
-from ..trace import TraceHub, Tracer, Watcher
+from ..trace import Follower, TraceHub, Tracer, Watcher
 from . import shared_memory
 
 _MAGIC = b"TPTRACE1"
@@ -179,8 +179,9 @@ class SupervisorTraceHub(TraceHub):
         self._dropped: dict[int, int] = {}
         self._claimed_by: dict[int, int] = {}  # watcher id -> index of the worker whose request it traces
 
-    def watch(self, matches: Callable[[Mapping[str, Any]], bool] | None = None) -> Watcher:
-        watcher = super().watch(matches)
+    def watch(self, matches: Callable[[Mapping[str, Any]], bool] | None = None, *,
+              follower: Follower | None = None) -> Watcher:
+        watcher = super().watch(matches, follower=follower)
         watcher_id = self._next_id
         self._next_id += 1
         self._ids[id(watcher)] = watcher_id
@@ -222,6 +223,8 @@ class SupervisorTraceHub(TraceHub):
             self.watchers.remove(watcher)
             self.traced += 1
             self._publish_pending()
+            if watcher.on_claim is not None:
+                watcher.on_claim(watcher)  # a follower arms (publishes) its next watcher
         stats = watcher.send.statistics()
         is_last = event.get("message", {}).get("type") == "requestFinished"
         if not is_last and stats.current_buffer_used >= stats.max_buffer_size - 1:

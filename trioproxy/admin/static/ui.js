@@ -134,7 +134,7 @@ async function renderOverview() {
   const [cfg, state] = await Promise.all([loadConfig(), getJSON("/api/statuses")]);
   showReload(state);
   const servers = $("servers");
-  servers.replaceChildren(...Object.entries(cfg.config).flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: String(v) })]));
+  servers.replaceChildren(...settingEntries(cfg.config));
 
   const reload = state.reload;
   $("reload").replaceChildren(
@@ -167,6 +167,21 @@ async function renderOverview() {
       )),
     )),
   )));
+}
+/** dt/dd pairs of a settings object; a nested object (``backend``) is a nested list, never "[object Object]". */
+function settingEntries(settings) {
+  return Object.entries(settings || {}).flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { "data-setting": k }, settingValue(v))]);
+}
+function settingValue(value) {
+  if (value === null || value === undefined) return el("span", { class: "muted", text: "default" });
+  if (Array.isArray(value)) return value.length ? value.map((v) => (typeof v === "object" ? JSON.stringify(v) : String(v))).join(", ")
+    : el("span", { class: "muted", text: "none" });
+  if (typeof value === "object") {
+    const entries = Object.entries(value).filter(([, v]) => v !== null && v !== undefined);
+    return entries.length ? el("dl", { class: "kv nested" }, settingEntries(Object.fromEntries(entries)))
+      : el("span", { class: "muted", text: "defaults" });
+  }
+  return String(value);
 }
 /** Resource statuses: {kind, metadata, status: {conditions | parents[] | ancestors[]}} → a table. */
 function renderStatuses(statuses) {
@@ -206,6 +221,7 @@ const trace = {
   view: new TraceModel.TraceView(),
   running: false,
   controller: null,
+  renderPending: false,
   validateTimer: null,
   validation: 0,
 };
@@ -253,8 +269,10 @@ async function startTrace() {
   renderTrace();
   $("trace-start").textContent = "Stop";
   try {
+    // Follow: one stream of every request (?follow=true), so none is missed between two streams;
+    // a gateway that ends it anyway gets a new one.
     do {
-      await traceOnce(expression);
+      await traceOnce(expression, $("trace-follow").checked);
     } while (trace.running && $("trace-follow").checked);
   } catch (error) {
     if (error.name !== "AbortError") setTraceStatus(String(error.message || error), "error");
@@ -282,10 +300,14 @@ function statusLine(prefix) {
 }
 
 /** One /debug/trace stream (POST, read with fetch so the token goes in a header). */
-async function traceOnce(expression) {
+async function traceOnce(expression, follow) {
   const controller = new AbortController();
   trace.controller = controller;
-  const url = "/debug/trace" + (expression ? "?expression=" + encodeURIComponent(expression) : "");
+  const params = new URLSearchParams();
+  if (expression) params.set("expression", expression);
+  if (follow) params.set("follow", "true");
+  const query = params.toString();
+  const url = "/debug/trace" + (query ? "?" + query : "");
   const response = await api(url, { method: "POST", signal: controller.signal });
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
@@ -312,9 +334,19 @@ function handleSseBlock(block) {
     } else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
   }
   if (!data.length) return;
-  trace.view.addEvent(JSON.parse(data.join("\n")));
-  setTraceStatus(statusLine("") + " · receiving", "receiving");
-  renderTrace();
+  const event = JSON.parse(data.join("\n"));
+  trace.view.addEvent(event);
+  const finished = ((event && event.message) || {}).type === "requestFinished";
+  if (finished) setTraceStatus(statusLine("") + " · waiting for a request", "waiting");
+  else setTraceStatus(statusLine("") + " · receiving", "receiving");
+  scheduleRender();
+}
+
+/** Redraw once per frame, not once per event: a burst of requests must not stall the reader. */
+function scheduleRender() {
+  if (trace.renderPending) return;
+  trace.renderPending = true;
+  requestAnimationFrame(() => { trace.renderPending = false; renderTrace(); });
 }
 
 function renderTrace() {
@@ -327,7 +359,7 @@ function renderTrace() {
 
   $("request-rows").replaceChildren(...view.requests.map((r, i) => el("tr", {
     class: i === view.selectedRequest ? "selected" : "", "data-index": i,
-  }, el("td", { text: i + 1 }), el("td", { text: r.method }), el("td", { class: "mono", text: r.path }),
+  }, el("td", { text: i + 1 }), el("td", { text: r.method }), el("td", { class: "mono", text: r.path, title: r.path }),
     el("td", { text: r.status }), el("td", { text: r.duration }))));
 
   const current = view.trace;
@@ -418,13 +450,16 @@ function setupTrace() {
     if (!row) return;
     const view = trace.view, i = Number(row.dataset.index);
     view.selectRequest(i);
-    view.followRequests = i === view.requests.length - 1;
+    // A clicked request stays selected, even the newest: following on to the next one would show
+    // that one's events and diffs under the user's next click. End (or G) follows again.
+    view.followRequests = false;
     renderTrace();
   });
   $("event-rows").addEventListener("click", (ev) => {
     const row = ev.target.closest("tr[data-index]");
     if (!row) return;
     trace.view.selectRow(Number(row.dataset.index));
+    trace.view.followRequests = false; // the request whose event was clicked stays on screen
     renderTrace();
   });
   for (const pane of document.querySelectorAll("#trace-panes .pane"))
