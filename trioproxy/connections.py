@@ -7,6 +7,9 @@ hands upgrades and HTTP/2 to the connection task here) with these changes, each 
 - **cap**: at most ``max_connections`` client connections per server. One past the cap is
   accepted, answered ``503 overloaded`` with ``connection: close`` and closed, so a flood of
   connections can never take the process to its descriptor limit.
+- **cap per client**: at most ``per_client`` of them from one peer IP address
+  (``frontendPolicies.http.maxConnectionsPerClient``), refused the same way, so one client
+  cannot hold every slot and lock the others out.
 - **EMFILE/ENFILE/ENOMEM/ENOBUFS from accept**: one log line per second at most and a metric,
   then a short pause; trio's own loop logs a traceback for every failed accept.
 - **head size however it arrives** and **reason phrases** on status lines (h11 leaves them empty).
@@ -82,10 +85,13 @@ def raise_nofile_limit() -> int:
 class ConnectionCounter:
     """Open connections of one server and what happened at its accept loop (for metrics and tests)."""
 
-    def __init__(self, name: str, limit: int, on_event: Callable[[str, str], None] = lambda name, what: None):
+    def __init__(self, name: str, limit: int, on_event: Callable[[str, str], None] = lambda name, what: None,
+                 *, per_client: int | None = None):
         self.name = name
         self.limit = limit
+        self.per_client = per_client if per_client is not None else limit
         self.open = 0
+        self.by_client: dict[str, int] = {}  # peer address → its open connections (none: no entry)
         self.refused = 0
         self.accept_errors = 0
         self.cut = 0  # connections cancelled by the drain deadline with a request in flight
@@ -290,10 +296,19 @@ class _Connection(TCPServer):
         return isinstance(connection, h11.Connection) and connection.their_state is h11.IDLE
 
 
+def _peer_address(sock: Any) -> str:
+    """The client's IP address (its port left out: one client, many connections)."""
+    try:
+        peer = sock.getpeername()
+    except OSError:  # already reset by the peer: counted under one shared key until it is closed
+        return ""
+    return str(peer[0]) if isinstance(peer, tuple) else str(peer)
+
+
 async def _serve_listener(sock: trio.socket.SocketType, handler: Callable[[Any], Awaitable[Any]],
                           counter: ConnectionCounter, nursery: trio.Nursery,
                           ssl_context: ssl.SSLContext | None = None) -> None:
-    async def run(stream: trio.SocketStream) -> None:
+    async def run(stream: trio.SocketStream, client: str) -> None:
         try:
             # hypercorn's connection task runs the TLS handshake (ssl_handshake_timeout) itself.
             await handler(trio.SSLStream(stream, ssl_context, server_side=True) if ssl_context else stream)
@@ -306,6 +321,11 @@ async def _serve_listener(sock: trio.socket.SocketType, handler: Callable[[Any],
             raise
         finally:
             counter.open -= 1
+            left = counter.by_client[client] - 1
+            if left:
+                counter.by_client[client] = left
+            else:
+                del counter.by_client[client]
             await trio.aclose_forcefully(stream)
 
     async def refuse(stream: trio.SocketStream) -> None:
@@ -330,13 +350,16 @@ async def _serve_listener(sock: trio.socket.SocketType, handler: Callable[[Any],
                 await trio.sleep(ACCEPT_RETRY_SECONDS)
                 continue
             stream = trio.SocketStream(raw)
-            if counter.open >= counter.limit:
+            client = _peer_address(raw)
+            held = counter.by_client.get(client, 0)
+            if counter.open >= counter.limit or held >= counter.per_client:
                 counter.refused += 1
-                counter._on_event(counter.name, "over_cap")
+                counter._on_event(counter.name, "over_cap" if counter.open >= counter.limit else "over_client_cap")
                 nursery.start_soon(refuse, stream)
                 continue
             counter.open += 1
-            nursery.start_soon(run, stream)
+            counter.by_client[client] = held + 1
+            nursery.start_soon(run, stream, client)
 
 
 async def serve(app: Any, config: Config, sock: Any, counter: ConnectionCounter, *,

@@ -133,9 +133,10 @@ def _count_reject(metrics: Any, bind: str, reason: str) -> None:
     metrics.front_door_rejects.labels(bind, reason).inc()
 
 
-def _counter(name: str, limit: int, metrics: Any) -> ConnectionCounter:
+def _counter(name: str, limit: int, metrics: Any, per_client: int | None = None) -> ConnectionCounter:
     """A server's connection counter, exported as ``trioproxy_connections_open{server=name}``."""
-    counter = ConnectionCounter(name, limit, lambda server, event: metrics.connection_events.labels(server, event).inc())
+    counter = ConnectionCounter(name, limit, lambda server, event: metrics.connection_events.labels(server, event).inc(),
+                                per_client=per_client)
     metrics.connections_open.labels(name).set_function(lambda: counter.open)
     return counter
 
@@ -310,7 +311,8 @@ def reload_problems(old: Config, new: Config) -> list[str]:
 
 
 #: ``frontendPolicies.http`` settings the accept loop reads once, at start (docs/reliability.md).
-START_ONLY = {"max_connections": "maxConnections", "header_timeout": "requestHeaderTimeout",
+START_ONLY = {"max_connections": "maxConnections", "max_connections_per_client": "maxConnectionsPerClient",
+              "header_timeout": "requestHeaderTimeout",
               "idle_timeout": "http1IdleTimeout"}
 
 
@@ -367,7 +369,8 @@ async def serve_gateway(
                                       max_in_flight=lambda: runtime.state.config.frontend.max_in_flight,
                                       on_reject=partial(_count_reject, metrics, str(port)))
                     await binds.start(_serve, front, sock, drain_timeout, shutdown,
-                                      _counter(str(port), max_connections, metrics), config.frontend,
+                                      _counter(str(port), max_connections, metrics,
+                                               config.frontend.max_connections_per_client), config.frontend,
                                       tls_contexts.get(port))
                 async with trio.open_nursery() as background:
                     await background.start(runtime.jwks.run)  # first JWKS fetches, then refreshes

@@ -686,6 +686,7 @@ def _frontend(policies: d.FrontendPolicies | None) -> m.FrontendSpec:
         max_buffer_size=http.max_buffer_size, max_headers=http.http1_max_headers,
         idle_timeout=http.http1_idle_timeout, header_timeout=http.request_header_timeout,
         body_idle_timeout=http.request_body_idle_timeout, max_connections=http.max_connections,
+        max_connections_per_client=http.max_connections_per_client,
         max_in_flight=http.max_requests_in_flight))
 
 

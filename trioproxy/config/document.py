@@ -791,6 +791,10 @@ class FrontendHttp:
     max_connections: Annotated[int, Integer(1, 10_000_000)] | None = field(
         "Client connections per bind (default 10000, or fewer when the open-file limit needs it); past it "
         "a new connection gets 503 `overloaded` and is closed. trioproxy only; read at start.", default=None)
+    max_connections_per_client: Annotated[int, Integer(1, 10_000_000)] | None = field(
+        "Client connections per bind from one client IP address (default 1000, a tenth of the default "
+        "maxConnections), so one client cannot hold every slot; past it a new connection from that address "
+        "gets 503 `overloaded` and is closed. trioproxy only; read at start.", default=None)
     max_requests_in_flight: Annotated[int, Integer(1, 10_000_000)] | None = field(
         "Requests handled at once per bind (default 10000); past it 503 `overloaded` at once, with "
         "`connection: close`. trioproxy only.", default=None)

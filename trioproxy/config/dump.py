@@ -65,6 +65,7 @@ def policies_by_kind(policies: Policies, phase: str) -> dict[str, Any]:
 FRONTEND_NAMES = {"max_buffer_size": "maxBufferSize", "max_headers": "http1MaxHeaders",
                   "idle_timeout": "http1IdleTimeout", "header_timeout": "requestHeaderTimeout",
                   "body_idle_timeout": "requestBodyIdleTimeout", "max_connections": "maxConnections",
+                  "max_connections_per_client": "maxConnectionsPerClient",
                   "max_in_flight": "maxRequestsInFlight"}
 BACKEND_NAMES = {"connect_timeout": "connectTimeout", "pool_idle_timeout": "poolIdleTimeout",
                  "pool_max_idle": "poolMaxSize", "response_header_timeout": "responseHeaderTimeout"}

@@ -103,6 +103,7 @@ class FrontendSpec:
     header_timeout: float = 10.0
     body_idle_timeout: float = 60.0
     max_connections: int | None = None  # None: 10000, or fewer when RLIMIT_NOFILE needs it
+    max_connections_per_client: int = 1000  # per client IP address: one client cannot hold every slot
     max_in_flight: int = 10_000
 
 

@@ -71,13 +71,23 @@ class RemoteJwks:
         return self.last_error is not None
 
     async def _get(self) -> bytes:
-        async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=True) as client:
-            response = await client.get(self.url, headers={"accept": "application/json"})
+        """The body, read as it streams in and abandoned once past ``MAX_JWKS_BYTES`` (or once its
+        ``content-length`` says it will be): checking the size after ``response.content`` let a
+        hostile or broken IdP make the gateway buffer whatever it sent within the timeout."""
+        too_big = JwksError(f"JWKS larger than {MAX_JWKS_BYTES} bytes")
+        async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=True) as client, \
+                client.stream("GET", self.url, headers={"accept": "application/json"}) as response:
             if response.status_code != 200:
                 raise JwksError(f"HTTP {response.status_code}")
-            if len(response.content) > MAX_JWKS_BYTES:
-                raise JwksError(f"JWKS larger than {MAX_JWKS_BYTES} bytes")
-            return response.content
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > MAX_JWKS_BYTES:
+                raise too_big
+            body = bytearray()
+            async for chunk in response.aiter_bytes():  # decoded: a compressed bomb counts as it expands
+                body += chunk
+                if len(body) > MAX_JWKS_BYTES:
+                    raise too_big
+            return bytes(body)
 
     async def fetch(self) -> bool:
         """Fetch once; concurrent callers share one fetch. True when the keys are fresh now."""

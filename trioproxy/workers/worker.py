@@ -95,7 +95,8 @@ async def run_worker(spec: dict[str, Any]) -> None:
                                   max_in_flight=lambda: runtime.state.config.frontend.max_in_flight,
                                   on_reject=partial(_count_reject, metrics, str(port)))
                 await binds.start(_serve, front, sock, spec["drain_timeout"], shutdown,
-                                  _counter(str(port), max_connections, metrics), config.frontend,
+                                  _counter(str(port), max_connections, metrics,
+                                           config.frontend.max_connections_per_client), config.frontend,
                                   tls_contexts.get(port))
             async with trio.open_nursery() as background:
                 await background.start(runtime.jwks.run)
