@@ -18,10 +18,11 @@ from .config import ConfigError, load_config
 from .idp import cli as idp_cli
 from .rls import cli as rls_cli
 from .server import StartupError, log_rejected, run_until_signalled
+from .usage import PREFIX, OneLineParser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="trioproxy",
         description="A gateway proxy on Trio: routes, policies, LLM token limits and tracing.",
     )
@@ -72,14 +73,14 @@ def _run_gateway(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         return 1
     if args.validate_only and config.rejected:  # a manifest's resources the gateway would leave out
         for line in config.rejected:
-            print(f"error: {line}", file=sys.stderr)
+            print(f"{PREFIX}{line}", file=sys.stderr)
         return 1
     if args.validate_only:
         from .server import check_binds_can_listen
 
         if problems := check_binds_can_listen(config):
             for problem in problems:
-                print(f"error: {args.config}: {problem}", file=sys.stderr)
+                print(f"{PREFIX}{args.config}: {problem}", file=sys.stderr)
             return 1
         print(f"{args.config}: valid ({len(config.binds)} binds, "
               f"{sum(len(l.routes) for b in config.binds for l in b.listeners)} routes)")
