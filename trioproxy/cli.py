@@ -7,8 +7,10 @@ Every user-facing failure ends as one line on stderr naming its place and a non-
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import trio
 
@@ -62,11 +64,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _config_warnings_as_lines() -> Iterator[None]:
+    """The first load's warnings (logging is set up only after it) as ``trioproxy: warning:`` lines."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("trioproxy: warning: %(message)s"))
+    logger = logging.getLogger("trioproxy.config")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+
+
 def _run_gateway(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if not args.config:
         parser.error("--config FILE is required")
     try:
-        config = load_config(args.config)
+        with _config_warnings_as_lines():
+            config = load_config(args.config)
     except ConfigError as error:
         for problem in error.problems:
             print(f"trioproxy: error: {problem}", file=sys.stderr)
