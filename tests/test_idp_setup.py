@@ -262,10 +262,10 @@ def test_cli_unreachable_idp(capsys):
      "argument --idp-url: expected http(s)://HOST[:PORT][/PATH], got 'localhost:8080'"),
 ])
 def test_cli_bad_flags_are_one_line_naming_the_flag(capsys, flags, message):
-    assert cli_in_process(capsys, *SETUP, *flags) == (2, f"trioproxy idp setup: error: {message}\n")
+    assert cli_in_process(capsys, *SETUP, *flags) == (2, f"trioproxy: error: idp setup: {message}\n")
 
 
 def test_cli_missing_flags(capsys):
     assert cli_in_process(capsys, "idp", "setup", "--realm", "demo") == (
-        2, ("trioproxy idp setup: error: the following arguments are required: "
+        2, ("trioproxy: error: idp setup: the following arguments are required: "
             "--idp-url, --admin-user, --admin-password, --client-id\n"))

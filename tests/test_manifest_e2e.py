@@ -162,7 +162,7 @@ async def test_status_command_prints_every_resource(tmp_path):
     invalid = out[3]["status"]["ancestors"][0]["conditions"][0]
     assert invalid["message"] == ('spec.traffic.rateLimit.local[0].unit: Unsupported value: "Fortnights": '
                                   'supported values: "Seconds", "Minutes", "Hours"')
-    assert done.stderr.startswith("warning: ProxyPolicy gateway-system/bad rejected: ")
+    assert done.stderr.startswith("trioproxy: warning: ProxyPolicy gateway-system/bad rejected: ")
     as_yaml = run_cli("status", "--config", str(path))
     assert as_yaml.returncode == 0
     assert _timeless(yaml.safe_load(as_yaml.stdout)) == _timeless(out)  # two runs: two stamps
@@ -191,7 +191,7 @@ def test_validate_only_fails_on_a_resource_the_gateway_would_leave_out(tmp_path)
     broken.write_text(example.read_text().replace("{tokens: 5000, unit: Hours}", "{tokens: 5000, unit: Weeks}"))
     done = run_cli("--config", str(broken), "--validate-only")
     assert done.returncode == 1
-    assert done.stderr == ('error: ProxyPolicy gateway-system/llm-limits rejected: spec.traffic.rateLimit.local[0].unit: '
+    assert done.stderr == ('trioproxy: error: ProxyPolicy gateway-system/llm-limits rejected: spec.traffic.rateLimit.local[0].unit: '
                            'Unsupported value: "Weeks": supported values: "Seconds", "Minutes", "Hours"\n')
 
 

@@ -7,8 +7,10 @@ Every user-facing failure ends as one line on stderr naming its place and a non-
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import trio
 
@@ -18,10 +20,11 @@ from .config import ConfigError, load_config
 from .idp import cli as idp_cli
 from .rls import cli as rls_cli
 from .server import StartupError, log_rejected, run_until_signalled
+from .usage import PREFIX, OneLineParser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="trioproxy",
         description="A gateway proxy on Trio: routes, policies, LLM token limits and tracing.",
     )
@@ -61,25 +64,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _config_warnings_as_lines() -> Iterator[None]:
+    """The first load's warnings (logging is set up only after it) as ``trioproxy: warning:`` lines."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("trioproxy: warning: %(message)s"))
+    logger = logging.getLogger("trioproxy.config")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+
+
 def _run_gateway(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if not args.config:
         parser.error("--config FILE is required")
     try:
-        config = load_config(args.config)
+        with _config_warnings_as_lines():
+            config = load_config(args.config)
     except ConfigError as error:
         for problem in error.problems:
             print(f"trioproxy: error: {problem}", file=sys.stderr)
         return 1
     if args.validate_only and config.rejected:  # a manifest's resources the gateway would leave out
         for line in config.rejected:
-            print(f"error: {line}", file=sys.stderr)
+            print(f"{PREFIX}{line}", file=sys.stderr)
         return 1
     if args.validate_only:
         from .server import check_binds_can_listen
 
         if problems := check_binds_can_listen(config):
             for problem in problems:
-                print(f"error: {args.config}: {problem}", file=sys.stderr)
+                print(f"{PREFIX}{args.config}: {problem}", file=sys.stderr)
             return 1
         print(f"{args.config}: valid ({len(config.binds)} binds, "
               f"{sum(len(l.routes) for b in config.binds for l in b.listeners)} routes)")

@@ -2,7 +2,7 @@
 resources of a manifest (docs/manifests.md), as a list of ``{apiVersion, kind, metadata, status}``.
 
 A resource that is not accepted is a status, not a failure: exit 0. Exit 1 with one-line errors
-only when the file cannot be read or parsed.
+only when the file cannot be read or parsed, or is not a manifest (a standalone config).
 """
 
 from __future__ import annotations
@@ -23,25 +23,32 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .config.manifest import ManifestError, statuses_of
+    from .config.manifest import ManifestError, is_manifest_text, parse_documents, statuses_of
 
     name = str(args.config)
     try:
         text = Path(name).read_text(encoding="utf-8")
     except OSError as exc:
-        print(f"error: {name}: cannot read config file: {exc.strerror or exc}", file=sys.stderr)
+        print(f"trioproxy: error: {name}: cannot read config file: {exc.strerror or exc}", file=sys.stderr)
         return 1
     except UnicodeDecodeError:
-        print(f"error: {name}: config file is not UTF-8 text", file=sys.stderr)
+        print(f"trioproxy: error: {name}: config file is not UTF-8 text", file=sys.stderr)
         return 1
     try:
+        if not is_manifest_text(parse_documents(text, name)):
+            # A standalone config has no resources; its statuses would be an empty list after a
+            # warning about apiVersion=None, which reads as "nothing applied".
+            print(f"trioproxy: error: {name}: not a manifest (no document has apiVersion and kind); "
+                  f"status reads Gateway, HTTPRoute and ProxyPolicy resources. A standalone config: "
+                  f"trioproxy --config {name} --validate-only", file=sys.stderr)
+            return 1
         statuses, rejected = statuses_of(text, name)
     except ManifestError as error:
         for problem in error.problems:
-            print(f"error: {problem}", file=sys.stderr)
+            print(f"trioproxy: error: {problem}", file=sys.stderr)
         return 1
     for line in rejected:
-        print(f"warning: {line}", file=sys.stderr)
+        print(f"trioproxy: warning: {line}", file=sys.stderr)
     if args.output == "json":
         print(json.dumps(list(statuses), indent=2))
     else:

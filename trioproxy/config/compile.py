@@ -492,6 +492,9 @@ def _route(route: d.Route, listener_key: str, r: Reader) -> m.Route:
         backends = tuple(b if b.policies.backend_tls is not None else _with_tls(attrs.evolve(
             b, policies=attrs.evolve(b.policies, backend_tls=policies.backend_tls)), policies.backend_tls)
             for b in backends)
+    if not backends and policies.direct_response is None and policies.request_redirect is None:
+        r.warn(route, None, f"route {name} has no backends and no directResponse or requestRedirect: "
+                            f"every request it matches is answered 503 no backend available for route {name}")
     return m.Route(
         key=f"{listener_key}/{route.namespace}/{name}",
         name=name,
@@ -659,6 +662,9 @@ def compile_document(document: d.Document, env: Mapping[str, str], r: Reader) ->
         if llm_bind.port in ports and llm_bind.port != 0:
             r.at(document.llm, "port", f"port {llm_bind.port} is already bound by binds[{ports[llm_bind.port]}]")
         binds.append(llm_bind)
+    if not binds:
+        r.warn(document, "binds", "no binds (and no llm): the gateway serves no traffic, only its admin, "
+                                  "stats and readiness servers")
     servers = document.config
     logging = _logging(servers.logging, r) if servers and servers.logging else None
     tracing = _tracing(servers.tracing, r) if servers and servers.tracing else None

@@ -159,6 +159,7 @@ class Reader:
     def __init__(self, env: Mapping[str, str]) -> None:
         self.env = env
         self.problems: list[Problem] = []
+        self.warnings: list[Problem] = []  # valid but likely a mistake: logged once the config loads
         self.origins: dict[int, Origin] = {}
         self.expanded = 0  # mapping and list nodes read, aliases counted as often as used
         self.over_budget = False
@@ -176,6 +177,19 @@ class Reader:
         if key is not None and isinstance(node, MappingNode):
             node = next((v for k, v in node.value if isinstance(k, ScalarNode) and k.value == key), node)
         self.problem(_join(origin.path, key) if key else origin.path, message, node)
+
+    def warn(self, obj: Any, key: str | None, message: str) -> None:
+        """Like ``at``, for a warning; an instance read from no node (an empty file) has no position."""
+        origin = self.origins.get(id(obj))
+        if origin is None:
+            self.warnings.append(Problem(key or "", message))
+            return
+        node = origin.node
+        if key is not None and isinstance(node, MappingNode):
+            node = next((v for k, v in node.value if isinstance(k, ScalarNode) and k.value == key), node)
+        mark = node.start_mark if node is not None else None
+        self.warnings.append(Problem(_join(origin.path, key) if key else origin.path, message,
+                                     mark.line if mark else None, mark.column if mark else None))
 
     def origin(self, obj: Any) -> Origin:
         return self.origins[id(obj)]

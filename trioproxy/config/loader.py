@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -135,6 +136,8 @@ def build_from_node(node: Node | None, *, source: str | None, env: Mapping[str, 
         _raise_if_any(reader.problems, source)
     config = compile_document(document, env, reader)
     _raise_if_any(reader.problems, source)
+    for warning in reader.warnings:
+        logging.getLogger("trioproxy.config").warning("%s", warning.render(source))
     return config
 
 

@@ -11,11 +11,11 @@ import json
 import os
 import shlex
 import sys
-from typing import NoReturn
 from urllib.parse import urlsplit
 
 import trio
 
+from ..usage import OneLineParser
 from .keycloak_setup import (
     STEPS,
     SetupFailed,
@@ -29,13 +29,6 @@ SETUP_DESCRIPTION = """\
 Prepare a Keycloak (24-26) realm for token authentication at the gateway: register a client,
 map the user attribute `group` to a `group` claim, create users, and print the issuer and JWKS
 the gateway's jwtAuth policy needs. Safe to run again on the same realm."""
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """Bad flags as one line (``trioproxy idp setup: error: argument --user: ...``), exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _url(text: str) -> str:
@@ -65,7 +58,7 @@ def _name(text: str) -> str:
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """``parser`` is the ``idp`` subcommand of the main CLI."""
     commands = parser.add_subparsers(dest="idp_command", metavar="COMMAND", required=True,
-                                     parser_class=_OneLineParser)
+                                     parser_class=OneLineParser)
     setup = commands.add_parser("setup", help="prepare a Keycloak realm for jwtAuth", description=SETUP_DESCRIPTION)
     setup.add_argument("--idp-url", required=True, type=_url, metavar="URL",
                        help="Keycloak's base address, e.g. http://localhost:8080")
