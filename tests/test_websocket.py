@@ -35,6 +35,8 @@ binds:
       backends: [{{host: "127.0.0.1:{backend}"}}]
 """
 
+CAPPED = "frontendPolicies: {{http: {{websocketMaxMessageSize: 1000}}}}\n" + CONFIG
+
 
 @pytest.fixture
 async def ws_backend(nursery) -> WebSocketEchoBackend:
@@ -131,8 +133,8 @@ async def test_client_close_code_and_reason_reach_the_backend(gw, ws_backend):
     assert ws_backend.closes == [(4002, "client leaves")]
 
 
-async def test_a_backend_message_over_the_limit_closes_with_1009(gw, monkeypatch):
-    monkeypatch.setattr(websocket, "WEBSOCKET_MAX_MESSAGE_SIZE", 1000)
+async def test_a_backend_message_over_the_limit_closes_with_1009(nursery, ws_backend):
+    gw = await start_gateway(nursery, CAPPED, port=free_port(), backend=ws_backend.port, dead=free_port())
     async with open_websocket_url(url(gw, "/x")) as ws:
         await ws.send_message("big 999")
         assert len(await ws.get_message()) == 999
@@ -142,9 +144,8 @@ async def test_a_backend_message_over_the_limit_closes_with_1009(gw, monkeypatch
     assert closed.value.reason.code == 1009
 
 
-async def test_a_client_message_over_the_limit_closes_with_1009(nursery, ws_backend, monkeypatch):
-    monkeypatch.setattr(websocket, "WEBSOCKET_MAX_MESSAGE_SIZE", 1000)  # read by the hypercorn config at start
-    gw = await start_gateway(nursery, CONFIG, port=free_port(), backend=ws_backend.port, dead=free_port())
+async def test_a_client_message_over_the_limit_closes_with_1009(nursery, ws_backend):
+    gw = await start_gateway(nursery, CAPPED, port=free_port(), backend=ws_backend.port, dead=free_port())
     async with open_websocket_url(url(gw, "/x")) as ws:
         await ws.send_message(b"y" * 1000)
         assert len(await ws.get_message()) == 1000

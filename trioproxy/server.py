@@ -29,7 +29,7 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.utils import wrap_app
 
-from . import gc_tuning, registry, websocket
+from . import gc_tuning, registry
 from .config import ConfigError, load_config, parse_config
 from .config.model import Address, Config, FrontendSpec
 from .connections import DEFAULT_MAX_CONNECTIONS, ConnectionCounter, raise_nofile_limit, serve
@@ -77,7 +77,8 @@ def _listen(address: Address, where: str) -> socket.socket:
     return sock
 
 
-def hypercorn_config(*, graceful_timeout: float, idle_timeout: float = 60.0) -> HypercornConfig:
+def hypercorn_config(*, graceful_timeout: float, idle_timeout: float = 60.0,
+                     websocket_max_message_size: int = FrontendSpec().websocket_max_message_size) -> HypercornConfig:
     config = HypercornConfig()
     config.accesslog = None
     config.loglevel = "WARNING"
@@ -92,7 +93,7 @@ def hypercorn_config(*, graceful_timeout: float, idle_timeout: float = 60.0) -> 
     config.read_timeout = None
     config.h11_max_incomplete_size = 32 * 1024  # request line + headers; larger → 400/431 by h11
     config.keep_alive_max_requests = 100_000
-    config.websocket_max_message_size = websocket.WEBSOCKET_MAX_MESSAGE_SIZE  # client → gateway (docs/protocols.md)
+    config.websocket_max_message_size = websocket_max_message_size  # client → gateway (docs/protocols.md)
     config.ssl_handshake_timeout = 10.0  # a TLS bind's client that stalls its handshake is dropped
     return config
 
@@ -104,7 +105,8 @@ async def _serve(app: Any, sock: socket.socket, graceful: float, shutdown: trio.
     """One server on ``sock``; a bind's ``frontend`` limits (``frontendPolicies.http``) are read here,
     at start: a reload changes them for the data plane's requests, not for this accept loop."""
     counter = counter or ConnectionCounter(f"{_address_of(sock)}", DEFAULT_MAX_CONNECTIONS)
-    config = hypercorn_config(graceful_timeout=graceful, idle_timeout=frontend.idle_timeout if frontend else 60.0)
+    config = hypercorn_config(graceful_timeout=graceful, idle_timeout=frontend.idle_timeout if frontend else 60.0,
+                              **({"websocket_max_message_size": frontend.websocket_max_message_size} if frontend else {}))
     config.include_date_header = not getattr(app, "sets_date_header", False)  # http_date.py
     await serve(wrap_app(app, config.wsgi_max_body_size, "asgi"), config, sock, counter,
                 shutdown_trigger=shutdown.wait, task_status=task_status,
@@ -312,7 +314,7 @@ def reload_problems(old: Config, new: Config) -> list[str]:
 
 #: ``frontendPolicies.http`` settings the accept loop reads once, at start (docs/reliability.md).
 START_ONLY = {"max_connections": "maxConnections", "max_connections_per_client": "maxConnectionsPerClient",
-              "header_timeout": "requestHeaderTimeout",
+              "header_timeout": "requestHeaderTimeout", "websocket_max_message_size": "websocketMaxMessageSize",
               "idle_timeout": "http1IdleTimeout"}
 
 

@@ -20,10 +20,13 @@ backend that refuses the upgrade reach the client as a plain HTTP answer (ASGI's
   client vanished, 1011 when the backend did);
 - ``WEBSOCKET_IDLE_TIMEOUT`` without a message either way closes both with 1001 ``idle timeout``
   (Envoy's default stream idle timeout, which also covers upgraded streams);
-- a message over ``WEBSOCKET_MAX_MESSAGE_SIZE`` closes both sides with 1009: from the backend,
-  trio-websocket closes it and the client gets 1009; from the client, hypercorn closes it with
-  1009 (its ``websocket_max_message_size``, set to the same value) and the client's answering
-  close frame reaches the backend (``hypercorn_websocket``).
+- a message over ``frontendPolicies.http.websocketMaxMessageSize`` (1 MiB by default, read at
+  start) closes both sides with 1009: from the backend, trio-websocket closes it and the client
+  gets 1009; from the client, hypercorn closes it with 1009 (its ``websocket_max_message_size``,
+  set to the same value) and the client's answering close frame reaches the backend
+  (``hypercorn_websocket``). Both ends buffer a message whole before it is relayed, and stop
+  buffering once it passes the cap: the cap is what one message can cost (it was 16 MiB, and ten
+  15 MiB messages at once took the process 470 MB up).
 
 Traces show ``websocketUpgrade`` (the backend accepted; subprotocol) and ``websocketClosed``
 (which side closed, code, reason, messages each way); metrics and the access log record the
@@ -56,8 +59,6 @@ if TYPE_CHECKING:
 
 #: Seconds without a message either way before both sides are closed (1001 ``idle timeout``).
 WEBSOCKET_IDLE_TIMEOUT = 300.0
-#: The largest message relayed either way (bytes, or characters of a text message): 16 MiB.
-WEBSOCKET_MAX_MESSAGE_SIZE = 16 * 1024 * 1024
 
 #: Set by the WebSocket handshake itself on each hop; never forwarded.
 HANDSHAKE_HEADERS = frozenset({b"sec-websocket-key", b"sec-websocket-version", b"sec-websocket-extensions",
@@ -82,6 +83,8 @@ class WebSocketProxy:
 
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
+        # read at start, as hypercorn's limit for the client's messages is (server.hypercorn_config)
+        self.max_message_size = gateway.runtime.state.config.frontend.websocket_max_message_size
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         first = await receive()
@@ -196,7 +199,7 @@ class WebSocketProxy:
                 tcp_or_tls = cast("trio.SocketStream | trio.SSLStream[trio.SocketStream]", stream)
                 return await wrap_client_stream(
                     nursery, tcp_or_tls, host, resource, subprotocols=scope.get("subprotocols") or None,
-                    extra_headers=headers, max_message_size=WEBSOCKET_MAX_MESSAGE_SIZE)
+                    extra_headers=headers, max_message_size=self.max_message_size)
         except trio.TooSlowError:
             raise UpstreamTimeout(f"upstream WebSocket handshake timeout ({timeout:g}s)") from None
         except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError) as exc:

@@ -693,7 +693,7 @@ def _frontend(policies: d.FrontendPolicies | None) -> m.FrontendSpec:
         idle_timeout=http.http1_idle_timeout, header_timeout=http.request_header_timeout,
         body_idle_timeout=http.request_body_idle_timeout, max_connections=http.max_connections,
         max_connections_per_client=http.max_connections_per_client,
-        max_in_flight=http.max_requests_in_flight))
+        max_in_flight=http.max_requests_in_flight, websocket_max_message_size=http.websocket_max_message_size))
 
 
 def _backend_connections(value: d.BackendConnections | None) -> m.BackendConnectionSpec:

@@ -795,6 +795,11 @@ class FrontendHttp:
         "Client connections per bind from one client IP address (default 1000, a tenth of the default "
         "maxConnections), so one client cannot hold every slot; past it a new connection from that address "
         "gets 503 `overloaded` and is closed. trioproxy only; read at start.", default=None)
+    websocket_max_message_size: Annotated[int, Integer(1, 1 << 30)] | None = field(
+        "Largest WebSocket message relayed either way, in bytes (characters of a text message; default "
+        "1048576, as the `websockets` library): each message is buffered whole, so this bounds a "
+        "session's memory; past it both sides are closed with 1009. trioproxy only; read at start.",
+        default=None)
     max_requests_in_flight: Annotated[int, Integer(1, 10_000_000)] | None = field(
         "Requests handled at once per bind (default 10000); past it 503 `overloaded` at once, with "
         "`connection: close`. trioproxy only.", default=None)

@@ -66,7 +66,7 @@ FRONTEND_NAMES = {"max_buffer_size": "maxBufferSize", "max_headers": "http1MaxHe
                   "idle_timeout": "http1IdleTimeout", "header_timeout": "requestHeaderTimeout",
                   "body_idle_timeout": "requestBodyIdleTimeout", "max_connections": "maxConnections",
                   "max_connections_per_client": "maxConnectionsPerClient",
-                  "max_in_flight": "maxRequestsInFlight"}
+                  "max_in_flight": "maxRequestsInFlight", "websocket_max_message_size": "websocketMaxMessageSize"}
 BACKEND_NAMES = {"connect_timeout": "connectTimeout", "pool_idle_timeout": "poolIdleTimeout",
                  "pool_max_idle": "poolMaxSize", "response_header_timeout": "responseHeaderTimeout"}
 

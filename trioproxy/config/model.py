@@ -105,6 +105,7 @@ class FrontendSpec:
     max_connections: int | None = None  # None: 10000, or fewer when RLIMIT_NOFILE needs it
     max_connections_per_client: int = 1000  # per client IP address: one client cannot hold every slot
     max_in_flight: int = 10_000
+    websocket_max_message_size: int = 1024 * 1024  # bytes (characters of a text message), each way
 
 
 @frozen

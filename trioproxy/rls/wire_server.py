@@ -6,7 +6,9 @@ more than the whole budget of a check (bench/README.md, "Global rate limiting").
 is one tiny request and one tiny answer, so this module does what a gRPC server needs of HTTP/2
 and no more, the server-side mirror of the gateway's client (``wire_client.py``):
 
-- connection: the client preface is checked; our SETTINGS (MAX_CONCURRENT_STREAMS, a big
+- connection: the client preface is checked, and must arrive within ``preface_timeout`` (5 s) of
+  the accept, or the connection is closed: a peer that connects and sends nothing held its socket
+  and its task for ever; our SETTINGS (MAX_CONCURRENT_STREAMS, a big
   INITIAL_WINDOW_SIZE, MAX_HEADER_LIST_SIZE) and a connection WINDOW_UPDATE go first; the peer's
   SETTINGS are applied and acknowledged, PINGs answered, our receive window topped up;
 - requests: HEADERS (+ CONTINUATION; PADDED and PRIORITY flags) decoded with ``hpack.Decoder``,
@@ -91,6 +93,7 @@ MAX_MESSAGE = 4 * 1024 * 1024  # grpcio's default limit on a received message
 MAX_BUFFERED = 4 * MAX_MESSAGE
 LARGE_BODY = 65536  # a body past this makes the connection's total be checked
 KNOWN_BLOCKS = 256  # decoded request header blocks cached per connection
+PREFACE_TIMEOUT = 5.0  # seconds from the accept to the end of the client preface
 
 def _field(name: bytes, value: bytes) -> bytes:
     """A literal header field never added to a table, its name literal too (RFC 7541 §6.2.2)."""
@@ -344,13 +347,16 @@ class Connection:
         stream = self.stream
         buf = bytearray()
         try:
-            while len(buf) < len(PREFACE):
-                data = await stream.receive_some(65536)
-                if not data:
-                    return
-                buf += data
-                if not PREFACE.startswith(bytes(buf[:len(PREFACE)])):
-                    raise H2Error(PROTOCOL_ERROR, "not an HTTP/2 client preface")
+            with trio.move_on_after(self.server.preface_timeout):
+                while len(buf) < len(PREFACE):
+                    data = await stream.receive_some(65536)
+                    if not data:
+                        return
+                    buf += data
+                    if not PREFACE.startswith(bytes(buf[:len(PREFACE)])):
+                        raise H2Error(PROTOCOL_ERROR, "not an HTTP/2 client preface")
+            if len(buf) < len(PREFACE):
+                return  # no preface in time: closed, nothing to answer
             del buf[:len(PREFACE)]
             unpack = FRAME_HEAD.unpack_from
             while True:
@@ -622,9 +628,11 @@ class WireServer:
     (``/package.Service/Method``) to its handler (see the module docstring)."""
 
     def __init__(self, unary: dict[bytes, UnaryHandler], streaming: dict[bytes, StreamHandler], *,
-                 max_message: int = MAX_MESSAGE, log: Callable[[str], None] | None = None) -> None:
+                 max_message: int = MAX_MESSAGE, log: Callable[[str], None] | None = None,
+                 preface_timeout: float = PREFACE_TIMEOUT) -> None:
         self.unary, self.streaming = unary, streaming
         self.max_message = max_message
+        self.preface_timeout = preface_timeout
         self.connections: set[Connection] = set()
         self._log = log
         self.stopping = False
