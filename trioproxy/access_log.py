@@ -132,8 +132,6 @@ def configure_logging(level: str | None = None, fmt: str | None = None, *, strea
     otel = logging.getLogger("opentelemetry")
     for old in list(otel.handlers):
         otel.removeHandler(old)
-    for old_filter in list(handler.filters):
-        handler.removeFilter(old_filter)
     otel.addHandler(handler)
     otel.setLevel(max(resolved_level, logging.WARNING))
     otel.propagate = False
