@@ -140,21 +140,21 @@ def test_the_rate_limit_server_never_loads_a_half_written_file(tmp_path):
     path.write_text(head + tight)
     server = RateLimitServer(str(path), MemoryStore())
     admin = [("user", "x"), ("path", "/admin")]
-    assert server.config.find(admin).requests_per_unit == 1
+    assert server.domains.find("gw").find(admin).requests_per_unit == 1
     with path.open("r+") as file:
         file.truncate(0)
         file.write(head)
         file.flush()
         for now in (0.5, 1.0, 1.25):  # polls while the writer pauses: the old watcher loaded at 1.0
             server.reload_if_changed(now)
-            assert server.config.find(admin).requests_per_unit == 1
+            assert server.domains.find("gw").find(admin).requests_per_unit == 1
         file.write(tight.replace("requests_per_unit: 1}", "requests_per_unit: 2}"))
     server.reload_if_changed(1.5)
-    assert server.config.find(admin).requests_per_unit == 1
+    assert server.domains.find("gw").find(admin).requests_per_unit == 1
     server.reload_if_changed(2.5)
-    assert server.config.find(admin).requests_per_unit == 2
+    assert server.domains.find("gw").find(admin).requests_per_unit == 2
     replacement = tmp_path / "new.yaml"
     replacement.write_text(head + tight)
     replacement.replace(path)
     server.reload_if_changed(2.6)  # renamed into place: at once
-    assert server.config.find(admin).requests_per_unit == 1
+    assert server.domains.find("gw").find(admin).requests_per_unit == 1

@@ -251,7 +251,7 @@ async def test_a_reload_reaches_every_worker_and_a_rejected_one_none(launch, bac
 
 def test_bad_workers_flag_is_a_one_line_error(tmp_path):
     path = tmp_path / "gw.yaml"
-    path.write_text("binds: []\n")
+    path.write_text("binds: [{port: 0, listeners: [{routes: [{policies: {directResponse: {status: 200}}}]}]}]\n")
     result = run_cli("--config", str(path), "--workers", "many")
     assert result.returncode == 2
     assert result.stderr.strip() == ("trioproxy: error: --workers: expected auto or a number of worker processes "

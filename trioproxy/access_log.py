@@ -127,6 +127,28 @@ def configure_logging(level: str | None = None, fmt: str | None = None, *, strea
     root.addHandler(handler)
     root.setLevel(resolved_level)
     root.propagate = False
+    # The OpenTelemetry SDK logs export failures on its own loggers, which had no handler: Python
+    # printed its raw text (and tracebacks) between the gateway's JSON lines.
+    otel = logging.getLogger("opentelemetry")
+    for old in list(otel.handlers):
+        otel.removeHandler(old)
+    otel.addHandler(handler)
+    otel.setLevel(max(resolved_level, logging.WARNING))
+    otel.propagate = False
+    handler.addFilter(_otel_one_line)
+
+
+def _otel_one_line(record: logging.LogRecord) -> bool:
+    """An OpenTelemetry SDK record as one gateway line: ``otlp exporter: <what failed>``, no traceback."""
+    if not record.name.startswith("opentelemetry"):
+        return True
+    message = record.getMessage()
+    if record.exc_info and record.exc_info[1] is not None:
+        message = f"{message}: {record.exc_info[1]}"
+    message = " ".join(message.split())
+    record.msg, record.args, record.exc_info, record.exc_text = f"otlp exporter: {message}", None, None, None
+    record.name = "trioproxy.otel"
+    return True
 
 
 class AccessLog:

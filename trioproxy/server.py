@@ -275,7 +275,7 @@ async def _watch_config(path: Path, runtime: Runtime, *, interval: float = POLL_
         runtime.apply(config)
         suffix = await applied(config) if applied is not None else ""
         runtime.metrics.reload(applied=True)
-        log.warning("config reloaded from %s%s", path, suffix)
+        log.info("config reloaded from %s%s", path, suffix)
         for line in restart_only_changes(old, config):
             log.warning("%s", line)
         log_rejected(config)
@@ -386,9 +386,9 @@ async def serve_gateway(
                         task_status.started(info)
                         await shutdown.wait()
                     background.cancel_scope.cancel()
-                    log.warning("draining %d requests", runtime.metrics.requests_in_flight())
+                    log.info("draining %d requests", runtime.metrics.requests_in_flight())
                 # Leaving this block waits for every bind to drain (hypercorn's grace deadline).
-            log.warning("drained")
+            log.info("drained")
         finally:
             drained.set()
     runtime.pool.close_idle()

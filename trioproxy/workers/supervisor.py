@@ -279,9 +279,9 @@ async def serve_supervisor(config: Config, *, workers: int, bind_host: str = "0.
                             task_status.started((info, pool))
                             await shutdown.wait()
                         background.cancel_scope.cancel()
-                    log.warning("draining %d workers", len(pool.handles))
+                    log.info("draining %d workers", len(pool.handles))
                     await pool.stop()
-                log.warning("drained")
+                log.info("drained")
             finally:
                 drained.set()
     finally:
