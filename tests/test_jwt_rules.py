@@ -12,6 +12,7 @@ from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
 from trioproxy.errors import AuthenticationFailed
 from trioproxy.policies.jwt import (
+    JwksError,
     JwksSource,
     JwtAuthSpec,
     JwtAuthStage,
@@ -148,3 +149,94 @@ async def test_trace_events_of_each_decision(key):
     assert x.jwt is None and x.headers == [(b"authorization", f"Bearer {expired}".encode())]
     assert tracer.events == [("policy", {"severity": "warn", "kind": "jwt", "result": "skipped",
                                          "reason": "token has expired (permissive mode: passed without claims)"})]
+
+
+def _b64(data: bytes) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _forged(header: dict[str, Any], payload: bytes = b"{}") -> str:
+    return f"{_b64(json.dumps(header).encode())}.{_b64(payload)}.c2ln"
+
+
+def test_each_failure_gives_exactly_its_reason(key):
+    verifier = verifier_for(key)
+    cases = {
+        "not-a-jwt": "token is malformed",
+        _forged({"alg": "NoNe", "kid": "k1"}): 'token algorithm "NoNe" is not allowed',
+        _forged({"alg": "NONE", "kid": "k1"}): 'token algorithm "NONE" is not allowed',
+        _forged({"alg": "ES256"}): "token header does not specify a key id (kid)",
+        key.token(exp=None, iat=NOW): "token has no valid expiry (exp)",
+        key.token(exp=NOW + 600, nbf="x"): "token has an invalid nbf claim",
+        key.token(exp=NOW - 3600): "token has expired",
+        key.token(exp=NOW + 600, nbf=NOW + 3600): "token is not yet valid",
+    }
+    for token, reason in cases.items():
+        with pytest.raises(JwtFailure) as failure:
+            verifier.verify(token, NOW)
+        assert failure.value.reason == reason
+
+
+def test_a_signed_payload_that_is_not_an_object_is_malformed(key):
+    import jwt as pyjwt
+
+    token = pyjwt.api_jws.encode(b"[1, 2]", key.private, algorithm="ES256", headers={"kid": "k1"})
+    with pytest.raises(JwtFailure) as failure:
+        verifier_for(key).verify(token, NOW)
+    assert failure.value.reason == "token is malformed"
+
+
+@pytest.mark.parametrize(("jwk", "reason"), [
+    ({"kid": "k", "kty": "EC", "crv": "P-999"}, "key 'k': unsupported EC curve 'P-999'"),
+    ({"kid": "k", "kty": "EC"}, "key 'k': unsupported EC curve None"),
+    ({"kid": "k", "kty": "OKP", "crv": "X25519"}, "key 'k': unsupported OKP curve 'X25519' (supported: Ed25519)"),
+    ({"kid": "k", "kty": "OKP"}, "key 'k': unsupported OKP curve None (supported: Ed25519)"),
+])
+def test_unsupported_curves_are_named(jwk, reason):
+    assert parse_jwks({"keys": [jwk, make_key("ES256", "ok").public_jwk]}).skipped == (reason,)
+
+
+def test_a_given_cache_is_used():
+    cache = VerifiedCache(5)
+    assert JwtVerifier([], cache=cache).cache is cache
+
+
+def test_a_full_cache_drops_the_expired_entries_first_then_everything():
+    from trioproxy.policies.jwt import VerifyKey
+
+    key = VerifyKey("k", None, frozenset())
+    cache = VerifiedCache(3)
+    cache.put("a", {}, key, 900, 0, 0)
+    cache.put("b", {}, key, 940, 0, 0)
+    cache.put("c", {}, key, 5000, 0, 0)
+    assert list(cache.entries) == ["a", "b", "c"]  # filled up to max_entries, nothing dropped
+    cache.put("d", {}, key, 5000, 0, 1000)  # a expired more than the leeway ago; b exactly the leeway
+    assert list(cache.entries) == ["b", "c", "d"]
+    cache.put("e", {}, key, 5000, 0, 1000)  # all live: dropped whole
+    assert list(cache.entries) == ["e"]
+
+
+async def test_a_strict_stage_without_a_token_fails_with_its_reason(key):
+    with pytest.raises(AuthenticationFailed) as failed:
+        await stage_for(key).request(FakeExchange([]))
+    assert failed.value.message == "authentication failure: no bearer token found"
+
+
+@pytest.mark.parametrize(("document", "message"), [
+    ([], 'JWKS must be a JSON object with a "keys" list'),
+    ({"keys": {}}, 'JWKS must be a JSON object with a "keys" list'),
+    ({"keys": []}, "JWKS has no usable signing key"),
+    ({"keys": [1, {"kty": "EC"}]}, "JWKS has no usable signing key (keys[0]: not an object; keys[1]: no kid)"),
+])
+def test_unusable_documents_say_exactly_why(document, message):
+    with pytest.raises(JwksError) as error:
+        parse_jwks(document)
+    assert str(error.value) == message
+
+
+def test_a_source_describes_itself():
+    assert JwksSource(url="https://idp/jwks").describe() == "https://idp/jwks"
+    assert JwksSource(file="/etc/jwks.json").describe() == "file /etc/jwks.json"
+    assert JwksSource(inline="{}").describe() == "inline JWKS"
