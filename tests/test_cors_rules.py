@@ -145,3 +145,33 @@ async def test_stage_answers_preflights_and_adds_response_headers_with_trace_eve
     x = FakeExchange("GET", h(host="x"), tracer)
     await stage.request(x)
     assert tracer.events == [] and x.extra_response_headers == [(b"x-before", b"1")]
+
+
+@pytest.mark.parametrize(("pattern", "value", "matches"), [
+    ("ab*ba", "aba", False),     # prefix and suffix may not overlap
+    ("ab*ba", "abba", True),
+    ("a*a*a", "aa", False),      # each middle part is searched after the prefix
+    ("a*a*a", "aaa", True),
+    ("*a*b*", "aba", True),      # the first occurrence leaves room for what follows
+    ("*a*a*", "a", False),       # ... and the next search starts after it
+    ("*a*a*", "aa", True),
+])
+def test_wildcard_matching_edge_cases(pattern, value, matches):
+    from trioproxy.policies.cors import _wildcard_match
+
+    assert _wildcard_match(pattern, value) is matches
+
+
+def test_an_uppercase_host_is_lowercased_not_refused():
+    assert parse_origin("http://XX.Test") == ("http", "xx.test", 80)
+
+
+def test_a_configured_method_list_is_sent_as_written_and_a_wildcard_echoes_the_method_as_asked():
+    policy = CorsPolicy(CorsSpec(allow_origins=("*",), allow_methods=("*",)))
+    decision = policy.decide("OPTIONS", h(origin=ORIGIN, access_control_request_method="PUT,GET"))
+    assert dict(decision.headers)[b"access-control-allow-methods"] == b"PUT,GET"
+
+
+def test_decide_answers_a_preflight():
+    spec = CorsSpec(allow_origins=(ORIGIN,))
+    assert decide(spec, "OPTIONS", h(origin=ORIGIN, access_control_request_method="GET")).preflight
