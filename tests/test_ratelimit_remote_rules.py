@@ -285,3 +285,28 @@ async def test_a_charge_refused_or_failed_or_timed_out_is_counted_chargefailed(a
         await charger._charge([([("user", "ann")], 3)])
         assert counted == [("remoteRateLimit", "route/r", "chargeFailed")]
         assert trio.current_time() - start == (0.25 if client.stall else 0)
+
+
+def test_compiled_entries_keep_their_source_and_only_a_bare_word_gets_the_quotes_hint():
+    from trioproxy.policies.ratelimit_remote import compile_entry
+
+    for source in ('request.headers["x-user"]', '"gold"', "request.path"):
+        assert compile_entry(source)[0].source == source
+    assert compile_entry("users + 1")[1].endswith("source)")  # no hint: not a bare word
+    assert compile_entry("users")[1].endswith("(a string needs quotes: '\"users\"')")
+    policy_spec = spec()
+    assert RemoteRateLimitPolicy(policy_spec).spec is policy_spec
+
+
+def test_over_limit_decides_nothing_for_upstream():
+    assert RemoteRateLimitPolicy.decide(_response(2, request_headers=[("x-a", "1")])) == (
+        False, "rate limit exceeded", (), (), None, None)
+
+
+def test_a_stage_without_a_client_uses_the_processes_client_for_its_host():
+    from trioproxy.after_response import AFTER_RESPONSE
+    from trioproxy.rls.client import client_for
+
+    stage = remote_rate_limit_stage(spec(TOKENS), "route/r", lambda *a: None)
+    assert stage.client is client_for("rls:1")
+    assert stage.after_response is AFTER_RESPONSE
