@@ -144,3 +144,14 @@ def test_load_limits_reads_a_file_and_names_a_missing_one(tmp_path):
     path.write_text("domain: [\n")
     with pytest.raises(LimitsError, match=re.escape(f"{path}:2: not valid YAML")):
         load_limits(str(path))
+
+
+def test_shadow_mode_reaches_a_counted_limit():
+    c = limits("  - key: a\n    shadow_mode: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+    assert c.find([("a", "x")]) == Limit(1, "second", "", False, True)
+
+
+def test_a_yaml_error_without_a_position_names_only_the_source():
+    with pytest.raises(LimitsError) as error:
+        parse_limits("domain: \x01", "rls.yaml")
+    assert str(error.value) == "rls.yaml: not valid YAML"
