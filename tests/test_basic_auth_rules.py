@@ -91,3 +91,10 @@ async def test_trace_events_and_challenge():
     await BasicAuthStage(BasicAuthSpec((("bob", SHA_BOB),))).request(exchange(tracer))
     assert tracer.events == [("policy", {"kind": "basicAuth", "result": "skipped",
                                          "reason": "no credentials (optional mode)"})]
+
+
+def test_the_user_ends_at_the_first_colon_of_an_htpasswd_line():
+    from trioproxy.policies.basic_auth import HtpasswdError, parse_htpasswd
+
+    with pytest.raises(HtpasswdError, match="line 1: user 'a' has an unsupported hash"):
+        parse_htpasswd(f"a:b:{SHA_BOB}")
