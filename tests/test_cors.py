@@ -11,14 +11,17 @@ def h(**values):
     return [(k.replace("_", "-").encode(), v.encode()) for k, v in values.items()]
 
 
-POLICY = CorsPolicy(CorsSpec(
-    allow_origins=("https://app.example.com", "http://*.dev.test:8080", "https://*"),
-    allow_methods=("GET", "POST"), allow_headers=("authorization", "content-type"),
-    expose_headers=("x-request-id",), allow_credentials=True, max_age=600))
+@pytest.fixture
+def policy():
+    """Built per test, not at import: mutmut switches a mutant on only after the module is imported."""
+    return CorsPolicy(CorsSpec(
+        allow_origins=("https://app.example.com", "http://*.dev.test:8080", "https://*"),
+        allow_methods=("GET", "POST"), allow_headers=("authorization", "content-type"),
+        expose_headers=("x-request-id",), allow_credentials=True, max_age=600))
 
 
-def test_no_origin_is_not_cors():
-    assert POLICY.decide("GET", h(host="x")).result == "no origin"
+def test_no_origin_is_not_cors(policy):
+    assert policy.decide("GET", h(host="x")).result == "no origin"
 
 
 @pytest.mark.parametrize("origin, allowed", [
@@ -32,12 +35,12 @@ def test_no_origin_is_not_cors():
     ("https://app.example.com/path", False),     # not an origin
     ("null", False),
 ])
-def test_origin_matching(origin, allowed):
-    assert POLICY.origin_allowed(origin) is allowed
+def test_origin_matching(policy, origin, allowed):
+    assert policy.origin_allowed(origin) is allowed
 
 
-def test_preflight_is_answered_with_everything_configured():
-    decision = POLICY.decide("OPTIONS", h(origin="https://app.example.com", access_control_request_method="POST",
+def test_preflight_is_answered_with_everything_configured(policy):
+    decision = policy.decide("OPTIONS", h(origin="https://app.example.com", access_control_request_method="POST",
                                           access_control_request_headers="content-type"))
     assert decision.preflight and decision.result == "preflight"
     assert dict(decision.headers) == {
@@ -51,18 +54,18 @@ def test_preflight_is_answered_with_everything_configured():
     }
 
 
-def test_disallowed_preflight_is_answered_without_cors_headers():
-    decision = POLICY.decide("OPTIONS", h(origin="http://evil.test", access_control_request_method="GET"))
+def test_disallowed_preflight_is_answered_without_cors_headers(policy):
+    decision = policy.decide("OPTIONS", h(origin="http://evil.test", access_control_request_method="GET"))
     assert decision.preflight and decision.headers == () and decision.result == "disallowed preflight"
 
 
-def test_simple_request_gets_response_headers_and_disallowed_one_passes_bare():
-    decision = POLICY.decide("GET", h(origin="https://app.example.com"))
+def test_simple_request_gets_response_headers_and_disallowed_one_passes_bare(policy):
+    decision = policy.decide("GET", h(origin="https://app.example.com"))
     assert not decision.preflight
     assert dict(decision.headers) == {b"access-control-allow-origin": b"https://app.example.com",
                                       b"access-control-allow-credentials": b"true",
                                       b"access-control-expose-headers": b"x-request-id", b"vary": b"origin"}
-    decision = POLICY.decide("GET", h(origin="http://evil.test"))
+    decision = policy.decide("GET", h(origin="http://evil.test"))
     assert (decision.preflight, decision.headers, decision.result) == (False, ((b"vary", b"origin"),),
                                                                        "disallowed origin")
 

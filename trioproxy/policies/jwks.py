@@ -135,7 +135,10 @@ class RemoteJwks:
         return await self.fetch()
 
     async def run(self) -> None:
-        """Refresh forever: on the interval while the IdP answers, sooner while it does not."""
+        """Refresh forever: on the interval while the IdP answers, sooner while it does not.
+
+        A set never fetched (``_last_attempt`` is -inf) is fetched at once.
+        """
         while True:
             delay = self.retry_interval if self.stale or self.last_success is None else self.refresh_interval
             await trio.sleep_until(self._last_attempt + delay)
@@ -155,14 +158,9 @@ class JwksRegistry:
         remote = self.remotes.get(url)
         if remote is None:
             remote = self.remotes[url] = RemoteJwks(url, metrics=self.metrics, **self.options)
-            if self._nursery is not None:  # added by a reload: fetch now, then refresh
-                self._nursery.start_soon(self._first_then_refresh, remote)
+            if self._nursery is not None:  # added by a reload: ``run`` fetches at once, then refreshes
+                self._nursery.start_soon(remote.run)
         return remote
-
-    async def _first_then_refresh(self, remote: RemoteJwks) -> None:
-        if remote.last_success is None and remote._inflight is None:
-            await remote.fetch()
-        await remote.run()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Fetch every known URL once (in parallel), report started, then keep them fresh."""
