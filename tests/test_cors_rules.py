@@ -15,21 +15,24 @@ from .test_cors import h
 from .test_header_stages_mutants import RecordingTracer
 
 ORIGIN = "https://app.example.com"
+PREFLIGHT_VARY = b"origin, access-control-request-method, access-control-request-headers"
 
 
 def test_nothing_unconfigured_is_sent():
     policy = CorsPolicy(CorsSpec(allow_origins=(ORIGIN,)))
     preflight = policy.decide("OPTIONS", h(origin=ORIGIN, access_control_request_method="GET"))
-    assert preflight.headers == ((b"access-control-allow-origin", ORIGIN.encode()),)
-    assert policy.decide("GET", h(origin=ORIGIN)).headers == ((b"access-control-allow-origin", ORIGIN.encode()),)
+    assert preflight.headers == ((b"access-control-allow-origin", ORIGIN.encode()), (b"vary", PREFLIGHT_VARY))
+    assert policy.decide("GET", h(origin=ORIGIN)).headers == ((b"access-control-allow-origin", ORIGIN.encode()),
+                                                              (b"vary", b"origin"))
 
 
 def test_expose_headers_are_comma_separated_and_max_age_zero_is_sent():
     policy = CorsPolicy(CorsSpec(allow_origins=("*",), expose_headers=("x-a", "x-b"), max_age=0))
     assert policy.decide("GET", h(origin=ORIGIN)).headers == (
-        (b"access-control-allow-origin", ORIGIN.encode()), (b"access-control-expose-headers", b"x-a,x-b"))
+        (b"access-control-allow-origin", ORIGIN.encode()), (b"vary", b"origin"),
+        (b"access-control-expose-headers", b"x-a,x-b"))
     preflight = policy.decide("OPTIONS", h(origin=ORIGIN, access_control_request_method="GET"))
-    assert preflight.headers == ((b"access-control-allow-origin", ORIGIN.encode()),
+    assert preflight.headers == ((b"access-control-allow-origin", ORIGIN.encode()), (b"vary", PREFLIGHT_VARY),
                                  (b"access-control-max-age", b"0"),
                                  (b"access-control-expose-headers", b"x-a,x-b"))
 
@@ -116,21 +119,22 @@ async def test_stage_answers_preflights_and_adds_response_headers_with_trace_eve
         await stage.request(FakeExchange("OPTIONS", h(origin=ORIGIN, access_control_request_method="GET"), tracer))
     assert answer.value.status == 200 and str(answer.value) == ""
     assert list(answer.value.headers) == [(b"access-control-allow-origin", ORIGIN.encode()),
-                                          (b"access-control-allow-methods", b"GET")]
+                                          (b"vary", PREFLIGHT_VARY), (b"access-control-allow-methods", b"GET")]
     assert tracer.events == [("policy", {"severity": "info", "kind": "cors", "result": "preflight",
                                          "origin": ORIGIN})]
 
     tracer = RecordingTracer()
     x = FakeExchange("GET", h(origin=ORIGIN), tracer)
     await stage.request(x)
-    assert x.extra_response_headers == [(b"x-before", b"1"), (b"access-control-allow-origin", ORIGIN.encode())]
+    assert x.extra_response_headers == [(b"x-before", b"1"), (b"access-control-allow-origin", ORIGIN.encode()),
+                                        (b"vary", b"origin")]
     assert tracer.events == [("policy", {"severity": "info", "kind": "cors", "result": "allowed",
                                          "origin": ORIGIN})]
 
     tracer = RecordingTracer()
     x = FakeExchange("GET", h(origin="http://evil.test"), tracer)
     await stage.request(x)
-    assert x.extra_response_headers == [(b"x-before", b"1")]
+    assert x.extra_response_headers == [(b"x-before", b"1"), (b"vary", b"origin")]
     assert tracer.events == [("policy", {"severity": "warn", "kind": "cors", "result": "disallowed origin",
                                          "origin": "http://evil.test"})]
 
@@ -144,7 +148,7 @@ async def test_stage_answers_preflights_and_adds_response_headers_with_trace_eve
     tracer = RecordingTracer()
     x = FakeExchange("GET", h(host="x"), tracer)
     await stage.request(x)
-    assert tracer.events == [] and x.extra_response_headers == [(b"x-before", b"1")]
+    assert tracer.events == [] and x.extra_response_headers == [(b"x-before", b"1"), (b"vary", b"origin")]
 
 
 @pytest.mark.parametrize(("pattern", "value", "matches"), [
