@@ -328,6 +328,7 @@ class Runtime:
         self.otel: OtelTracing | None = None
         self._observability(config)
         self.reload_errors: list[str] = []  # problems of the last rejected reload, [] after a good one
+        self.config_file: str | None = None  # the watched file; None: a built-in config (the demo)
         #: client disconnects of requests whose server gives the socket (asgi.CLIENT_FD); Linux
         self.disconnects = DisconnectMonitor() if disconnect_monitor_available() else None
 

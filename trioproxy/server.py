@@ -356,6 +356,7 @@ async def serve_gateway(
         DEFAULT_MAX_CONNECTIONS, max(16, (nofile - 256) // 2 // max(1, len(config.binds))))
     tls_contexts = _tls_contexts(config)
     runtime = Runtime(config)
+    runtime.config_file = None if config_path is None else str(config_path)
     bound = bind_sockets(config, bind_host)
     info = bound.server_info(runtime, shutdown)
     ready = {"value": False}

@@ -74,7 +74,8 @@ def statuses(runtime: Runtime) -> dict[str, Any]:
                 reloads[sample.labels.get("result", "")] = int(sample.value)
     return {
         "statuses": _jsonable(found) if found else [],
-        "reload": {"ok": not runtime.reload_errors, "errors": list(runtime.reload_errors), **reloads},
+        "reload": {"ok": not runtime.reload_errors, "errors": list(runtime.reload_errors), **reloads,
+                   "file": runtime.config_file},
     }
 
 

@@ -256,6 +256,7 @@ async def serve_supervisor(config: Config, *, workers: int, bind_host: str = "0.
     limits = SharedLimits.create()
     table = TraceTable.create()
     runtime = Runtime(config, trace=SupervisorTraceHub(table), limiter_factory=limits.limiter)
+    runtime.config_file = None if config_path is None else str(config_path)
     pool = WorkerPool(workers, runtime, bind_socks, limits, table, drain_timeout=drain_timeout, log_level=log_level)
     runtime.metric_families = partial(summed_metric_families, runtime, pool)
     info = bound.server_info(runtime, shutdown)

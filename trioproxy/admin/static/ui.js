@@ -139,7 +139,8 @@ async function renderOverview() {
   const reload = state.reload;
   $("reload").replaceChildren(
     el("p", { class: reload.ok ? "ok" : "bad", "data-reload": reload.ok ? "ok" : "rejected",
-      text: reload.ok ? "serving the current file" : "last reload rejected: the previous config keeps serving" }),
+      text: !reload.ok ? "last reload rejected: the previous config keeps serving"
+        : reload.file ? `serving ${reload.file}` : "serving a built-in config (no file is watched)" }),
     el("p", { class: "muted", text: `reloads applied: ${reload.applied}, rejected: ${reload.rejected}` }),
     ...(reload.errors.length ? [el("ul", { class: "problems" }, reload.errors.map((p) => el("li", { text: p })))] : []),
   );
