@@ -29,7 +29,10 @@ def translated(**fields) -> tuple[str, dict]:
 
 
 def test_chosen_by_provider_and_path():
-    assert isinstance(translation_for("gemini", "/v1/chat/completions"), OpenAIToGemini)
+    native = "/v1beta/models/{model}:generateContent"
+    assert isinstance(translation_for("gemini", "/v1/chat/completions", native), OpenAIToGemini)
+    # the default gemini endpoint is Google's OpenAI-compatible one: nothing to translate
+    assert translation_for("gemini", "/v1/chat/completions", "/v1beta/openai/chat/completions") is None
 
 
 def test_path_by_model_and_streaming():

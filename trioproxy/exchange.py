@@ -86,6 +86,7 @@ class Exchange:
         "started",
         "status",
         "tracer",
+        "translation",
         "upstream_path",
         "upstream_started",
         "usage",
@@ -117,6 +118,7 @@ class Exchange:
         self.retry: RetrySpec | None = None  # set by the retry stage: the upstream call may be retried
         self.mirrors: tuple[Address, ...] = ()  # set by requestMirror stages: where copies go
         self.llm_request: tuple[bytes, str | None] | None = None  # llm: format: (body read, model to send)
+        self.translation: Any = None  # an llm_translate Translation when the provider speaks another dialect
         self.backend_phase: Phase | None = None  # the chosen backend's compiled stages
         self.upstream_started: float | None = None  # when the upstream call started
         self.request_capture: BodyCapture | None = None

@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 #: providers whose API is OpenAI's chat completions (an Anthropic-Messages client is translated to it)
-OPENAI_COMPATIBLE = frozenset({"openAI", "azure", "openai", "vllm", "ollama"})
+OPENAI_COMPATIBLE = frozenset({"openAI", "azure", "gemini"})
 
 
 def client_dialect(client_path: str) -> str:
@@ -38,17 +38,26 @@ def client_dialect(client_path: str) -> str:
     return "other"
 
 
-def translation_for(provider: str, client_path: str, **options: Any) -> Translation | None:
+def gemini_native(provider_path: str | None) -> bool:
+    """A ``gemini`` backend speaks Google's OpenAI-compatible endpoint unless its path names the native
+    ``generateContent`` (``pathOverride: /v1beta/models/{model}:generateContent``)."""
+    return provider_path is not None and "generateContent" in provider_path
+
+
+def translation_for(provider: str, client_path: str, provider_path: str | None = None,
+                    **options: Any) -> Translation | None:
     """A fresh per-request ``Translation`` when the client's dialect (by ``client_path``) is not the
-    ``provider``'s, else None (passthrough). ``options``: Bedrock's ``credentials`` and ``region``."""
+    ``provider``'s API (``provider_path``: the backend's configured path, if any), else None
+    (passthrough). ``options``: Bedrock's ``credentials`` and ``region``."""
     dialect = client_dialect(client_path)
+    native = provider == "gemini" and gemini_native(provider_path)
     if dialect == "openai":
         if provider == "anthropic":
             return OpenAIToAnthropic()
-        if provider == "gemini":
+        if native:
             return OpenAIToGemini()
         if provider == "bedrock":
             return OpenAIToBedrock(options.get("credentials"), options.get("region") or "us-east-1")
-    elif dialect == "anthropic" and provider in OPENAI_COMPATIBLE:
+    elif dialect == "anthropic" and provider in OPENAI_COMPATIBLE and not native:
         return AnthropicToOpenAI(provider)
     return None

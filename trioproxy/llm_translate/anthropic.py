@@ -42,11 +42,11 @@ class OpenAIToAnthropic(Translation):
                 text.append(block.get("text", ""))
             elif block.get("type") == "tool_use":
                 calls.append(tool_call(block.get("id", ""), block.get("name", ""), block.get("input", {})))
-        use = obj.get("usage") or {}
+        self.use = _usage(obj.get("usage") or {})
         return dumps(completion(obj.get("id", ""), obj.get("model", self.model), "".join(text), calls,
-                                STOP_REASONS.get(obj.get("stop_reason") or "end_turn", "stop"), _usage(use)))
+                                STOP_REASONS.get(obj.get("stop_reason") or "end_turn", "stop"), self.use))
 
-    def stream(self) -> StreamTranslator:
+    def new_stream(self) -> StreamTranslator:
         return AnthropicToOpenAIStream(self.model, self.include_usage)
 
 
@@ -124,8 +124,8 @@ class AnthropicToOpenAIStream(StreamTranslator):
 
     def _stop(self) -> bytes:
         self.done = True
-        use = usage(self.prompt, self.completion, self.cached)
-        return self.out.finish("stop") + self.out.end(use)
+        self.use = usage(self.prompt, self.completion, self.cached)
+        return self.out.finish("stop") + self.out.end(self.use)
 
     def _event(self, name: str, data: str) -> bytes:
         try:

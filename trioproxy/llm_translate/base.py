@@ -23,7 +23,10 @@ class ProviderRequest:
 
 
 class StreamTranslator:
-    """Provider stream bytes in, client SSE bytes out; ``finish`` when the provider's stream ended."""
+    """Provider stream bytes in, client SSE bytes out; ``finish`` when the provider's stream ended.
+    ``use``: the usage seen so far, in the client's dialect's shape (None until the provider gave one)."""
+
+    use: dict[str, Any] | None = None
 
     def feed(self, chunk: bytes) -> bytes:
         raise NotImplementedError
@@ -47,6 +50,20 @@ class Translation:
     def __init__(self) -> None:
         self.streaming = False
         self.model = ""
+        self.use: dict[str, Any] | None = None  # the usage of a whole response, client-shaped
+        self._stream: StreamTranslator | None = None
+
+    def tokens(self) -> tuple[int, int] | None:
+        """``(prompt, completion)`` tokens of the answer, once translated (whole or streamed): the
+        gateway's accounting reads them here, since a translated stream may carry no usage the client
+        did not ask for."""
+        use = self._stream.use if self._stream is not None else self.use
+        if not isinstance(use, dict):
+            return None
+        if "prompt_tokens" in use:
+            return int(use.get("prompt_tokens") or 0), int(use.get("completion_tokens") or 0)
+        prompt = (use.get("input_tokens") or 0) + (use.get("cache_read_input_tokens") or 0)
+        return int(prompt), int(use.get("output_tokens") or 0)
 
     def request(self, body: bytes, model: str | None = None) -> ProviderRequest:
         raise NotImplementedError
@@ -86,6 +103,11 @@ class Translation:
         return text or f"upstream answered {status}", _kind(status)
 
     def stream(self) -> StreamTranslator:
+        """The translator of this request's streamed answer (one per request)."""
+        self._stream = self.new_stream()
+        return self._stream
+
+    def new_stream(self) -> StreamTranslator:
         raise NotImplementedError
 
 

@@ -79,11 +79,11 @@ class OpenAIToBedrock(Translation):
             elif "toolUse" in block:
                 use = block["toolUse"]
                 calls.append(tool_call(use.get("toolUseId", ""), use.get("name", ""), use.get("input") or {}))
+        self.use = _usage(obj.get("usage"))
         return dumps(completion("chatcmpl-bedrock", self.model, "".join(text), calls,
-                                STOP_REASONS.get(obj.get("stopReason") or "end_turn", "stop"),
-                                _usage(obj.get("usage"))))
+                                STOP_REASONS.get(obj.get("stopReason") or "end_turn", "stop"), self.use))
 
-    def stream(self) -> StreamTranslator:
+    def new_stream(self) -> StreamTranslator:
         return BedrockToOpenAIStream(self.model, self.include_usage)
 
 

@@ -69,10 +69,11 @@ class OpenAIToGemini(Translation):
         if not candidates and (obj.get("promptFeedback") or {}).get("blockReason"):
             reason = "SAFETY"
         finish = "tool_calls" if calls and reason in (None, "STOP") else FINISH_REASONS.get(reason or "STOP", "stop")
+        self.use = _usage(obj.get("usageMetadata"))
         return dumps(completion(obj.get("responseId") or "chatcmpl-gemini", obj.get("modelVersion") or self.model,
-                                "".join(text), calls, finish, _usage(obj.get("usageMetadata"))))
+                                "".join(text), calls, finish, self.use))
 
-    def stream(self) -> StreamTranslator:
+    def new_stream(self) -> StreamTranslator:
         return GeminiToOpenAIStream(self.model, self.include_usage)
 
 

@@ -61,9 +61,13 @@ class AnthropicToOpenAI(Translation):
         return dumps({"id": obj.get("id", "msg_translated"), "type": "message", "role": "assistant",
                       "model": obj.get("model") or self.model, "content": content,
                       "stop_reason": FINISH_REASONS.get(choice.get("finish_reason") or "stop", "end_turn"),
-                      "stop_sequence": None, "usage": _usage(obj.get("usage"))})
+                      "stop_sequence": None, "usage": self._used(obj.get("usage"))})
 
-    def stream(self) -> StreamTranslator:
+    def _used(self, use: Any) -> dict[str, Any]:
+        self.use = _usage(use)
+        return self.use
+
+    def new_stream(self) -> StreamTranslator:
         return OpenAIToAnthropicStream(self.model)
 
 

@@ -45,7 +45,7 @@ class ChunkWriter:
     """The chunks of one streamed completion. ``include_usage``: as OpenAI does when asked, every chunk
     carries ``"usage": null`` and a last chunk with no choices carries the usage."""
 
-    __slots__ = ("id", "model", "include_usage", "created", "_started", "_tools", "finished")
+    __slots__ = ("id", "model", "include_usage", "created", "_started", "_tools", "finished", "use")
 
     def __init__(self, model: str, include_usage: bool) -> None:
         self.id = "chatcmpl-translated"
@@ -55,6 +55,7 @@ class ChunkWriter:
         self._started = False
         self._tools: dict[Any, int] = {}  # provider's tool block key -> OpenAI tool_calls index
         self.finished = False
+        self.use: dict[str, Any] | None = None
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         chunk: dict[str, Any] = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
@@ -98,6 +99,7 @@ class ChunkWriter:
     def end(self, use: dict[str, Any] | None) -> bytes:
         """The usage chunk (when asked for) and ``[DONE]``."""
         out = b""
+        self.use = use
         if self.include_usage and use is not None:
             out = sse({"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
                        "choices": [], "usage": use})
