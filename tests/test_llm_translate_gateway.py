@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from fixtures.mock_anthropic import MockAnthropic
+from fixtures.mock_bedrock import ACCESS_KEY, REGION, SECRET_KEY, MockBedrock
 from fixtures.mock_gemini import MockGemini
 from fixtures.mock_openai import MockOpenAI
 
@@ -193,3 +194,42 @@ async def test_trace_has_the_client_and_provider_forms(nursery, stream):
     assert final["llm"]["provider"] == "anthropic" and final["llm"]["model"] == "claude-x"
     assert "max_tokens" in bodies["final request"] and "max_tokens" not in bodies["client request"]
     assert "chat.completion" in bodies["response"] and "chat.completion" not in bodies["provider response"]
+
+
+async def test_openai_sdk_to_bedrock_signed_with_sigv4(nursery, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    mock = MockBedrock()
+    gw = await serve(nursery, mock, f"{{bedrock: {{region: {REGION}}}}}")
+
+    def run():
+        client = openai_client(gw)
+        whole = client.chat.completions.create(model="anthropic.claude-v2:1", max_tokens=20,
+                                               messages=[{"role": "system", "content": "brief"},
+                                                         {"role": "user", "content": "hello there"}])
+        chunks = list(client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "a b"}], stream=True,
+            stream_options={"include_usage": True}))
+        call = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "rain?"}], tools=TOOLS)
+        return whole, chunks, call
+
+    whole, chunks, call = await trio.to_thread.run_sync(run)
+    assert whole.choices[0].message.content == "hello there" and whole.usage.total_tokens > 0
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "a b"
+    assert chunks[-1].usage.total_tokens > 0
+    assert json.loads(call.choices[0].message.tool_calls[0].function.arguments) == {"q": "rain?"}
+    first = mock.requests[0]
+    assert first.path == "/model/anthropic.claude-v2:1/converse"
+    assert first.header("authorization").startswith(f"AWS4-HMAC-SHA256 Credential={ACCESS_KEY}/")
+    assert mock.requests[1].path == "/model/m/converse-stream"
+
+
+async def test_bedrock_with_a_wrong_secret_is_the_providers_403_in_openai_dialect(nursery, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    gw = await serve(nursery, MockBedrock(), f"{{bedrock: {{region: {REGION}}}}}")
+    async with gw.client() as client:
+        response = await client.post("/v1/chat/completions", json={
+            "model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    assert response.status_code == 403
+    assert response.json()["error"]["message"].startswith("The request signature we calculated does not match")

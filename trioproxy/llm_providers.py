@@ -21,7 +21,8 @@ import attrs
 
 from .asgi import Header
 
-__all__ = ["ANTHROPIC_VERSION", "PROVIDERS", "ProviderDefaults", "azure_defaults", "provider_headers"]
+__all__ = ["ANTHROPIC_VERSION", "PROVIDERS", "ProviderDefaults", "azure_defaults", "bedrock_defaults",
+           "provider_headers"]
 
 #: The Messages API version sent when the client names none (https://docs.anthropic.com/en/api/versioning).
 ANTHROPIC_VERSION = b"2023-06-01"
@@ -65,6 +66,12 @@ def azure_defaults(resource_name: str, resource_type: str, api_version: str | No
         host = f"{resource_name}.services.ai.azure.com"
         path = f"/api/projects/{quote(project_name or resource_name, safe='')}/openai/v1/chat/completions"
     return ProviderDefaults(host, path, key_header=b"api-key")
+
+
+def bedrock_defaults(region: str) -> ProviderDefaults:
+    """Bedrock's regional runtime host; requests are translated and signed (llm_translate/bedrock.py)."""
+    return ProviderDefaults(f"bedrock-runtime.{region}.amazonaws.com", "/model/{model}/converse",
+                            stream_usage_option=False)
 
 
 def fill_model(path: str, model: str | None) -> str:

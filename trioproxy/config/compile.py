@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 
 from ..backend_tls import SYSTEM_TRUST, BackendTls, TlsConfigError, build_context, file_fingerprint
-from ..llm_providers import PROVIDERS, ProviderDefaults, azure_defaults
+from ..llm_providers import PROVIDERS, ProviderDefaults, azure_defaults, bedrock_defaults
 from ..policies.api_key import ApiKeySpec, CredentialLocation, key_digest
 from ..policies.authorization import AuthorizationSpec, Rule
 from ..policies.basic_auth import BasicAuthSpec, HtpasswdError, parse_htpasswd
@@ -409,6 +409,9 @@ def _provider(provider: d.Provider) -> tuple[str, str | None, ProviderDefaults]:
         azure = provider.azure
         return "azure", azure.model, azure_defaults(azure.resource_name, azure.resource_type, azure.api_version,
                                                     azure.model, azure.project_name)
+    if provider.bedrock is not None:
+        bedrock = provider.bedrock
+        return "bedrock", bedrock.model, bedrock_defaults(bedrock.region)
     for name, options in (("anthropic", provider.anthropic), ("gemini", provider.gemini)):
         if options is not None:
             return name, options.model, PROVIDERS[name]
@@ -429,7 +432,8 @@ def _backend(backend: d.Backend, r: Reader) -> m.Backend:
         path = ai.path_override or defaults.path
         tls = policies.backend_tls or SYSTEM_TRUST
     return _with_tls(m.Backend(ai.name, target, backend.weight, policies, m.AIBackend(
-        ai.name, name, model, path, defaults.stream_usage_option, defaults.key_header)), tls)
+        ai.name, name, model, path, defaults.stream_usage_option, defaults.key_header,
+        ai.provider.bedrock.region if ai.provider.bedrock is not None else None)), tls)
 
 
 def _with_tls(backend: m.Backend, tls: BackendTls | None) -> m.Backend:
@@ -534,6 +538,9 @@ def _llm_provider(model: d.LlmModel, r: Reader) -> Any:
             r.at(model, "provider", f"'{model.provider}' is an agentgateway feature that trioproxy does not implement")
         else:
             r.at(model, "provider", f"unknown provider {model.provider!r} (expected one of: {', '.join(by_wire)})")
+        return None
+    if attribute.name == "bedrock":  # its region has no place among trioproxy's llm params (awsRegion)
+        r.at(model, "provider", "'bedrock' needs a region: use a binds ai backend with provider: {bedrock: {region}}")
         return None
     options_type = next(t for t in typing.get_args(typing.get_type_hints(d.Provider)[attribute.name])
                         if t is not type(None))

@@ -586,9 +586,19 @@ class AzureOptions:
     project_name: str | None = field("Foundry project name (default: resourceName).", default=None)
 
 
-@described(one_of=("openAI", "anthropic", "gemini", "azure"))
+@described
+class BedrockOptions:
+    """Options of Amazon Bedrock's Converse API (OpenAI-format clients are translated to it)."""
+
+    model: str | None = field("Model ID to use, overriding the one the client asks for.", default=None)
+    region: str = field("AWS region: the host is bedrock-runtime.<region>.amazonaws.com, and the region "
+                        "SigV4 signs for (credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and "
+                        "AWS_SESSION_TOKEN).")
+
+
+@described(one_of=("openAI", "anthropic", "gemini", "azure", "bedrock"))
 class Provider:
-    """Which LLM provider API the backend speaks: exactly one of openAI, anthropic, gemini, azure."""
+    """Which LLM provider API the backend speaks: exactly one of openAI, anthropic, gemini, azure, bedrock."""
 
     open_ai: OpenAIOptions | None = field(
         "OpenAI's chat completions API (api.openai.com:443, /v1/chat/completions), or any compatible one "
@@ -601,6 +611,9 @@ class Provider:
         "/v1beta/openai/chat/completions).", default=None)
     azure: AzureOptions | None = field(
         "Azure OpenAI (<resourceName>.openai.azure.com:443); the key goes in the api-key header.", default=None)
+    bedrock: BedrockOptions | None = field(
+        "Amazon Bedrock's Converse API (bedrock-runtime.<region>.amazonaws.com:443, /model/<model>/converse), "
+        "requests translated from OpenAI's format and signed with SigV4.", default=None)
 
 
 @described

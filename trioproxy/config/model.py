@@ -270,7 +270,7 @@ class AIBackend:
     """An LLM provider reached at its backend's ``target`` (``llm_providers.py`` has the defaults)."""
 
     name: str
-    provider: str  # openAI, anthropic, gemini, azure
+    provider: str  # openAI, anthropic, gemini, azure, bedrock
     model: str | None
     #: the upstream path (pathOverride, else the provider's unless hostOverride; may hold
     #: ``{model}``); None: the client's path
@@ -279,6 +279,8 @@ class AIBackend:
     stream_usage_option: bool = True
     #: where the Bearer credential goes for this provider
     key_header: bytes = b"authorization"
+    #: Bedrock: the AWS region its requests are signed for (llm_translate)
+    region: str | None = None
 
 
 @frozen

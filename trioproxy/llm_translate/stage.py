@@ -13,6 +13,7 @@ from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from ..asgi import Header
+from ..errors import ProxyError
 from ..llm import Usage
 from ..llm_providers import fill_model, provider_headers
 from ..trace import BodyCapture
@@ -59,7 +60,23 @@ def prepare(x: Exchange, ai: AIBackend, body: bytes, model: str | None) -> tuple
 
 
 def _options(ai: AIBackend) -> dict[str, Any]:
-    return dict(getattr(ai, "translation_options", None) or {})
+    """Bedrock's region and credentials: the standard AWS environment variables, read per request so
+    that rotated credentials apply (botocore's own reader; no instance-metadata lookups on this path)."""
+    if ai.provider != "bedrock":
+        return {}
+    from botocore.credentials import EnvProvider
+
+    credentials = EnvProvider().load()
+    if credentials is None:
+        raise MissingCredentials()
+    return {"region": ai.region, "credentials": credentials}
+
+
+class MissingCredentials(ProxyError):
+    """A bedrock backend without AWS credentials: the gateway's configuration, not the client, is at fault."""
+
+    status = 500
+    default_message = "bedrock backend: no AWS credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
 
 
 def sign(translation: Translation, backend: Backend, method: str, path: str, headers: list[Header],
