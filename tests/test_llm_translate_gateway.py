@@ -233,3 +233,30 @@ async def test_bedrock_with_a_wrong_secret_is_the_providers_403_in_openai_dialec
             "model": "m", "messages": [{"role": "user", "content": "hi"}]})
     assert response.status_code == 403
     assert response.json()["error"]["message"].startswith("The request signature we calculated does not match")
+
+
+LIMITED = """
+binds:
+- port: {port}
+  listeners:
+  - routes:
+    - policies:
+        localRateLimit: [{{maxTokens: 1000, tokensPerFill: 1000, fillInterval: 1h, type: tokens}}]
+      backends:
+      - ai: {{name: llm, provider: {{anthropic: {{}}}}, hostOverride: "127.0.0.1:{mock}"}}
+"""
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_translated_usage_is_charged_even_when_the_client_stream_has_none(nursery, stream):
+    mock = MockAnthropic()
+    await nursery.start(mock.serve, 0)
+    gw = await start_gateway(nursery, LIMITED, port=free_port(), mock=mock.port)
+    async with gw.client(headers={"authorization": "Bearer k"}) as client:
+        first = await client.post("/v1/chat/completions", json={
+            "model": "claude-x", "stream": stream, "messages": [{"role": "user", "content": "one two three"}]})
+        second = await client.post("/v1/chat/completions", json={
+            "model": "claude-x", "messages": [{"role": "user", "content": "x"}]})
+    assert first.status_code == 200 and (b'"usage"' in first.content) is not stream  # not asked for: not sent
+    remaining = int(second.headers["x-ratelimit-remaining"])
+    assert remaining < 1000 - 2  # the first answer's tokens (counted from Anthropic's usage) were charged

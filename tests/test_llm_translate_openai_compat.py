@@ -44,9 +44,15 @@ def test_system_sampling_stop_and_metadata():
                       temperature=0.3, top_p=0.8, stop_sequences=["END"], metadata={"user_id": "u"},
                       stream=True, thinking={"type": "disabled"})
     assert body["messages"][0] == {"role": "system", "content": "be brief"}
-    assert (body["max_tokens"], body["temperature"], body["top_p"], body["stop"], body["user"]) == \
+    assert (body["max_completion_tokens"], body["temperature"], body["top_p"], body["stop"], body["user"]) == \
         (100, 0.3, 0.8, ["END"], "u")
+    assert "max_tokens" not in body  # deprecated at OpenAI, refused by its reasoning models
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+
+
+def test_max_tokens_stays_for_other_openai_compatible_providers():
+    out = AnthropicToOpenAI("gemini").request(messages_request())
+    assert json.loads(out.body)["max_tokens"] == 100
 
 
 def test_images_base64_and_url():

@@ -29,6 +29,9 @@ class AnthropicToOpenAI(Translation):
     def request(self, body: bytes, model: str | None = None) -> ProviderRequest:
         obj = parse_json(body, self.provider, self.dialect)
         out = chat_request(Fields(obj, "", self.provider, self.dialect))
+        if "max_tokens" in out and self.provider in ("openAI", "azure"):
+            # OpenAI's own APIs deprecate max_tokens, and its reasoning models refuse it
+            out["max_completion_tokens"] = out.pop("max_tokens")
         if model:
             out["model"] = model
         self.streaming, self.model = out.get("stream") is True, out.get("model") or ""
