@@ -260,3 +260,28 @@ async def test_translated_usage_is_charged_even_when_the_client_stream_has_none(
     assert first.status_code == 200 and (b'"usage"' in first.content) is not stream  # not asked for: not sent
     remaining = int(second.headers["x-ratelimit-remaining"])
     assert remaining < 1000 - 2  # the first answer's tokens (counted from Anthropic's usage) were charged
+
+
+async def test_a_dialect_bedrock_cannot_take_is_refused_not_passed_through(nursery, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    mock = MockBedrock()
+    gw = await serve(nursery, mock, f"{{bedrock: {{region: {REGION}}}}}")
+    async with gw.client() as client:
+        messages = await client.post("/v1/messages", json={
+            "model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]})
+        embeddings = await client.post("/v1/embeddings", json={"model": "m", "input": "hi"})
+    assert messages.status_code == 400 and messages.json() == {"type": "error", "error": {
+        "type": "invalid_request_error", "message": "path: a request to /v1/messages cannot be translated to bedrock"}}
+    assert embeddings.status_code == 400 and embeddings.json()["error"]["param"] == "path"
+    assert mock.requests == []
+
+
+async def test_bedrock_without_credentials_is_a_500_naming_the_variables(nursery, monkeypatch):
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY", raising=False)
+    gw = await serve(nursery, MockBedrock(), f"{{bedrock: {{region: {REGION}}}}}")
+    async with gw.client() as client:
+        response = await client.post("/v1/chat/completions", json={"model": "m", "messages": [
+            {"role": "user", "content": "hi"}]})
+    assert response.status_code == 500 and "AWS_ACCESS_KEY_ID" in response.text

@@ -17,7 +17,8 @@ from ..errors import ProxyError
 from ..llm import Usage
 from ..llm_providers import fill_model, provider_headers
 from ..trace import BodyCapture
-from . import translation_for
+from . import client_dialect, gemini_native, translation_for
+from .errors import TranslationError
 from .base import StreamTranslator, Translation
 
 if TYPE_CHECKING:
@@ -34,8 +35,15 @@ def prepare(x: Exchange, ai: AIBackend, body: bytes, model: str | None) -> tuple
     """The translation of this request and the provider's body, or None when the client already speaks
     the provider's API. Sets the upstream path, the provider's headers and ``x.llm``; raises
     ``TranslationError`` (a 400 in the client's dialect) for what cannot be translated."""
-    translation = translation_for(ai.provider, x.scope["path"], ai.path_override, **_options(ai))
+    path = x.scope["path"]
+    translation = translation_for(ai.provider, path, ai.path_override, **_options(ai))
     if translation is None:
+        if ai.provider == "bedrock" or (ai.provider == "gemini" and gemini_native(ai.path_override)):
+            # these APIs speak neither client dialect: passing the body through would only get the
+            # provider's own refusal (or, unsigned, a 403)
+            dialect = client_dialect(path)
+            raise TranslationError("path", f"a request to {path}", ai.provider,
+                                   "anthropic" if dialect == "anthropic" else "openai")
         return None
     request = translation.request(body, model)
     x.llm = {"provider": ai.provider, "model": translation.model or None, "streaming": request.streaming}
