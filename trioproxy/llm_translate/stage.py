@@ -18,8 +18,8 @@ from ..llm import Usage
 from ..llm_providers import fill_model, provider_headers
 from ..trace import BodyCapture
 from . import client_dialect, gemini_native, translation_for
-from .errors import TranslationError
 from .base import StreamTranslator, Translation
+from .errors import TranslationError
 
 if TYPE_CHECKING:
     from ..config.model import AIBackend, Backend
