@@ -187,9 +187,9 @@ async def test_trace_has_the_client_and_provider_forms(nursery, stream):
     bodies = {e["message"]["stage"]: base64.b64decode(e["message"]["body"]).decode()
               for e in events if e["message"]["type"] == "bodySnapshot"}
     assert set(bodies) >= {"client request", "final request", "provider response", "response"}
-    translation = next(e["message"] for e in events if e["message"]["type"] == "llmTranslation")
-    assert translation == {"type": "llmTranslation", "client": "openai", "provider": "anthropic",
-                           "path": "/v1/messages"}
+    translation = next(e["message"] for e in events if e["message"].get("kind") == "llmTranslation")
+    assert translation == {"type": "policy", "kind": "llmTranslation", "result": "translated", "client": "openai",
+                           "provider": "anthropic", "path": "/v1/messages"}
     final = next(e["message"]["requestState"] for e in events if e["message"].get("stage") == "final request")
     assert final["llm"]["provider"] == "anthropic" and final["llm"]["model"] == "claude-x"
     assert "max_tokens" in bodies["final request"] and "max_tokens" not in bodies["client request"]

@@ -58,7 +58,8 @@ def prepare(x: Exchange, ai: AIBackend, body: bytes, model: str | None) -> tuple
         x.headers = provider_headers(x.headers, ai.provider, ai.key_header)
     tr = x.tracer
     if tr.active:
-        tr.event("llmTranslation", client=translation.dialect, provider=translation.provider, path=path)
+        tr.event("policy", kind="llmTranslation", result="translated", client=translation.dialect,
+                 provider=translation.provider, path=path)
         client = BodyCapture(tr.body_limit)
         client.feed(body)
         tr.body("client request", client)  # the provider's form is the "final request" body
