@@ -285,3 +285,25 @@ async def test_bedrock_without_credentials_is_a_500_naming_the_variables(nursery
         response = await client.post("/v1/chat/completions", json={"model": "m", "messages": [
             {"role": "user", "content": "hi"}]})
     assert response.status_code == 500 and "AWS_ACCESS_KEY_ID" in response.text
+
+
+LLM_FORMAT = """
+llm:
+  port: {port}
+  models:
+  - name: claude
+    provider: anthropic
+    params: {{model: claude-x, apiKey: sk-provider, hostOverride: "127.0.0.1:{mock}"}}
+"""
+
+
+async def test_llm_format_model_to_anthropic_is_translated(nursery):
+    mock = MockAnthropic()
+    await nursery.start(mock.serve, 0)
+    gw = await start_gateway(nursery, LLM_FORMAT, port=free_port(), mock=mock.port)
+    async with gw.client() as client:
+        response = await client.post("/v1/chat/completions", json={
+            "model": "claude", "messages": [{"role": "user", "content": "hello there"}]})
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"] == "hello there"
+    assert mock.requests[0].json["model"] == "claude-x"  # the model the entry sends, in the provider's format
