@@ -108,9 +108,10 @@ def test_llm_format_errors_name_their_place():
     assert problems(text) == [
         "<config>:4:3: llm.port: port 4000 is already bound by binds[0]",
         "<config>:5:11: llm.models[0].name: model name wildcard must be either at the beginning or the end: 'a/*/b'",
-        "<config>:9:15: llm.models[1].provider: 'bedrock' is an agentgateway feature that trioproxy does not implement",
+        "<config>:9:15: llm.models[1].provider: 'bedrock' needs a region: use a binds ai backend with provider: "
+        "{bedrock: {region}}",
         "<config>:11:15: llm.models[2].provider: unknown provider 'nope' (expected one of: openAI, anthropic, gemini,"
-        " vertex, azure, groq, mistral, deepseek, openrouter, together, fireworks, xai, cerebras, ollama, vllm)",
+        " vertex, azure, bedrock, groq, mistral, deepseek, openrouter, together, fireworks, xai, cerebras, ollama, vllm)",
     ]  # models[3] has no hostOverride: the provider's own host over TLS (docs/llm-providers.md)
     (virtual,) = problems("llm:\n  virtualModels: []\n  models: []\n")
     assert virtual.endswith("llm.virtualModels: 'virtualModels' is an agentgateway feature that trioproxy does "

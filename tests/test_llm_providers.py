@@ -65,10 +65,12 @@ def test_host_override_keeps_plain_http_and_the_client_path_unless_told():
 
 
 @pytest.mark.parametrize(("provider", "message"), [
-    ("{}", "expected exactly one of: openAI, anthropic, gemini, vertex, azure, groq"),
+    ("{}", "expected exactly one of: openAI, anthropic, gemini, vertex, azure, bedrock, groq"),
     ("{openAI: {}, anthropic: {}}", "expected exactly one of"),
     ("{azure: {apiVersion: v1}}", "resourceName: required field is missing"),
-    ("{bedrock: {}}", "'bedrock' is an agentgateway feature that trioproxy does not implement"),
+    ("{bedrock: {}}", "bedrock.region: required field is missing"),
+    ("{vertex: {}}", "vertex.projectId: required field is missing"),
+    ("{copilot: {}}", "'copilot' is an agentgateway feature that trioproxy does not implement"),
 ])
 def test_bad_provider_is_a_one_line_positioned_error(provider, message):
     with pytest.raises(ConfigError) as info:

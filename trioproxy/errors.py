@@ -17,6 +17,7 @@
     ├── DirectResponse              any status chosen by a directResponse or requestRedirect policy
     │   └── ModelList               200 ``GET /v1/models`` on an ``llm:`` port (JSON)
     ├── LlmRequestError             404 model_not_found, 400 missing_model / invalid_request_body (JSON)
+    ├── llm_translate.TranslationError 400 a field the provider has no equivalent for (JSON, the client's dialect)
     ├── TimeoutError_
     │   ├── RequestTimeout          504 request timeout
     │   └── UpstreamTimeout         504 upstream call timeout
@@ -26,7 +27,8 @@
         └── BadUpstreamResponse     502 (the backend answered something that is not HTTP/1.1)
 
 Stages raise these; ``gateway.py`` catches ``ProxyError`` once and calls ``error_response``. On a
-route to LLM providers the body is the provider's error JSON instead (``dialect_error_body``).
+route to LLM providers the body is the provider's error JSON instead (``dialect_error_body``),
+except for an error whose body is JSON already (``TranslationError``).
 Config errors are a different tree (``trioproxy.config.ConfigError``): they never reach a client.
 """
 
@@ -180,7 +182,10 @@ def error_response(error: ProxyError, dialect: str | None = None) -> tuple[int, 
     LLM provider (``dialect`` ``openai`` or ``anthropic``) the error JSON that provider's SDK parses,
     so it raises its typed error (``RateLimitError``...) with the message."""
     dialect = dialect or error.dialect
-    if dialect is not None and error.status >= 400 and not isinstance(error, DirectResponse):
+    # An error whose message is its JSON body already (llm_translate's TranslationError, written in
+    # the client's dialect with the field it names) is not wrapped a second time.
+    if (dialect is not None and error.status >= 400 and not isinstance(error, DirectResponse)
+            and error.content_type != b"application/json"):
         body = dialect_error_body(error, dialect)
         content_type = b"application/json"
     else:

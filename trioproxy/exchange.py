@@ -90,6 +90,7 @@ class Exchange:
         "started",
         "status",
         "tracer",
+        "translation",
         "upstream_path",
         "upstream_started",
         "usage",
@@ -125,6 +126,7 @@ class Exchange:
         self.first_chunk: float | None = None  # when the first response body bytes arrived (LLM calls)
         self.llm_strip = False  # the gateway asked for stream usage the client did not: strip it
         self.error_dialect: str | None = None  # openai/anthropic: the gateway's errors as that API's JSON
+        self.translation: Any = None  # an llm_translate Translation when the provider speaks another dialect
         self.backend_phase: Phase | None = None  # the chosen backend's compiled stages
         self.upstream_started: float | None = None  # when the upstream call started
         self.request_capture: BodyCapture | None = None

@@ -25,7 +25,7 @@ build no snapshot.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from math import inf
 from typing import Any
@@ -58,6 +58,7 @@ from .llm_providers import (
     provider_headers,
     semconv_provider,
 )
+from .llm_translate import stage as translate
 from .otel import OtelTracing
 from .policies.headers import (
     forwarded_request_headers,
@@ -344,12 +345,15 @@ class Gateway:
             address = backend.target
             host = address.host if address.port == (443 if backend.tls is not None else 80) else str(address)
             upstream_headers = [h for h in upstream_headers if h[0] != b"host"] + [(b"host", host.encode())]
-        tr.snapshot("final request", x, headers=upstream_headers)
 
         # 6. upstream
         query = scope.get("query_string", b"")
         path = x.upstream_path.encode() if x.upstream_path else (scope.get("raw_path") or scope["path"].encode())
         target = path + (b"&" if b"?" in path else b"?") + query if query else path  # Azure's api-version
+        if x.translation is not None and isinstance(body, bytes):  # Bedrock: SigV4 over the final request
+            upstream_headers = translate.sign(x.translation, backend, scope["method"], target.decode("latin-1"),
+                                              upstream_headers, body)
+        tr.snapshot("final request", x, headers=upstream_headers)
         for mirror in x.mirrors:  # copies run in the root nursery: never in this request's way
             self.runtime.mirrors.send(mirror, scope["method"].encode(), target, upstream_headers,
                                       body if isinstance(body, bytes) else b"")
@@ -403,6 +407,12 @@ class Gateway:
         else:
             original, override = await x.read_body(self.runtime.state.config.frontend.max_buffer_size), None
         kind = x.llm_kind or COMPLETIONS
+        translated = translate.prepare(x, ai, original, override or ai.model, kind)
+        if translated is not None:  # the client speaks another dialect than the provider (llm_translate)
+            # the translation asks for and reports usage itself (a translated stream carries the
+            # client's usage chunk only when asked): nothing for llm_strip to take out
+            x.translation, body = translated
+            return body
         body, info = prepare_request_body(original, model_override=override or ai.model,
                                           stream_usage_option=ai.stream_usage_option and kind == COMPLETIONS)
         x.llm = {"provider": ai.provider, "model": info.model if info else None,
@@ -424,8 +434,10 @@ class Gateway:
         header, the body forwarded as it comes."""
         ai = backend.ai
         assert ai is not None
+        kind = x.llm_kind or PASSTHROUGH
+        translate.refuse_untranslatable(ai, x.scope["path"], kind)  # bedrock, native gemini: no passthrough
         x.llm = {"provider": ai.provider, "model": ai.model, "streaming": False}
-        path = ai.upstream_path(x.llm_kind or PASSTHROUGH)
+        path = ai.upstream_path(kind)
         if path is not None:
             x.upstream_path = fill_model(path, ai.model)
         if ai.key_header != b"authorization" or ai.provider == "anthropic":
@@ -509,6 +521,10 @@ class Gateway:
                 "requestProcessingDuration": duration_string(now - x.arrival),
                 "upstreamDuration": duration_string(now - x.upstream_started)})
         headers = without_hop_by_hop(response.headers)
+        translated_body = stream = None
+        if x.translation is not None:  # the provider's answer in the client's dialect (llm_translate)
+            headers, translated_body, stream = await translate.respond(
+                x, x.translation, response, headers, self.runtime.state.config.frontend.max_buffer_size)
         for stage in x.backend_phase.response:
             headers = stage.response_headers(x, headers)
         tr.response_snapshot("backend response ready", x, response.status, headers)
@@ -524,6 +540,9 @@ class Gateway:
 
         finishers = gateway.finish + route.finish
         usage_reader = None
+        if x.translation is not None:
+            await self._send_translated(x, translated_body, stream, response, response.status, headers, finishers)
+            return
         if finishers or backend.ai is not None:
             usage_reader = UsageReader(header_value(response.headers, b"content-type"),
                                        content_encoding=header_value(response.headers, b"content-encoding"))
@@ -591,6 +610,40 @@ class Gateway:
                 for stage in finishers:
                     await stage.finish(x)
         tr.body("response", capture)
+
+    async def _send_translated(self, x: Exchange, body: bytes | None, stream: Any, response: UpstreamResponse,
+                               status: int, headers: list[Header], finishers: Sequence[Any]) -> None:
+        """A translated answer: the whole body, or the provider's stream translated piece by piece;
+        then the usage the translation counted (a translated stream may not carry it)."""
+        capture = BodyCapture(x.tracer.body_limit) if x.tracer.active else None
+        async with x.corked():
+            await x.start_response(status, headers)
+            if body is not None:
+                x.first_chunk = trio.current_time()
+                if capture is not None:
+                    capture.feed(body)
+                await x.send_body(body)
+                await x.end_body()
+        if stream is not None:
+            async with aclosing(translate.translated_chunks(x, response, stream)) as chunks:
+                async for chunk in chunks:
+                    if x.first_chunk is None:  # time to first token (gen_ai_server_* metrics)
+                        x.first_chunk = trio.current_time()
+                    if capture is not None:
+                        capture.feed(chunk)
+                    await x.send_body(chunk)
+            await x.end_body()
+        usage = translate.usage(x.translation)
+        if usage is not None:
+            x.usage = usage
+            if x.llm is not None:
+                x.llm.update(inputTokens=usage.prompt_tokens, outputTokens=usage.completion_tokens,
+                             totalTokens=usage.total_tokens)
+                if usage.model:
+                    x.llm["responseModel"] = usage.model
+            for stage in finishers:
+                await stage.finish(x)
+        x.tracer.body("response", capture)
 
 
 async def _then(body: AsyncIterator[bytes], done: Callable[[], None]) -> AsyncIterator[bytes]:

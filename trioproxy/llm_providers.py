@@ -2,14 +2,15 @@
 what its requests need.
 
 agentgateway's names and defaults (docs/llm-providers.md): ``openAI``, ``anthropic``, ``gemini``
-(Google's OpenAI-compatible endpoint), ``vertex``, ``azure``, and OpenAI-compatible presets by name
+(Google's OpenAI-compatible endpoint), ``vertex``, ``azure``, ``bedrock``, and OpenAI-compatible presets by name
 (``groq``, ``mistral``...). A provider gives the backend its host (port 443, TLS with the system trust
 store) and, per endpoint kind, its upstream path: the request's path picks the kind
 (``endpoint_kind``), so an SDK's ``embeddings.create`` reaches the provider's embeddings endpoint
 and not its chat one. ``hostOverride`` replaces the host (plain HTTP unless a backendTLS policy
 applies) and keeps the client's path, ``pathOverride`` replaces the path whatever the kind.
-trioproxy does not translate between formats here: a client of an ``anthropic`` backend speaks
-the Messages API.
+``bedrock`` (Converse) is reached only through translation. Formats are not translated here:
+llm_translate/ does it when the kind is chat completions or Messages and the client's dialect is
+not the provider's.
 
 The credential: ``backendAuth`` (or the client) puts it in ``Authorization: Bearer``;
 ``provider_headers`` moves it to ``x-api-key`` for Anthropic and ``api-key`` for Azure, and adds
@@ -28,7 +29,7 @@ from .asgi import Header
 
 __all__ = [
     "ANTHROPIC_VERSION", "COMPLETIONS", "COUNT_TOKENS", "EMBEDDINGS", "MESSAGES", "MODELS", "PASSTHROUGH",
-    "PRESETS", "PROVIDERS", "RESPONSES", "ProviderDefaults", "azure_defaults", "endpoint_kind", "error_dialect",
+    "PRESETS", "PROVIDERS", "RESPONSES", "ProviderDefaults", "azure_defaults", "bedrock_defaults", "endpoint_kind", "error_dialect",
     "operation_name", "provider_headers", "semconv_provider", "vertex_defaults",
 ]
 
@@ -174,6 +175,12 @@ def vertex_defaults(project_id: str, region: str | None) -> ProviderDefaults:
     host = "aiplatform.googleapis.com" if region == "global" else f"{quote(region, safe='')}-aiplatform.googleapis.com"
     base = f"/v1/projects/{quote(project_id, safe='')}/locations/{quote(region, safe='')}/endpoints/openapi"
     return ProviderDefaults(host, _openai_paths(base, COMPLETIONS, EMBEDDINGS))
+
+
+def bedrock_defaults(region: str) -> ProviderDefaults:
+    """Bedrock's regional runtime host; requests are translated and signed (llm_translate/bedrock.py)."""
+    return ProviderDefaults(f"bedrock-runtime.{region}.amazonaws.com", ((COMPLETIONS, "/model/{model}/converse"),),
+                            stream_usage_option=False)
 
 
 def fill_model(path: str, model: str | None) -> str:

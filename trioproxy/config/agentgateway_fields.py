@@ -41,7 +41,7 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
         "mcpAuthorization mcpGuardrails requestRedirect sessionAffinity tcp transformations"
     ),
     "AIBackend": _names("pathPrefix policies tokenize"),
-    "Provider": _names("bedrock copilot custom"),
+    "Provider": _names("copilot custom"),
     "BackendTLS": _names("keyExchangeGroups spiffe"),
     "OpenAIOptions": _names("moderation"),
     "DirectResponse": _names("bodyExpression headers"),

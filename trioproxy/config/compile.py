@@ -24,7 +24,7 @@ import attrs
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from ..backend_tls import SYSTEM_TRUST, BackendTls, TlsConfigError, build_context, file_fingerprint
-from ..llm_providers import PRESETS, PROVIDERS, ProviderDefaults, azure_defaults, vertex_defaults
+from ..llm_providers import PRESETS, PROVIDERS, ProviderDefaults, azure_defaults, bedrock_defaults, vertex_defaults
 from ..policies.api_key import ApiKeySpec, CredentialLocation, key_digest
 from ..policies.authorization import AuthorizationSpec, Rule
 from ..policies.basic_auth import BasicAuthSpec, HtpasswdError, parse_htpasswd
@@ -437,6 +437,9 @@ def _provider(provider: d.Provider) -> tuple[str, str | None, ProviderDefaults]:
     if provider.vertex is not None:
         vertex = provider.vertex
         return "vertex", vertex.model, vertex_defaults(vertex.project_id, vertex.region)
+    if provider.bedrock is not None:
+        bedrock = provider.bedrock
+        return "bedrock", bedrock.model, bedrock_defaults(bedrock.region)
     for name, options in (("anthropic", provider.anthropic), ("gemini", provider.gemini)):
         if options is not None:
             return name, options.model, PROVIDERS[name]
@@ -462,7 +465,8 @@ def _backend(backend: d.Backend, r: Reader) -> m.Backend:
         paths = defaults.paths
         tls = policies.backend_tls or (SYSTEM_TRUST if defaults.tls else None)
     return _with_tls(m.Backend(ai.name, target, backend.weight, policies, m.AIBackend(
-        ai.name, name, model, ai.path_override, paths, defaults.stream_usage_option, defaults.key_header)), tls)
+        ai.name, name, model, ai.path_override, paths, defaults.stream_usage_option, defaults.key_header,
+        ai.provider.bedrock.region if ai.provider.bedrock is not None else None)), tls)
 
 
 def _with_tls(backend: m.Backend, tls: BackendTls | None) -> m.Backend:
@@ -570,6 +574,9 @@ def _llm_provider(model: d.LlmModel, r: Reader) -> Any:
             r.at(model, "provider", f"'{model.provider}' is an agentgateway feature that trioproxy does not implement")
         else:
             r.at(model, "provider", f"unknown provider {model.provider!r} (expected one of: {', '.join(by_wire)})")
+        return None
+    if attribute.name == "bedrock":  # its region has no place among trioproxy's llm params (awsRegion)
+        r.at(model, "provider", "'bedrock' needs a region: use a binds ai backend with provider: {bedrock: {region}}")
         return None
     options_type = next(t for t in typing.get_args(typing.get_type_hints(d.Provider)[attribute.name])
                         if t is not type(None))

@@ -600,10 +600,20 @@ class VertexOptions:
                                default=None)
 
 
-@described(one_of=("openAI", "anthropic", "gemini", "vertex", "azure", "groq", "mistral", "deepseek", "openrouter", "together", "fireworks", "xai", "cerebras", "ollama", "vllm"))
+@described
+class BedrockOptions:
+    """Options of Amazon Bedrock's Converse API (OpenAI-format clients are translated to it)."""
+
+    model: str | None = field("Model ID to use, overriding the one the client asks for.", default=None)
+    region: str = field("AWS region: the host is bedrock-runtime.<region>.amazonaws.com, and the region "
+                        "SigV4 signs for (credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and "
+                        "AWS_SESSION_TOKEN).")
+
+
+@described(one_of=("openAI", "anthropic", "gemini", "vertex", "azure", "bedrock", "groq", "mistral", "deepseek", "openrouter", "together", "fireworks", "xai", "cerebras", "ollama", "vllm"))
 class Provider:
-    """Which LLM provider API the backend speaks: exactly one of openAI, anthropic, gemini, vertex, azure, or an
-    OpenAI-compatible preset (groq, mistral, deepseek, openrouter, together, fireworks, xai, cerebras, ollama,
+    """Which LLM provider API the backend speaks: exactly one of openAI, anthropic, gemini, vertex, azure, bedrock,
+    or an OpenAI-compatible preset (groq, mistral, deepseek, openrouter, together, fireworks, xai, cerebras, ollama,
     vllm)."""
 
     open_ai: OpenAIOptions | None = field(
@@ -620,6 +630,9 @@ class Provider:
         "/v1/projects/<projectId>/locations/<region>/endpoints/openapi/...).", default=None)
     azure: AzureOptions | None = field(
         "Azure OpenAI (<resourceName>.openai.azure.com:443); the key goes in the api-key header.", default=None)
+    bedrock: BedrockOptions | None = field(
+        "Amazon Bedrock's Converse API (bedrock-runtime.<region>.amazonaws.com:443, /model/<model>/converse), "
+        "requests translated from OpenAI's format and signed with SigV4.", default=None)
     groq: OpenAIOptions | None = field("Groq (api.groq.com:443, /openai/v1/...).", default=None)
     mistral: OpenAIOptions | None = field("Mistral (api.mistral.ai:443, /v1/...).", default=None)
     deepseek: OpenAIOptions | None = field("DeepSeek (api.deepseek.com:443, /v1/...).", default=None)

@@ -275,7 +275,7 @@ class AIBackend:
     """An LLM provider reached at its backend's ``target`` (``llm_providers.py`` has the defaults)."""
 
     name: str
-    provider: str  # openAI, anthropic, gemini, vertex, azure, or an OpenAI-compatible preset (groq...)
+    provider: str  # openAI, anthropic, gemini, vertex, azure, bedrock, or an OpenAI-compatible preset (groq...)
     model: str | None
     #: ``pathOverride``: the upstream path whatever the endpoint (may hold ``{model}``)
     path_override: str | None
@@ -285,6 +285,8 @@ class AIBackend:
     stream_usage_option: bool = True
     #: where the Bearer credential goes for this provider
     key_header: bytes = b"authorization"
+    #: Bedrock: the AWS region its requests are signed for (llm_translate)
+    region: str | None = None
 
     def upstream_path(self, kind: str) -> str | None:
         """The path a request of endpoint ``kind`` goes to; None keeps the client's. A chat request
