@@ -13,10 +13,10 @@ import trio
 from prometheus_client.metrics_core import Metric
 
 from .access_log import AccessLog
-from .history import History
 from .config.model import Backend, Config, Listener, Policies, Route
 from .disconnect_monitor import DisconnectMonitor
 from .disconnect_monitor import available as disconnect_monitor_available
+from .history import History
 from .metrics import Metrics
 from .otel import OtelTracing
 from .policies.api_key import ApiKeyStage
