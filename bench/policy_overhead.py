@@ -90,9 +90,11 @@ PROMPT = " ".join(f"word{i}" for i in range(60))  # the mock echoes it, split ov
 MAX_LIMITER_DELTA_MS = 0.05
 MAX_SSE_RATIO = 1.10
 
-POLICY_VARIANTS = ["plain", "limited", "token-limited", "tracing-idle", "log-off", "otel-1pct", "otel-100pct"]
+POLICY_VARIANTS = ["plain", "limited", "token-limited", "tracing-idle", "log-off", "otel-1pct", "otel-100pct",
+                   "history-off"]
 MAX_ACCESS_LOG_DELTA_MS = 0.05  # issue 18: JSON access log to a file
 MAX_OTEL_1PCT_DELTA_MS = 0.02  # issue 18: tracing sampled at 1%
+MAX_HISTORY_PCT = 3.0  # issue 34: the always-on request history, % CPU per request
 OTLP_LOCATION = """\
         location = /v1/traces {
             default_type application/x-protobuf;
@@ -307,7 +309,9 @@ def part_policy(procs: harness.Processes, tmp: Path, args: argparse.Namespace, p
              "limited": harness.trioproxy_conf(backend_port, LIMIT_REQUESTS),
              "token-limited": harness.trioproxy_conf(backend_port, LIMIT_TOKENS),
              "tracing-idle": plain, "log-off": with_config(plain, "  logging: {level: warn}\n"),
-             "otel-1pct": with_config(plain, otlp % "0.01"), "otel-100pct": with_config(plain, otlp % "1.0")}
+             "otel-1pct": with_config(plain, otlp % "0.01"), "otel-100pct": with_config(plain, otlp % "1.0"),
+             # issue 34: plain keeps the request history (on by default); this one turns it off
+             "history-off": with_config(plain, "  logging: {format: json}\n  history: {size: 0}\n")}
     variants: list[Variant] = []
     admin_port = harness.free_port()
     for name in POLICY_VARIANTS:
@@ -468,6 +472,10 @@ def verdicts(summaries: list[Summary]) -> list[str]:
             verdict = f" (issue 18 target: <= +{limit} ms): {'PASS' if s.delta_cpu_ms <= limit else 'FAIL'}" \
                 if limit is not None else " (informational: every request exported)"
             out.append(f"{name} (OTLP/HTTP spans to nginx) vs plain: {s.delta_cpu_ms:+.3f} ms CPU/request{verdict}")
+    if (s := by.get("history-off")) is not None and s.cpu_ratio:
+        cost = (1 / s.cpu_ratio - 1) * 100  # plain keeps the history: its CPU over history-off's
+        out.append(f"request history (on, the default) vs history-off: {-(s.delta_cpu_ms or 0):+.3f} ms CPU/request "
+                   f"({cost:+.1f}%) (issue 34 target: <= 3%): {'PASS' if cost <= MAX_HISTORY_PCT else 'FAIL'}")
     if (s := by.get("tracing-idle")) is not None and s.delta_cpu_ms is not None:
         out.append(f"tracing-idle (a never-matching watcher connected) vs plain: {s.delta_cpu_ms:+.3f} ms "
                    f"CPU/request ({s.cpu_ratio:.3f}x), req/s {s.rps_ratio:.3f}x (informational: the worst case "

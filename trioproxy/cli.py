@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
         trace_cli.configure_parser(trace)
         trace.set_defaults(handler=trace_cli.run)
     requests_cli.configure_parser(commands.add_parser(
-        "requests", help="show the last requests a gateway handled (its request history)",
+        "requests", help="show the last requests a gateway handled (its history)",
         description=requests_cli.DESCRIPTION, epilog=requests_cli.EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter))
     demo_parser = commands.add_parser("demo", help="run the gateway with a bundled demo backend (Ctrl-C stops both)",
