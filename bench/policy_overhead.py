@@ -314,12 +314,13 @@ def part_policy(procs: harness.Processes, tmp: Path, args: argparse.Namespace, p
              "history-off": with_config(plain, "  logging: {format: json}\n  history: {size: 0}\n")}
     variants: list[Variant] = []
     admin_port = harness.free_port()
-    for name in POLICY_VARIANTS:
+    names = [n for n in POLICY_VARIANTS if not args.variants or n == "plain" or n in args.variants]
+    for name in names:
         proc, port = harness.start_trioproxy(procs, tmp, backend_port, proxy_cpu, conf=confs[name],
                                         name=f"trioproxy-{name}", probe_path=USAGE_PATH,
                                         admin_port=admin_port if name == "tracing-idle" else 0)
         variants.append(Variant(name, port, proc, confs[name]))
-    variants += start_against(procs, tmp, args, backend_port, proxy_cpu, confs, POLICY_VARIANTS, USAGE_PATH)
+    variants += start_against(procs, tmp, args, backend_port, proxy_cpu, confs, names, USAGE_PATH)
     for ref in args.baseline_ref:
         name = f"plain@{ref}"
         proc, port = harness.start_trioproxy(procs, tmp, backend_port, proxy_cpu, conf=confs["plain"],
@@ -327,9 +328,9 @@ def part_policy(procs: harness.Processes, tmp: Path, args: argparse.Namespace, p
                                         root=export_ref(ref, tmp / f"tree-{len(variants)}"))
         variants.append(Variant(name, port, proc, confs["plain"]))
     by = {v.name: v for v in variants}
-    check_limited("plain", by["plain"].port, limited=False, tokens=False)
-    check_limited("limited", by["limited"].port, limited=True, tokens=False)
-    check_limited("token-limited", by["token-limited"].port, limited=True, tokens=True)
+    for name, limited, tokens in (("plain", False, False), ("limited", True, False), ("token-limited", True, True)):
+        if name in by:
+            check_limited(name, by[name].port, limited=limited, tokens=tokens)
     keepalives = []
 
     @contextlib.contextmanager
@@ -347,15 +348,17 @@ def part_policy(procs: harness.Processes, tmp: Path, args: argparse.Namespace, p
         finally:
             watcher.close()
 
-    with watching():
-        check_limited("tracing-idle", by["tracing-idle"].port, limited=False, tokens=False)
+    if "tracing-idle" in by:
+        with watching():
+            check_limited("tracing-idle", by["tracing-idle"].port, limited=False, tokens=False)
     around: dict[str, Callable[[], ContextManager[object]]] = {"tracing-idle": watching}
     if (old := by.get(f"tracing-idle@{args.against}")) is not None:
         admin_old = int(old.conf.split("#admin ", 1)[1])
         around[old.name] = lambda: watching(admin_old)
     rows = run_interleaved(variants, backend, args.connections, args, client_cpu, path=USAGE_PATH, around=around)
     notes = skipped_against(args, confs, variants) + [f"tracing-idle: a watcher was connected through each warm-up and run, stayed connected, "
-             f"received 0 events and {sum(keepalives[1:])} keepalives in all"]
+             f"received 0 events and {sum(keepalives[1:])} keepalives in all"] if "tracing-idle" in by else \
+        skipped_against(args, confs, variants)
     for v in variants:
         procs.stop(v.proc)
     procs.stop(backend)
@@ -498,6 +501,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sse-connections", type=int, default=10, help="wrk connections, part sse (default 10)")
     parser.add_argument("--chunks", type=int, default=50, help="SSE content chunks per response (default 50)")
     parser.add_argument("--parts", default="policy,sse", help="comma-separated subset of policy,sse")
+    parser.add_argument("--variants", default="", help="policy part: only these variants (comma-separated) and plain, "
+                                                        "e.g. history-off")
     parser.add_argument("--against", default="", metavar="REF",
                         help="also run every variant on trioproxy at git REF, interleaved (rows NAME@REF)")
     parser.add_argument("--baseline-ref", default="", metavar="REF[,REF...]",
@@ -506,6 +511,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         args.duration, args.warmup, args.repeats = 1.0, 0.0, 1
     args.parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if unknown_variants := set(args.variants) - set(POLICY_VARIANTS):
+        parser.error(f"unknown variants: {', '.join(sorted(unknown_variants))}")
     args.baseline_ref = [r.strip() for r in args.baseline_ref.split(",") if r.strip()]
     if unknown := set(args.parts) - {"policy", "sse"}:
         parser.error(f"unknown parts: {', '.join(sorted(unknown))}")

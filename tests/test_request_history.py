@@ -10,6 +10,7 @@ import pytest
 import trio
 
 from trioproxy.config import ConfigError, parse_config
+from trioproxy.config.dump import config_dump
 from trioproxy.history import History, Summary, subject_of
 
 from .conftest import LOOPBACK_SERVERS, free_port, start_gateway
@@ -169,7 +170,8 @@ def test_config_history_size_validated():
     with pytest.raises(ConfigError, match=r"config\.history\.size"):
         parse_config("config:\n  history: {size: -1}\nbinds: []\n", env=LOOPBACK_SERVERS)
     assert parse_config("binds: []\n", env=LOOPBACK_SERVERS).history.size == 1000
-    assert parse_config("config:\n  history: {size: 7}\nbinds: []\n", env=LOOPBACK_SERVERS).history.size == 7
+    seven = parse_config("config:\n  history: {size: 7}\nbinds: []\n", env=LOOPBACK_SERVERS)
+    assert seven.history.size == 7 and config_dump(seven)["config"]["history"] == {"size": 7}
 
 
 def test_subject_of():
