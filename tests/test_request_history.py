@@ -9,11 +9,13 @@ import httpx
 import pytest
 import trio
 
+from fixtures.mock_openai import MockOpenAI
 from trioproxy.config import ConfigError, parse_config
 from trioproxy.config.dump import config_dump
 from trioproxy.history import History, Summary, subject_of
 
-from .conftest import LOOPBACK_SERVERS, free_port, start_gateway
+from .conftest import LOOPBACK_SERVERS, free_port, start_gateway, start_routes
+from .test_basic_auth import basic, users_yaml
 
 ROUTES = """\
 config:
@@ -180,3 +182,47 @@ def test_subject_of():
     assert subject_of(None, {"name": "ci", "key": "<redacted>"}, None) == "ci"
     assert subject_of(None, {"key": "<redacted>"}, None) == "apiKey"
     assert subject_of(None, None, None) is None
+
+
+async def test_llm_tokens_and_model(nursery):
+    mock = MockOpenAI()
+    await nursery.start(mock.serve, 0)
+    gw = await start_gateway(nursery, """
+        binds:
+        - port: {port}
+          listeners:
+          - routes:
+            - backends:
+              - ai: {{name: mock, provider: {{openAI: {{}}}}, hostOverride: "127.0.0.1:{mock}"}}
+        """, port=free_port(), mock=mock.port)
+    async with httpx.AsyncClient(base_url=gw.admin_url) as admin, gw.client() as client:
+        answer = await client.post("/v1/chat/completions", json={
+            "model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hello there"}]})
+        assert answer.status_code == 200
+        usage = answer.json()["usage"]
+        [entry] = await _history(admin, 1)
+        assert (entry["inputTokens"], entry["outputTokens"]) == (usage["prompt_tokens"], usage["completion_tokens"])
+        assert entry["model"] == "gpt-4o-mini" and entry["backend"] == "mock"
+        found = (await admin.get("/api/requests", params={"expression": "llm.inputTokens > 0"})).json()
+        assert len(found) == 1
+
+
+async def test_subject_and_auth_refusals(nursery, backend):
+    gw = await start_routes(nursery, """
+        - policies:
+            basicAuth:
+              mode: strict
+              realm: staff
+              htpasswd: {users}
+            authorization: {{rules: ['basicAuth.username != "bob"']}}
+          backends: [{{host: "127.0.0.1:{backend}"}}]
+    """, port=free_port(), backend=backend.port, users=users_yaml())
+    async with httpx.AsyncClient(base_url=gw.admin_url) as admin, gw.client() as client:
+        assert (await client.get("/a", headers=basic("alice", "wonderland"))).status_code == 200
+        assert (await client.get("/b", headers=basic("bob", "builder"))).status_code == 403
+        assert (await client.get("/c")).status_code == 401
+        entries = await _history(admin, 3)
+    assert [(e["path"], e["subject"], e["status"]) for e in entries] == [
+        ("/c", None, 401), ("/b", "bob", 403), ("/a", "alice", 200)]
+    assert entries[0]["reason"] == "basic authentication failure: no basic authentication credentials found"
+    assert entries[1]["reason"].startswith("authorization failed") and entries[2]["reason"] is None
