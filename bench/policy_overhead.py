@@ -90,9 +90,11 @@ PROMPT = " ".join(f"word{i}" for i in range(60))  # the mock echoes it, split ov
 MAX_LIMITER_DELTA_MS = 0.05
 MAX_SSE_RATIO = 1.10
 
-POLICY_VARIANTS = ["plain", "limited", "token-limited", "tracing-idle", "log-off", "otel-1pct", "otel-100pct"]
+POLICY_VARIANTS = ["plain", "limited", "token-limited", "tracing-idle", "log-off", "otel-1pct", "otel-100pct",
+                   "history-off"]
 MAX_ACCESS_LOG_DELTA_MS = 0.05  # issue 18: JSON access log to a file
 MAX_OTEL_1PCT_DELTA_MS = 0.02  # issue 18: tracing sampled at 1%
+MAX_HISTORY_PCT = 3.0  # issue 34: the always-on request history, % CPU per request
 OTLP_LOCATION = """\
         location = /v1/traces {
             default_type application/x-protobuf;
@@ -307,15 +309,18 @@ def part_policy(procs: harness.Processes, tmp: Path, args: argparse.Namespace, p
              "limited": harness.trioproxy_conf(backend_port, LIMIT_REQUESTS),
              "token-limited": harness.trioproxy_conf(backend_port, LIMIT_TOKENS),
              "tracing-idle": plain, "log-off": with_config(plain, "  logging: {level: warn}\n"),
-             "otel-1pct": with_config(plain, otlp % "0.01"), "otel-100pct": with_config(plain, otlp % "1.0")}
+             "otel-1pct": with_config(plain, otlp % "0.01"), "otel-100pct": with_config(plain, otlp % "1.0"),
+             # issue 34: plain keeps the request history (on by default); this one turns it off
+             "history-off": with_config(plain, "  logging: {format: json}\n  history: {size: 0}\n")}
     variants: list[Variant] = []
     admin_port = harness.free_port()
-    for name in POLICY_VARIANTS:
+    names = [n for n in POLICY_VARIANTS if not args.variants or n == "plain" or n in args.variants]
+    for name in names:
         proc, port = harness.start_trioproxy(procs, tmp, backend_port, proxy_cpu, conf=confs[name],
                                         name=f"trioproxy-{name}", probe_path=USAGE_PATH,
                                         admin_port=admin_port if name == "tracing-idle" else 0)
         variants.append(Variant(name, port, proc, confs[name]))
-    variants += start_against(procs, tmp, args, backend_port, proxy_cpu, confs, POLICY_VARIANTS, USAGE_PATH)
+    variants += start_against(procs, tmp, args, backend_port, proxy_cpu, confs, names, USAGE_PATH)
     for ref in args.baseline_ref:
         name = f"plain@{ref}"
         proc, port = harness.start_trioproxy(procs, tmp, backend_port, proxy_cpu, conf=confs["plain"],
@@ -323,9 +328,9 @@ def part_policy(procs: harness.Processes, tmp: Path, args: argparse.Namespace, p
                                         root=export_ref(ref, tmp / f"tree-{len(variants)}"))
         variants.append(Variant(name, port, proc, confs["plain"]))
     by = {v.name: v for v in variants}
-    check_limited("plain", by["plain"].port, limited=False, tokens=False)
-    check_limited("limited", by["limited"].port, limited=True, tokens=False)
-    check_limited("token-limited", by["token-limited"].port, limited=True, tokens=True)
+    for name, limited, tokens in (("plain", False, False), ("limited", True, False), ("token-limited", True, True)):
+        if name in by:
+            check_limited(name, by[name].port, limited=limited, tokens=tokens)
     keepalives = []
 
     @contextlib.contextmanager
@@ -343,15 +348,17 @@ def part_policy(procs: harness.Processes, tmp: Path, args: argparse.Namespace, p
         finally:
             watcher.close()
 
-    with watching():
-        check_limited("tracing-idle", by["tracing-idle"].port, limited=False, tokens=False)
+    if "tracing-idle" in by:
+        with watching():
+            check_limited("tracing-idle", by["tracing-idle"].port, limited=False, tokens=False)
     around: dict[str, Callable[[], ContextManager[object]]] = {"tracing-idle": watching}
     if (old := by.get(f"tracing-idle@{args.against}")) is not None:
         admin_old = int(old.conf.split("#admin ", 1)[1])
         around[old.name] = lambda: watching(admin_old)
     rows = run_interleaved(variants, backend, args.connections, args, client_cpu, path=USAGE_PATH, around=around)
     notes = skipped_against(args, confs, variants) + [f"tracing-idle: a watcher was connected through each warm-up and run, stayed connected, "
-             f"received 0 events and {sum(keepalives[1:])} keepalives in all"]
+             f"received 0 events and {sum(keepalives[1:])} keepalives in all"] if "tracing-idle" in by else \
+        skipped_against(args, confs, variants)
     for v in variants:
         procs.stop(v.proc)
     procs.stop(backend)
@@ -468,6 +475,10 @@ def verdicts(summaries: list[Summary]) -> list[str]:
             verdict = f" (issue 18 target: <= +{limit} ms): {'PASS' if s.delta_cpu_ms <= limit else 'FAIL'}" \
                 if limit is not None else " (informational: every request exported)"
             out.append(f"{name} (OTLP/HTTP spans to nginx) vs plain: {s.delta_cpu_ms:+.3f} ms CPU/request{verdict}")
+    if (s := by.get("history-off")) is not None and s.cpu_ratio:
+        cost = (1 / s.cpu_ratio - 1) * 100  # plain keeps the history: its CPU over history-off's
+        out.append(f"request history (on, the default) vs history-off: {-(s.delta_cpu_ms or 0):+.3f} ms CPU/request "
+                   f"({cost:+.1f}%) (issue 34 target: <= 3%): {'PASS' if cost <= MAX_HISTORY_PCT else 'FAIL'}")
     if (s := by.get("tracing-idle")) is not None and s.delta_cpu_ms is not None:
         out.append(f"tracing-idle (a never-matching watcher connected) vs plain: {s.delta_cpu_ms:+.3f} ms "
                    f"CPU/request ({s.cpu_ratio:.3f}x), req/s {s.rps_ratio:.3f}x (informational: the worst case "
@@ -490,6 +501,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sse-connections", type=int, default=10, help="wrk connections, part sse (default 10)")
     parser.add_argument("--chunks", type=int, default=50, help="SSE content chunks per response (default 50)")
     parser.add_argument("--parts", default="policy,sse", help="comma-separated subset of policy,sse")
+    parser.add_argument("--variants", default="", help="policy part: only these variants (comma-separated) and plain, "
+                                                        "e.g. history-off")
     parser.add_argument("--against", default="", metavar="REF",
                         help="also run every variant on trioproxy at git REF, interleaved (rows NAME@REF)")
     parser.add_argument("--baseline-ref", default="", metavar="REF[,REF...]",
@@ -498,6 +511,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         args.duration, args.warmup, args.repeats = 1.0, 0.0, 1
     args.parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if unknown_variants := set(args.variants) - set(POLICY_VARIANTS):
+        parser.error(f"unknown variants: {', '.join(sorted(unknown_variants))}")
     args.baseline_ref = [r.strip() for r in args.baseline_ref.split(",") if r.strip()]
     if unknown := set(args.parts) - {"policy", "sse"}:
         parser.error(f"unknown parts: {', '.join(sorted(unknown))}")

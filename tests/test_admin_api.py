@@ -58,7 +58,8 @@ async def test_api_config_limiters_metrics_statuses(nursery, backend):
 
         statuses = (await admin.get("/api/statuses")).json()
         assert statuses["statuses"] == []
-        assert statuses["reload"] == {"ok": True, "errors": [], "applied": 0, "rejected": 0}
+        assert statuses["reload"] == {"ok": True, "errors": [], "applied": 0, "rejected": 0,
+                                      "file": None}
         status = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
                   "metadata": {"name": "echo", "namespace": "default"},
                   "status": {"parents": [{"conditions": [{"type": "Accepted", "status": "True"}]}]}}

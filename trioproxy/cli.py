@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 
 import trio
 
-from . import __version__, demo, schema_cli, status_cli, trace_cli
+from . import __version__, demo, requests_cli, schema_cli, status_cli, trace_cli
 from .access_log import configure_logging
 from .config import ConfigError, load_config
 from .idp import cli as idp_cli
@@ -50,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         trace_cli.configure_parser(trace)
         trace.set_defaults(handler=trace_cli.run)
+    requests_cli.configure_parser(commands.add_parser(
+        "requests", help="show the last requests a gateway handled (its history)",
+        description=requests_cli.DESCRIPTION, epilog=requests_cli.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter))
     demo_parser = commands.add_parser("demo", help="run the gateway with a bundled demo backend (Ctrl-C stops both)",
                                       description=demo.__doc__.splitlines()[0] if demo.__doc__ else None)
     demo.configure_parser(demo_parser)

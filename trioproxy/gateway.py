@@ -45,6 +45,7 @@ from .errors import (
     UpstreamTimeout,
 )
 from .exchange import ClientDisconnected, Exchange
+from .history import Summary, subject_of
 from .llm import UsageReader, UsageStripper, prepare_request_body
 from .llm_models import model_list, select_model, transformed_model
 from .llm_providers import (
@@ -184,6 +185,13 @@ class Gateway:
                 "gen_ai.operation.name": operation, "error.type": x.error_kind}, x.error, finished)
         access = self.access_log
         own_error = x.error_kind is not None
+        history = self.runtime.history
+        if history.size:  # always on: one tuple per request (history.py)
+            history.record(Summary(
+                time.time(), method, x.scope["path"], x.host, route, backend, status, seconds * 1000.0,
+                llm.get("inputTokens") if llm else None, llm.get("outputTokens") if llm else None,
+                subject_of(x.jwt, x.api_key, x.basic_auth) if x.jwt or x.api_key or x.basic_auth else None,
+                x.error if own_error else None, x.error_kind, llm.get("model") if llm else None))
         if not access.enabled(status if own_error else 200):
             return
         client = x.scope.get("client")

@@ -16,6 +16,7 @@ from .access_log import AccessLog
 from .config.model import Backend, Config, Listener, Policies, Route
 from .disconnect_monitor import DisconnectMonitor
 from .disconnect_monitor import available as disconnect_monitor_available
+from .history import History
 from .metrics import Metrics
 from .otel import OtelTracing
 from .policies.api_key import ApiKeyStage
@@ -325,6 +326,8 @@ class Runtime:
         self.trace.on_drop = self.metrics.trace_events_dropped.inc
         self._tune_pool(config)
         self.access_log = AccessLog()
+        #: the last requests' summaries (``/api/requests``); a supervisor's gets its workers'
+        self.history = History(config.history.size)
         self.otel: OtelTracing | None = None
         self._observability(config)
         self.reload_errors: list[str] = []  # problems of the last rejected reload, [] after a good one
@@ -354,6 +357,7 @@ class Runtime:
         """The access-log filter and fields, the span exporter (kept when unchanged) and what traces
         redact, of ``config``."""
         self.access_log.configure(config.logging)
+        self.history.resize(config.history.size)
         self.trace.redaction = credential_redaction(config)
         spec = config.tracing
         if self.otel is not None and self.otel.spec == spec:

@@ -23,6 +23,7 @@ from ..config.dump import config_dump
 from ..runtime import Runtime
 from .api import register_api
 from .auth import require_token
+from .requests_api import serve_requests
 from .trace_stream import serve_trace
 
 UI_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self';"
@@ -57,6 +58,8 @@ def create_admin_app(runtime: Runtime, *, token: str | None = None) -> ASGIApp:
     async def app(scope: Any, receive: Any, send: Any) -> None:  # Quart types its own ASGI messages
         if scope["type"] == "http" and scope["path"] == "/debug/trace":
             await serve_trace(scope, receive, send, runtime.trace, runtime.metrics, secrets=(token,) if token else ())
+        elif scope["type"] == "http" and scope["path"] == "/api/requests":
+            await serve_requests(scope, receive, send, runtime.history)
         else:
             await quart(scope, receive, send)
 

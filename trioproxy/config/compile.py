@@ -682,6 +682,8 @@ def compile_document(document: d.Document, env: Mapping[str, str], r: Reader) ->
             tracing = _frontend_tracing(frontend.tracing, r)
     return m.Config(servers=_servers(servers, env, r), binds=tuple(binds),
                     logging=logging, tracing=tracing, frontend=_frontend(frontend),
+                    history=m.HistorySpec(**_given(size=servers.history.size)) if servers and servers.history
+                    else m.HistorySpec(),
                     backend=_backend_connections(servers.backend if servers else None),
                     workers=servers.workers if servers and servers.workers is not None else 1)
 

@@ -861,6 +861,14 @@ class FrontendPolicies:
 
 
 @described
+class History:
+    """The request history: summaries of the last requests, kept in memory (docs/history.md)."""
+
+    size: Annotated[int, Integer(0, 1_000_000)] | None = field(
+        "How many finished requests are kept (default 1000; 0: no history).", default=None)
+
+
+@described
 class Servers:
     """The gateway's own servers; env ADMIN_ADDR, STATS_ADDR, READINESS_ADDR, ADMIN_TOKEN override them."""
 
@@ -871,6 +879,8 @@ class Servers:
         "Readiness server (/healthz/ready); default localhost:15021 (set 0.0.0.0:15021 for a kubelet probe); off: not started.", default=None)
     logging: Logging | None = field("Access log level, format and filter.", default=None)
     tracing: Tracing | None = field("OpenTelemetry trace export.", default=None)
+    history: History | None = field(
+        "The request history the admin API (/api/requests) and `trioproxy requests` show.", default=None)
     admin_token: str | None = field(
         "Bearer token every admin endpoint requires when adminAddr is not loopback (required then);"
         " env ADMIN_TOKEN overrides it. Use `$VAR` to read it from the environment.", default=None)

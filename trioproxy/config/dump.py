@@ -85,6 +85,7 @@ def config_dump(config: Config) -> dict[str, Any]:
             **({"adminToken": REDACTED} if config.servers.admin_token else {}),
             "backend": _renamed(config.backend, BACKEND_NAMES),
             "workers": config.workers,
+            "history": {"size": config.history.size},
         },
         "frontendPolicies": {"http": _renamed(config.frontend, FRONTEND_NAMES)},
         "binds": [

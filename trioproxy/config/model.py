@@ -68,6 +68,13 @@ class LoggingSpec:
 
 
 @frozen
+class HistorySpec:
+    """``config.history``: how many finished requests' summaries are kept (0: none)."""
+
+    size: int = 1000
+
+
+@frozen
 class TracingSpec:
     """``config.tracing``: where spans go and how many requests start one."""
 
@@ -379,6 +386,7 @@ class Config:
     binds: tuple[Bind, ...]
     logging: LoggingSpec | None = None
     tracing: TracingSpec | None = None
+    history: HistorySpec = HistorySpec()
     frontend: FrontendSpec = FrontendSpec()
     backend: BackendConnectionSpec = BackendConnectionSpec()
     gateway_names: tuple[str, ...] = ("default",)

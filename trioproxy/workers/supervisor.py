@@ -33,6 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ..admin.servers import stats_app
 from ..config.model import Config
 from ..config.scalars import parse_workers
+from ..history import Summary
 from ..runtime import Runtime
 from ..server import (
     ServerInfo,
@@ -128,6 +129,11 @@ class WorkerPool:
                 self.hub.deliver(message["w"], message["e"], handle.index)
             elif kind == "trace_end":
                 self.hub.finished(message["w"], message["dropped"])
+            elif kind == "history":  # one history for all workers (/api/requests)
+                history = self.runtime.history
+                if history.size:
+                    for entry in message["entries"]:
+                        history.record(Summary(*entry))
             elif kind == "metrics":
                 waiting = handle.pending.pop(message["id"], None)
                 if waiting is not None:

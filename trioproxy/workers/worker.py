@@ -35,6 +35,8 @@ from .control import Control
 from .shared_limits import SharedLimits
 from .trace_relay import TraceTable, WorkerTraceHub, forward_events
 
+HISTORY_BATCH = 0.05  # seconds a worker gathers request summaries before sending them on
+
 log = logging.getLogger("trioproxy")
 
 
@@ -83,6 +85,18 @@ async def run_worker(spec: dict[str, Any]) -> None:
                     await send_quietly({"t": "metrics", "id": message["id"], "text": metrics.exposition()[0]})
             shutdown.set()  # the supervisor is gone
 
+        async def history() -> None:
+            """The summaries of this worker's requests, to the supervisor's one history, in batches
+            (at most one message per ``HISTORY_BATCH`` seconds, none while idle)."""
+            recorded = runtime.history
+            seen = recorded.total
+            while True:
+                await recorded.wait_new(seen)
+                await trio.sleep(HISTORY_BATCH)
+                entries = [tuple(s) for s in recorded.since(seen)]
+                seen = recorded.total
+                await send_quietly({"t": "history", "entries": entries})
+
         async def signals() -> None:
             with trio.open_signal_receiver(signal.SIGTERM) as received:
                 async for _ in received:
@@ -103,6 +117,7 @@ async def run_worker(spec: dict[str, Any]) -> None:
                 await background.start(runtime.mirrors.run)  # requestMirror copies
                 background.start_soon(commands)
                 background.start_soon(signals)
+                background.start_soon(history)
                 gc_tuning.after_startup()
                 background.start_soon(gc_tuning.collect_periodically)
                 await send_quietly({"t": "ready", "pid": os.getpid()})
