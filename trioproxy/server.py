@@ -246,16 +246,19 @@ def print_listening(config: Config, info: ServerInfo) -> None:
 
 async def _watch_config(path: Path, runtime: Runtime, *, interval: float = POLL_SECONDS,
                         settle: float = SETTLE_SECONDS,
-                        applied: Callable[[Config], Awaitable[str]] | None = None) -> None:
+                        applied: Callable[[Config], Awaitable[str]] | None = None,
+                        watched: SettledFile | None = None) -> None:
     """Reload the config file once a change has settled; an invalid one is reported and ignored.
     ``applied``: what else a valid config must reach (a supervisor's workers); it returns the log
     line's suffix.
 
     An in-place change is loaded once the file has stayed the same (inode, mtime, size, content
     hash) for ``settle`` seconds, a rename into place at the next poll (``settle.py``): a writer
-    that pauses mid-file must not get its valid-looking prefix applied.
+    that pauses mid-file must not get its valid-looking prefix applied. ``watched``: the file as
+    read before the binds listened, so a change written once the gateway answers is never taken
+    for the version already loaded (the watcher task starts a moment later).
     """
-    watched = SettledFile(path, settle=settle)
+    watched = watched if watched is not None else SettledFile(path, settle=settle)
     while True:
         await trio.sleep(interval)
         if not watched.poll(trio.current_time()):
@@ -357,6 +360,7 @@ async def serve_gateway(
     tls_contexts = _tls_contexts(config)
     runtime = Runtime(config)
     runtime.config_file = None if config_path is None else str(config_path)
+    watched = None if config_path is None else SettledFile(Path(config_path))  # before anyone can see a bind
     bound = bind_sockets(config, bind_host)
     info = bound.server_info(runtime, shutdown)
     ready = {"value": False}
@@ -379,7 +383,7 @@ async def serve_gateway(
                     await background.start(runtime.jwks.run)  # first JWKS fetches, then refreshes
                     await background.start(runtime.mirrors.run)  # requestMirror copies run here
                     if config_path is not None:
-                        background.start_soon(_watch_config, Path(config_path), runtime)
+                        background.start_soon(partial(_watch_config, Path(config_path), runtime, watched=watched))
                     if extra_tasks is not None:
                         await extra_tasks(background, info)
                     with register_gateway(config, info):

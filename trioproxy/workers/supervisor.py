@@ -45,7 +45,7 @@ from ..server import (
     serve_own_servers,
 )
 from ..server import _watch_config as server_watch_config
-from ..settle import POLL_SECONDS
+from ..settle import POLL_SECONDS, SettledFile
 from .control import Control
 from .metrics_merge import merge
 from .shared_limits import SharedLimits
@@ -238,7 +238,7 @@ async def summed_metric_families(runtime: Runtime, pool: WorkerPool) -> list[Met
 
 
 async def _watch_config(path: Path, runtime: Runtime, pool: WorkerPool, limits: SharedLimits, *,
-                        interval: float = POLL_SECONDS) -> None:
+                        interval: float = POLL_SECONDS, watched: SettledFile | None = None) -> None:
     """``server._watch_config`` for a supervisor: validated here once, then the compiled config
     goes to every worker (and budgets no entry uses any more are retired from shared memory)."""
     async def to_workers(config: Config) -> str:
@@ -246,7 +246,7 @@ async def _watch_config(path: Path, runtime: Runtime, pool: WorkerPool, limits: 
         await pool.broadcast({"t": "reload", "config": config})
         return f" (sent to {len(pool.handles)} workers)"
 
-    await server_watch_config(path, runtime, interval=interval, applied=to_workers)
+    await server_watch_config(path, runtime, interval=interval, applied=to_workers, watched=watched)
 
 
 async def serve_supervisor(config: Config, *, workers: int, bind_host: str = "0.0.0.0", drain_timeout: float = 10.0,
@@ -257,6 +257,7 @@ async def serve_supervisor(config: Config, *, workers: int, bind_host: str = "0.
     """``server.serve_gateway`` with N worker processes serving the binds."""
     shutdown = shutdown if shutdown is not None else trio.Event()
     token = check_admin_token(config)
+    watched = None if config_path is None else SettledFile(Path(config_path))  # before anyone can see a bind
     bound = bind_sockets(config, bind_host)
     bind_socks = list(bound.binds.items())
     limits = SharedLimits.create()
@@ -280,7 +281,8 @@ async def serve_supervisor(config: Config, *, workers: int, bind_host: str = "0.
                         await running.start(pool.keep, index)
                     async with trio.open_nursery() as background:
                         if config_path is not None:
-                            background.start_soon(_watch_config, Path(config_path), runtime, pool, limits)
+                            background.start_soon(partial(_watch_config, Path(config_path), runtime, pool, limits,
+                                                          watched=watched))
                         with register_gateway(config, info):
                             ready["value"] = True
                             task_status.started((info, pool))
