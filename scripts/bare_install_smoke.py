@@ -160,6 +160,8 @@ def smoke(s: Smoke) -> None:
         status, body = _get("http://127.0.0.1:3000/hello")
         if status != 200:
             raise SmokeFailure(f"gateway --config {config}: GET /hello answered {status} {body[:200]!r}")
+        if config == local:  # the request history has it
+            s.run("requests --local --raw", trioproxy, "requests", "--local", "--raw", contains='"/hello"')
         s.stop(gateway)
     s.stop(backend, expect=None)  # a fixture: only its output is checked
 
