@@ -35,3 +35,26 @@ async def test_the_cookies_left_keep_their_separator():
     await stage(CredentialLocation("cookie", "session")).request(x)
     assert x.api_key is not None
     assert x.headers == [(b"host", b"h"), (b"cookie", b"a=1; b=2")]
+
+
+def test_cookie_pieces_are_read_leniently_in_place():
+    """Every ``;``-separated piece of every Cookie header, in order: names and values trimmed,
+    quotes taken off a quoted value, pieces without ``=`` or a name kept aside (name None)."""
+    from trioproxy.policies.api_key import _cookie_pairs
+
+    x = exchange(headers=[(b"cookie", b' a = 1 ;junk;; =v; q="x y"; e=; "=\'; s="'),
+                          (b"x-other", b"k=v"), (b"cookie", b"b=2=3")])
+    assert _cookie_pairs(x) == [("a", "1", "a = 1"), (None, "", "junk"), (None, "v", "=v"),
+                                ("q", "x y", 'q="x y"'), ("e", "", "e="), ('"', "'", "\"='"),
+                                ("s", '"', 's="'), ("b", "2=3", "b=2=3")]
+
+
+def test_cookie_key_is_the_first_non_empty_value_of_its_name_and_removal_keeps_the_rest_as_sent():
+    location = CredentialLocation(kind="cookie", name="key")
+    x = exchange(headers=[(b"cookie", b'junk; key=; key="K1"; other=1'), (b"cookie", b"key=K2;x")])
+    assert location.extract(x) == "K1"
+    location.remove(x)
+    assert x.headers == [(b"host", b"h"), (b"cookie", b"junk; other=1; x")]
+    only = exchange(headers=[(b"cookie", b"key=K")])
+    location.remove(only)
+    assert only.headers == [(b"host", b"h")]
