@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from .trace_cli import DEFAULT_ADMIN_PORT, UsageError, resolve_admin
+from .trace_cli import DEFAULT_ADMIN_PORT, UsageError, exit_status, resolve_admin
 
 DESCRIPTION = "Show the last requests a gateway handled; with --follow, each new one too."
 EPILOG = ("EXPR is a CEL expression over each request (docs/history.md), e.g.\n"
@@ -133,7 +133,7 @@ def _print(line: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``trioproxy requests``; returns the exit status, prints no traceback."""
-    try:
+    def command() -> int:
         target, expression = _split_words(args.target, args.expression)
         if args.local and target is not None:
             raise UsageError(f"--local and {target} name two different gateways; give one of them")
@@ -146,14 +146,5 @@ def run(args: argparse.Namespace) -> int:
         for entry in entries:
             _print(json.dumps(entry, separators=(",", ":"), ensure_ascii=False) if args.raw else row(entry))
         return 0
-    except UsageError as exc:
-        print(f"trioproxy: error: {exc}", file=sys.stderr)
-        return 2
-    except (RequestsError, LookupError) as exc:
-        print(f"trioproxy: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:  # `requests --raw | head`: the reader left; say nothing more
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+
+    return exit_status(command, (RequestsError,))

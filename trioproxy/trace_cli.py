@@ -21,7 +21,7 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
 from . import registry
@@ -169,16 +169,17 @@ async def _run_async(args: argparse.Namespace, opts: Options) -> int:
         return await run_tui(session.events(), follow=args.follow)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the trace command for parsed ``args``; returns the exit status, prints no traceback."""
+def exit_status(command: Callable[[], int], failures: tuple[type[Exception], ...]) -> int:
+    """Run an admin-client command (``trace``, ``requests``): its exit status, and for each way it
+    can fail one ``trioproxy: error:`` line and the status (2 usage, 1 ``failures``, 130 Ctrl-C),
+    never a traceback."""
+    failing: tuple[type[Exception], ...] = (*failures, LookupError)
     try:
-        opts = _split_rest(args)
-        check_conflicts(args, opts)
-        return asyncio.run(_run_async(args, opts))
+        return command()
     except UsageError as exc:
         print(f"trioproxy: error: {exc}", file=sys.stderr)
         return 2
-    except (TraceError, LookupError) as exc:
+    except failing as exc:
         print(f"trioproxy: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -186,6 +187,16 @@ def run(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `trace --raw | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the trace command for parsed ``args``; returns the exit status, prints no traceback."""
+    def command() -> int:
+        opts = _split_rest(args)
+        check_conflicts(args, opts)
+        return asyncio.run(_run_async(args, opts))
+
+    return exit_status(command, (TraceError,))
 
 
 DESCRIPTION = "Trace the next request of a gateway (with --follow, each request)."
