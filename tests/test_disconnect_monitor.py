@@ -106,29 +106,35 @@ CONFIG = """binds:
 """
 
 
+BODY = b'{"model": "m", "messages": []}'
 ANSWER = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
 
 
 class _Backend(trio.abc.Stream):
-    """A backend that takes the request and answers ``answer``, or never (None)."""
+    """A backend that reads the whole request, then answers ``answer``, or never (None). Like a
+    socket, a write checkpoints before its bytes are taken, not after: the upload that wrote the
+    last byte has nothing left to be cancelled at when the answer comes."""
 
     def __init__(self, answer: bytes | None) -> None:
         self.answer = answer
-        self.asked = False
+        self.received = b""
+        self.complete = trio.Event()
         self.closed = False
 
     async def send_all(self, data: Any) -> None:
-        self.asked = True  # the request arrives in one write (a buffered body)
         await trio.lowlevel.checkpoint()
+        self.received += bytes(data)
+        if self.received.endswith(b"\r\n\r\n" + BODY):
+            self.complete.set()
 
     async def wait_send_all_might_not_block(self) -> None:
         await trio.lowlevel.checkpoint()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        if self.answer is None or not self.asked:
+        if self.answer is None:
             await trio.sleep_forever()
-        self.asked = False
-        await trio.lowlevel.checkpoint()
+        await self.complete.wait()
+        self.received, self.complete = b"", trio.Event()
         return self.answer or b""
 
     async def aclose(self) -> None:
@@ -148,8 +154,6 @@ def _gateway(answer: bytes | None) -> tuple[Runtime, Gateway, list[_Backend]]:
     runtime = Runtime(parse_config(CONFIG, env={}), pool=UpstreamPool(connect=connect))
     return runtime, Gateway(runtime, 3000), backends
 
-
-BODY = b'{"model": "m", "messages": []}'
 
 
 def _scope(fd: int) -> dict[str, Any]:
