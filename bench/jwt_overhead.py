@@ -132,12 +132,12 @@ def part_verify(rounds: int) -> list[dict]:
     from trioproxy.policies.jwt import (
         JwksSource,
         JwtAuthSpec,
-        JwtAuthStage,
         JwtVerifier,
         KeyHolder,
         ProviderSpec,
         parse_jwks,
     )
+    from trioproxy.policies.stages import JwtAuthStage
 
     out = []
     for kind in ("RS256", "ES256", "EdDSA"):

@@ -4,7 +4,8 @@ padding) is removed before proxying, and the cookies left after the key keep the
 from __future__ import annotations
 
 from trioproxy.exchange import Exchange
-from trioproxy.policies.api_key import ApiKeySpec, ApiKeyStage, CredentialLocation, key_digest
+from trioproxy.policies.api_key import ApiKeySpec, CredentialLocation, key_digest
+from trioproxy.policies.stages import ApiKeyStage
 
 from .test_header_stages_mutants import RecordingTracer
 
@@ -40,11 +41,11 @@ async def test_the_cookies_left_keep_their_separator():
 def test_cookie_pieces_are_read_leniently_in_place():
     """Every ``;``-separated piece of every Cookie header, in order: names and values trimmed,
     quotes taken off a quoted value, pieces without ``=`` or a name kept aside (name None)."""
-    from trioproxy.policies.api_key import _cookie_pairs
+    from trioproxy.policies.api_key import cookie_pairs
 
     x = exchange(headers=[(b"cookie", b' a = 1 ;junk;; =v; q="x y"; e=; "=\'; s="'),
                           (b"x-other", b"k=v"), (b"cookie", b"b=2=3")])
-    assert _cookie_pairs(x) == [("a", "1", "a = 1"), (None, "", "junk"), (None, "v", "=v"),
+    assert cookie_pairs(x) == [("a", "1", "a = 1"), (None, "", "junk"), (None, "v", "=v"),
                                 ("q", "x y", 'q="x y"'), ("e", "", "e="), ('"', "'", "\"='"),
                                 ("s", '"', 's="'), ("b", "2=3", "b=2=3")]
 

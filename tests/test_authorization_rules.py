@@ -7,7 +7,8 @@ import pytest
 
 from trioproxy.errors import AuthorizationDenied
 from trioproxy.exchange import Exchange
-from trioproxy.policies.authorization import AuthorizationStage, decide
+from trioproxy.policies.authorization import decide
+from trioproxy.policies.stages import AuthorizationStage
 
 from .test_authorization import activation, spec
 from .test_header_stages_mutants import RecordingTracer

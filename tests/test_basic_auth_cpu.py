@@ -13,7 +13,7 @@ import bcrypt
 import trio
 
 from tests.conftest import free_port, start_routes
-from trioproxy.policies import basic_auth
+from trioproxy.policies import basic_auth, stages
 
 ALICE = bcrypt.hashpw(b"wonderland", bcrypt.gensalt(5)).decode().replace("$2b$", "$2y$", 1)
 ROUTES = """
@@ -61,14 +61,14 @@ async def test_an_unknown_user_costs_one_check_of_the_users_bcrypt_cost(nursery,
 async def test_past_the_bound_on_waiting_checks_a_request_gets_503_at_once(nursery, backend, monkeypatch):
     checks = CountingChecks()
     monkeypatch.setattr(basic_auth, "verify_password", checks)
-    stages: list[basic_auth.BasicAuthStage] = []
-    init = basic_auth.BasicAuthStage.__init__
+    built: list[stages.BasicAuthStage] = []
+    init = stages.BasicAuthStage.__init__
 
     def recording_init(self, spec):
         init(self, spec)
-        stages.append(self)
+        built.append(self)
 
-    monkeypatch.setattr(basic_auth.BasicAuthStage, "__init__", recording_init)
+    monkeypatch.setattr(stages.BasicAuthStage, "__init__", recording_init)
     gw = await start_routes(nursery, ROUTES, port=free_port(), alice=ALICE, backend=backend.port)
     bound = basic_auth.BCRYPT_THREADS + basic_auth.BCRYPT_QUEUE
     statuses: list[int] = []
@@ -80,7 +80,7 @@ async def test_past_the_bound_on_waiting_checks_a_request_gets_503_at_once(nurse
             for i in range(bound):
                 attackers.start_soon(attack, i)
             with trio.fail_after(10):  # every attacker's check running (two) or waiting for a thread
-                while stages[-1].checks < bound or len(checks.hashes) < basic_auth.BCRYPT_THREADS:
+                while built[-1].checks < bound or len(checks.hashes) < basic_auth.BCRYPT_THREADS:
                     await trio.sleep(0.01)
             with trio.fail_after(5):  # not queued: answered while every check is still held
                 extra = [await client.get("/", headers=basic(who, "x")) for who in ("alice", "mallory")]

@@ -11,7 +11,8 @@ import trio
 from trioproxy.errors import BasicAuthenticationFailed
 from trioproxy.exchange import Exchange
 from trioproxy.policies import basic_auth
-from trioproxy.policies.basic_auth import BasicAuthSpec, BasicAuthStage
+from trioproxy.policies.basic_auth import BasicAuthSpec
+from trioproxy.policies.stages import BasicAuthStage
 
 from .test_basic_auth import ALICE
 from .test_basic_auth import BOB as SHA_BOB

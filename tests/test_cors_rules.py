@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from trioproxy.errors import DirectResponse
-from trioproxy.policies.cors import CorsPolicy, CorsSpec, CorsStage, decide, parse_origin
+from trioproxy.policies.cors import CorsPolicy, CorsSpec, decide, parse_origin
+from trioproxy.policies.stages import CorsStage
 
 from .test_cors import h
 from .test_header_stages_mutants import RecordingTracer

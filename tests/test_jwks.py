@@ -17,10 +17,10 @@ from trioproxy.policies.jwks import JwksRegistry
 from trioproxy.policies.jwt import (
     JwksSource,
     JwtAuthSpec,
-    JwtAuthStage,
     JwtVerifier,
     ProviderSpec,
 )
+from trioproxy.policies.stages import JwtAuthStage
 
 from .jwks_server import JwksServer
 from .jwt_helpers import AUDIENCE, ISSUER, jwks, make_key

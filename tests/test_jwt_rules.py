@@ -15,7 +15,6 @@ from trioproxy.policies.jwt import (
     JwksError,
     JwksSource,
     JwtAuthSpec,
-    JwtAuthStage,
     JwtFailure,
     JwtVerifier,
     KeyHolder,
@@ -23,6 +22,7 @@ from trioproxy.policies.jwt import (
     VerifiedCache,
     parse_jwks,
 )
+from trioproxy.policies.stages import JwtAuthStage
 
 from .jwt_helpers import AUDIENCE, ISSUER, jwks, make_key
 from .test_header_stages_mutants import RecordingTracer

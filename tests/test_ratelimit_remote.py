@@ -555,6 +555,7 @@ def test_a_policy_of_direct_entries_builds_no_activation(monkeypatch):
     from types import SimpleNamespace
 
     import trioproxy.trace
+    from trioproxy.policies import stages
     from trioproxy.policies.ratelimit_remote import RemoteRateLimitPolicy
 
     def spec(value: str) -> RemoteRateLimitSpec:
@@ -564,11 +565,11 @@ def test_a_policy_of_direct_entries_builds_no_activation(monkeypatch):
 
     built = []
     real = trioproxy.trace.activation
-    monkeypatch.setattr(trioproxy.trace, "activation", lambda x: built.append(x) or real(x))
+    monkeypatch.setattr(stages, "activation", lambda x: built.append(x) or real(x))
     x = SimpleNamespace(headers=[(b"x-user", b"ann")], scope={"method": "GET", "path": "/p"}, host="h",
                         uri=lambda: "/p", llm=None, jwt=None, api_key=None, basic_auth=None)
-    chosen, skipped = RemoteRateLimitPolicy(spec('"gold"')).descriptors_of(x)
+    chosen, skipped = stages.descriptors_of(RemoteRateLimitPolicy(spec('"gold"')), x)
     assert (chosen, built) == ([(0, [("user", "ann"), ("v", "gold")])], [])
     assert skipped == ['descriptors[1]: entry none (request.headers["x-none"]) did not evaluate to a value']
-    chosen, _ = RemoteRateLimitPolicy(spec('request.headers["x-user"] + "!"')).descriptors_of(x)
+    chosen, _ = stages.descriptors_of(RemoteRateLimitPolicy(spec('request.headers["x-user"] + "!"')), x)
     assert chosen == [(0, [("user", "ann"), ("v", "ann!")])] and built == [x]  # CEL: one activation

@@ -19,10 +19,8 @@ from trioproxy.policies.ratelimit_remote import (
     RemoteEntry,
     RemoteRateLimitPolicy,
     RemoteRateLimitSpec,
-    RemoteRateLimitStage,
-    RemoteTokenRateLimitStage,
-    remote_rate_limit_stage,
 )
+from trioproxy.policies.stages import RemoteRateLimitStage, RemoteTokenRateLimitStage, remote_rate_limit_stage
 from trioproxy.rls.client import RlsCallFailed
 from trioproxy.rls.protos import rls_pb2
 from trioproxy.trace import NULL_TRACER

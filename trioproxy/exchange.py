@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, nullcontext
 from math import inf
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -18,7 +18,6 @@ from .errors import PayloadTooLarge, ProxyError, RequestBodyTimeout, error_respo
 from .http_date import with_date
 from .policies.ratelimit_local import Decision, LocalRateLimiter
 from .policies.retry import RetrySpec
-from .policies.stage import Phase
 from .routing import host_without_port
 from .trace import NULL_TRACER, BodyCapture, NullTracer, Tracer
 
@@ -43,6 +42,18 @@ def _host_and_framing(headers: list[Header]) -> tuple[bytes, bool]:
 class ClientDisconnected(Exception):
     """The client went away; nobody is left to answer."""
 
+
+
+class ResponseHook(Protocol):
+    def response_headers(self, x: Exchange, headers: list[Header], /) -> list[Header]: ...
+
+
+class BackendPhase(Protocol):
+    """What the exchange keeps of its backend's compiled ``policies.stage.Phase``, named by what is
+    used: the stages run on the exchange, so they sit above it and it does not import them."""
+
+    @property
+    def response(self) -> tuple[ResponseHook, ...]: ...
 
 class Exchange:
     """Per-request state that the gateway's stages read and extend, in stage order."""
@@ -127,7 +138,7 @@ class Exchange:
         self.llm_strip = False  # the gateway asked for stream usage the client did not: strip it
         self.error_dialect: str | None = None  # openai/anthropic: the gateway's errors as that API's JSON
         self.translation: Any = None  # an llm_translate Translation when the provider speaks another dialect
-        self.backend_phase: Phase | None = None  # the chosen backend's compiled stages
+        self.backend_phase: BackendPhase | None = None  # the chosen backend's compiled stages
         self.upstream_started: float | None = None  # when the upstream call started
         self.request_capture: BodyCapture | None = None
         self.status = 0

@@ -16,21 +16,9 @@ from urllib.parse import parse_qsl
 from attrs import frozen
 
 from .config.model import Bind, Listener, Route, RouteMatch
+from .policies.headers import host_without_port as host_without_port
 
 PATH_RANK = {"exact": 0, "pathPrefix": 1, "regex": 2}
-
-
-def host_without_port(host: str) -> str:
-    """The Host header's name, lowercase, without its port and without a trailing dot: ``example.com.``
-    is the fully qualified spelling of ``example.com`` and must meet its routes (as Envoy and
-    agentgateway normalise it), not fall through to the catch-all ones."""
-    if host.startswith("["):
-        return host[: host.find("]") + 1].lower()
-    return _without_root_dot(host.rsplit(":", 1)[0].lower() if host.count(":") == 1 else host.lower())
-
-
-def _without_root_dot(name: str) -> str:
-    return name[:-1] if name.endswith(".") else name
 
 
 def hostname_matches(pattern: str, host: str) -> bool:

@@ -9,209 +9,28 @@ from collections.abc import Awaitable, Callable, Iterable
 from itertools import accumulate
 from math import inf
 
-import trio
 from prometheus_client.metrics_core import Metric
 
 from .access_log import AccessLog
-from .config.model import Backend, Config, Listener, Policies, Route
+from .config.model import Backend, Config, Listener, Route
 from .disconnect_monitor import DisconnectMonitor
 from .disconnect_monitor import available as disconnect_monitor_available
 from .history import History
 from .metrics import Metrics
 from .otel import OtelTracing
-from .policies.api_key import ApiKeyStage
-from .policies.authorization import AuthorizationPolicy, AuthorizationStage
-from .policies.basic_auth import BasicAuthStage
-from .policies.cors import CorsPolicy, CorsStage
-from .policies.csrf import CsrfStage
-from .policies.delay import DelayStage
-from .policies.header_stages import (
-    BackendAuthStage,
-    DirectResponseStage,
-    RequestHeaderModifierStage,
-    ResponseHeaderModifierStage,
-)
 from .policies.jwks import JwksRegistry
-from .policies.jwt import JwtAuthStage, JwtVerifier, KeyHolder, parse_jwks
-from .policies.mirror import MirrorSender, MirrorStage
-from .policies.ratelimit_client import ClientRateLimitStage
+from .policies.mirror_sender import MirrorSender
 from .policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
-from .policies.ratelimit_local_stage import local_rate_limit_stage
-from .policies.ratelimit_remote import remote_rate_limit_stage
-from .policies.retry import RetryStage
-from .policies.stage import Phase, Stage
-from .policies.url_rewrite import RequestRedirectStage, UrlRewriteStage
+from .policies.stage import Phase
+from .policies.stages import STAGE_ORDER as STAGE_ORDER
+from .policies.stages import LimiterFactory as LimiterFactory
+from .policies.stages import StageCompiler as StageCompiler
+from .policies.stages import compile_phase, local_limiter
 from .redaction import DEFAULT as REDACT_BY_DEFAULT
 from .redaction import Redaction
 from .routing import BindTable
 from .trace import TraceHub
 from .upstream import UpstreamPool
-
-#: builds a new limiter: ``(specs, key, now)``; worker processes pass one that keeps buckets in shared memory
-LimiterFactory = Callable[[tuple[LocalRateLimitSpec, ...], str, float], LocalRateLimiter]
-
-
-def _local_limiter(specs: tuple[LocalRateLimitSpec, ...], key: str, now: float) -> LocalRateLimiter:
-    return LocalRateLimiter(specs, now)
-
-
-def _limiter(specs: tuple[LocalRateLimitSpec, ...], key: str, previous: GatewayState | None,
-             factory: LimiterFactory = _local_limiter) -> LocalRateLimiter | None:
-    """A limiter for ``specs``; the previous config's one when unchanged, so a reload keeps budgets."""
-    if not specs:
-        return None
-    if previous is not None:
-        old = previous.limiters.get(key)
-        if old is not None and old[0] == specs:
-            return old[1]
-    return factory(specs, key, trio.current_time())
-
-
-class StageCompiler:
-    """What compiling one config's stages needs: the remote JWKS registry, the previous state
-    (limiters whose entries did not change are kept) and the metrics a stage reports to."""
-
-    def __init__(self, jwks: JwksRegistry, previous: GatewayState | None,
-                 count_decision: Callable[[str, str, str], None],
-                 limiter_factory: LimiterFactory = _local_limiter) -> None:
-        self.jwks = jwks
-        self.limiter_factory = limiter_factory
-        self.previous = previous
-        self.count_decision = count_decision
-        # listener or route key -> (specs, limiter); a listener's is shared by all its routes.
-        self.limiters: dict[str, tuple[tuple[LocalRateLimitSpec, ...], LocalRateLimiter]] = {}
-
-
-def _cors(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
-    return CorsStage(CorsPolicy(policies.cors)) if policies.cors is not None else None
-
-
-def _jwt_auth(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
-    spec = policies.jwt_auth
-    if spec is None:
-        return None
-    providers, remotes = [], []
-    for provider in spec.providers:
-        if provider.jwks.url is not None:
-            remote = c.jwks.get(provider.jwks.url)
-            remotes.append(remote)
-            providers.append((provider, remote.holder))
-        else:
-            assert provider.jwks.inline is not None  # file and inline JWKS were read and checked at load
-            providers.append((provider, KeyHolder(parse_jwks(provider.jwks.inline))))
-    return JwtAuthStage(spec, JwtVerifier(providers), remotes)
-
-
-def _basic_auth(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
-    return BasicAuthStage(policies.basic_auth) if policies.basic_auth is not None else None
-
-
-def _api_key(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
-    return ApiKeyStage(policies.api_key) if policies.api_key is not None else None
-
-
-def _authorization(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
-    if policies.authorization is None:
-        return None
-    return AuthorizationStage(AuthorizationPolicy(policies.authorization))
-
-
-def _local_rate_limit(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
-    specs = tuple(spec for spec in policies.local_rate_limit if not spec.per_client_address)
-    limiter = _limiter(specs, key, c.previous, c.limiter_factory)
-    if limiter is None:
-        return None
-    c.limiters[key] = (specs, limiter)
-    return local_rate_limit_stage(limiter, key, c.count_decision)
-
-
-def _client_rate_limit(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
-    specs = tuple(spec for spec in policies.local_rate_limit if spec.per_client_address)
-    return ClientRateLimitStage(specs, key, c.count_decision) if specs else None
-
-
-def _remote_rate_limit(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
-    spec = policies.remote_rate_limit
-    return remote_rate_limit_stage(spec, key, c.count_decision) if spec is not None else None
-
-
-def _request_header_modifier(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
-    modifier = policies.request_header_modifier
-    return RequestHeaderModifierStage(modifier) if modifier is not None else None
-
-
-def _response_header_modifier(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
-    modifier = policies.response_header_modifier
-    return ResponseHeaderModifierStage(modifier) if modifier is not None else None
-
-
-def _backend_auth(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
-    auth = policies.backend_auth
-    return BackendAuthStage(auth.key) if auth is not None else None
-
-
-def _direct_response(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
-    policy = policies.direct_response
-    return DirectResponseStage(policy) if policy is not None else None
-
-
-def _retry(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
-    return RetryStage(policies.retry) if policies.retry is not None else None
-
-
-def _csrf(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
-    return CsrfStage(policies.csrf) if policies.csrf is not None else None
-
-
-def _url_rewrite(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
-    return UrlRewriteStage(policies.url_rewrite) if policies.url_rewrite is not None else None
-
-
-def _request_redirect(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
-    redirect = policies.request_redirect
-    return RequestRedirectStage(redirect) if redirect is not None else None
-
-
-def _delay(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
-    return DelayStage(policies.delay) if policies.delay is not None else None
-
-
-def _request_mirror(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
-    return MirrorStage(policies.request_mirror) if policies.request_mirror is not None else None
-
-
-#: The one order every phase runs its stages in (agentgateway's). A phase holds only the kinds
-#: configured on it. Adding a policy kind = its stage file in ``policies/`` + one line here.
-STAGE_ORDER: tuple[tuple[str, Callable[[Policies, str, StageCompiler], Stage | None]], ...] = (
-    ("cors", _cors),                                      # a preflight never needs a token
-    ("clientRateLimit", _client_rate_limit),              # localRateLimit perClientAddress: before any password check
-    ("jwtAuth", _jwt_auth),                               # sets x.jwt, removes the token
-    ("basicAuth", _basic_auth),                           # sets x.basic_auth, removes the credentials
-    ("apiKey", _api_key),                                 # sets x.api_key, removes the key
-    ("authorization", _authorization),                    # CEL rules, see the claims
-    ("retry", _retry),                                    # marks the request retryable (gateway.py retries)
-    ("localRateLimit", _local_rate_limit),                # only authenticated requests spend budget
-    ("remoteRateLimit", _remote_rate_limit),              # global budgets: after the local, cheaper check
-    ("csrf", _csrf),                                      # cross-site writes refused before any rewriting
-    ("requestHeaderModifier", _request_header_modifier),
-    ("responseHeaderModifier", _response_header_modifier),  # response hook only
-    ("backendAuth", _backend_auth),                       # the backend's credential, last word on auth
-    ("urlRewrite", _url_rewrite),                         # path and Host as the backend will see them
-    ("requestRedirect", _request_redirect),               # answers with the URL as urlRewrite left it
-    ("delay", _delay),                                    # fault injection: after auth, before answering
-    ("directResponse", _direct_response),                 # answers once every check has passed
-    ("requestMirror", _request_mirror),                   # copies only of requests that go upstream
-)
-
-
-def compile_phase(name: str, policies: Policies, key: str, compiler: StageCompiler) -> Phase:
-    """The stages of one listener (``gateway``), route or backend, in ``STAGE_ORDER``."""
-    stages = []
-    for _kind, build in STAGE_ORDER:
-        stage = build(policies, key, compiler)
-        if stage is not None:
-            stages.append(stage)
-    return Phase(name, policies, tuple(stages))
 
 
 class CompiledRoute:
@@ -255,11 +74,11 @@ class GatewayState:
     def __init__(self, config: Config, previous: GatewayState | None = None,
                  jwks: JwksRegistry | None = None,
                  count_decision: Callable[[str, str, str], None] = lambda policy, key, result: None,
-                 limiter_factory: LimiterFactory = _local_limiter) -> None:
+                 limiter_factory: LimiterFactory = local_limiter) -> None:
         self.config = config
         self.limiter_factory = limiter_factory
-        compiler = StageCompiler(jwks if jwks is not None else JwksRegistry(), previous, count_decision,
-                                 limiter_factory)
+        compiler = StageCompiler(jwks if jwks is not None else JwksRegistry(),
+                                 previous.limiters if previous is not None else {}, count_decision, limiter_factory)
         self.binds = {bind.port: BindTable(bind) for bind in config.binds}
         self.listeners: dict[str, Phase] = {}
         self.routes: dict[str, CompiledRoute] = {}
@@ -273,7 +92,7 @@ class GatewayState:
                     entry = compiler.limiters.get(route.key)
                     self.routes[route.key] = CompiledRoute(route, phase, backends, entry[1] if entry else None)
         # listener or route key -> (specs, limiter): kept for the next reload and the admin API
-        self.limiters = compiler.limiters
+        self.limiters: dict[str, tuple[tuple[LocalRateLimitSpec, ...], LocalRateLimiter]] = compiler.limiters
 
     def listener_limiter(self, listener: Listener) -> LocalRateLimiter | None:
         entry = self.limiters.get(listener.key)
@@ -310,7 +129,7 @@ class Runtime:
     """Shared by every bind of one gateway process: current state, upstream pool, metrics, tracing."""
 
     def __init__(self, config: Config, *, pool: UpstreamPool | None = None, metrics: Metrics | None = None,
-                 trace: TraceHub | None = None, limiter_factory: LimiterFactory = _local_limiter) -> None:
+                 trace: TraceHub | None = None, limiter_factory: LimiterFactory = local_limiter) -> None:
         self.pool = pool or UpstreamPool()
         self.metrics = metrics or Metrics(open_upstream_connections=lambda: self.pool.open_connections)
         #: remote JWKS by URL, kept across reloads; its ``run`` task lives in the root nursery

@@ -28,17 +28,16 @@ import base64
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
-from .asgi import Header
+from .asgi import Header, Scope
 from .cel import build_activation
+from .config.dump import policies_by_kind
+from .config.model import Backend, Listener, Route
 from .redaction import CREDENTIAL_HEADERS, DEFAULT, Redaction
 from .redaction import REDACTED as REDACTED  # re-exported: trace_stream and tests import it here
-
-if TYPE_CHECKING:
-    from .exchange import Exchange
 
 DEFAULT_BODY_LIMIT = 2 * 1024 * 1024  # env TRIOPROXY_TRACE_BODY_LIMIT (bytes) overrides
 DEFAULT_BUFFER = 256
@@ -47,6 +46,37 @@ DEFAULT_WATCHER_BUDGET = 8 * 1024 * 1024  # bytes of unread events per watcher; 
 KEEPALIVE_SECONDS = 1.0
 FOLLOW_ARMED = 2  # watchers a follower keeps waiting (2: a worker's claim reaches the supervisor late)
 FOLLOW_PENDING = 64  # claimed requests a follower's reader may lag behind; past it requests go untraced
+
+
+
+class Traced(Protocol):
+    """What a snapshot or an activation reads of a request: an ``Exchange`` (exchange.py), named by
+    what is read, since the exchange holds its tracer and so sits above this module."""
+
+    @property
+    def scope(self) -> Scope: ...
+    @property
+    def headers(self) -> list[Header]: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def upstream_path(self) -> str | None: ...
+    @property
+    def listener(self) -> Listener | None: ...
+    @property
+    def route(self) -> Route | None: ...
+    @property
+    def backend(self) -> Backend | None: ...
+    @property
+    def llm(self) -> dict[str, Any] | None: ...
+    @property
+    def jwt(self) -> dict[str, Any] | None: ...
+    @property
+    def api_key(self) -> dict[str, Any] | None: ...
+    @property
+    def basic_auth(self) -> dict[str, Any] | None: ...
+
+    def uri(self) -> str: ...
 
 
 def body_limit_from_env() -> int:
@@ -94,7 +124,7 @@ def duration_string(seconds: float) -> str:
     return f"{seconds * 1_000_000:.0f}µs"
 
 
-def activation(x: Exchange) -> dict[str, Any]:
+def activation(x: Traced) -> dict[str, Any]:
     """The CEL activation of a request as the stages have shaped it so far (``jwt`` claims,
     ``source.address``, ``llm``...): what trace expressions, authorization rules and the access
     log's filter see (docs/trace-events.md)."""
@@ -108,7 +138,7 @@ def activation(x: Exchange) -> dict[str, Any]:
     )
 
 
-def request_state(x: Exchange, *, headers: list[Header] | None = None, response: dict[str, Any] | None = None,
+def request_state(x: Traced, *, headers: list[Header] | None = None, response: dict[str, Any] | None = None,
                   proxy: dict[str, str] | None = None, redaction: Redaction = DEFAULT) -> dict[str, Any]:
     """``requestState`` of a snapshot: the request as the stages have shaped it so far."""
     scope = x.scope
@@ -192,10 +222,10 @@ class NullTracer:
     def event(self, message_type: str, **fields: Any) -> None:
         pass
 
-    def snapshot(self, stage: str, x: Exchange, *, headers: list[Header] | None = None) -> None:
+    def snapshot(self, stage: str, x: Traced, *, headers: list[Header] | None = None) -> None:
         pass
 
-    def response_snapshot(self, stage: str, x: Exchange, status: int, headers: list[Header], *,
+    def response_snapshot(self, stage: str, x: Traced, status: int, headers: list[Header], *,
                           severity: str = "info", proxy: dict[str, str] | None = None) -> None:
         pass
 
@@ -279,20 +309,18 @@ class Tracer:
         self.dropped += 1
         self.watcher.on_drop()
 
-    def snapshot(self, stage: str, x: Exchange, *, headers: list[Header] | None = None) -> None:
+    def snapshot(self, stage: str, x: Traced, *, headers: list[Header] | None = None) -> None:
         """A ``requestSnapshot`` of the request as it is now (``headers`` overrides its headers)."""
         self.event("requestSnapshot", stage=stage, requestState=request_state(x, headers=headers,
                                                                                redaction=self.redaction))
 
-    def response_snapshot(self, stage: str, x: Exchange, status: int, headers: list[Header], *,
+    def response_snapshot(self, stage: str, x: Traced, status: int, headers: list[Header], *,
                           severity: str = "info", proxy: dict[str, str] | None = None) -> None:
         self.event("responseSnapshot", stage=stage, severity=severity, requestState=request_state(
             x, response={"code": status, "headers": headers_map(headers, self.redaction.headers)}, proxy=proxy,
             redaction=self.redaction))
 
     def policy_selection(self, phase: str, policies: Any) -> None:
-        from .config.dump import policies_by_kind
-
         self.event("policySelection", phase=phase, effectivePolicy=policies_by_kind(policies, phase))
 
     def body(self, stage: str, capture: BodyCapture | None) -> None:

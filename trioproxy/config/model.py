@@ -8,47 +8,34 @@ swaps it in whole; nothing is mutated.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import attrs
 from attrs import frozen
 
-from ..backend_tls import SYSTEM_TRUST, BackendTls
+from ..backend_tls import BackendTls
 from ..policies.api_key import ApiKeySpec
 from ..policies.authorization import AuthorizationSpec
+from ..policies.backend_auth import BackendAuth as BackendAuth
 from ..policies.basic_auth import BasicAuthSpec
 from ..policies.cors import CorsSpec
 from ..policies.csrf import CsrfSpec
 from ..policies.delay import DelaySpec
+from ..policies.direct_response import ConditionalDirectResponse as ConditionalDirectResponse
+from ..policies.direct_response import DirectResponsePolicy as DirectResponsePolicy
+from ..policies.headers import HeaderModifier as HeaderModifier
 from ..policies.jwt import JwtAuthSpec
+from ..policies.mirror import MirrorSpec
 from ..policies.ratelimit_local import LocalRateLimitSpec
 from ..policies.ratelimit_remote import RemoteRateLimitSpec
 from ..policies.retry import RetrySpec
+from ..policies.timeout import TimeoutPolicy as TimeoutPolicy
 from ..policies.url_rewrite import RedirectSpec, UrlRewriteSpec
-
-if TYPE_CHECKING:
-    from ..policies.mirror import MirrorSpec
+from .address import Address as Address
+from .address import TlsAddress as TlsAddress
 
 PathKind = Literal["exact", "pathPrefix", "regex"]
 MatchKind = Literal["exact", "regex"]
-
-
-@frozen
-class Address:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-@frozen
-class TlsAddress(Address):
-    """An address reached over TLS. Never equal to the plain ``Address`` of the same host and port,
-    so the connection pool, which keys by address, never hands a plain connection to a TLS
-    backend or the other way round."""
-
-    tls: BackendTls = SYSTEM_TRUST
 
 
 @frozen
@@ -168,41 +155,6 @@ class RouteMatch:
     method: str | None = None
     headers: tuple[ValueMatch, ...] = ()
     query: tuple[ValueMatch, ...] = ()
-
-
-@frozen
-class HeaderModifier:
-    add: tuple[tuple[bytes, bytes], ...] = ()
-    set: tuple[tuple[bytes, bytes], ...] = ()
-    remove: tuple[bytes, ...] = ()
-    #: names (lower case) whose value was read from ``$VAR``: a secret the config puts on the
-    #: request, hidden in traces and ``/config_dump`` (docs/reliability.md row 6)
-    from_env: frozenset[bytes] = frozenset()
-
-
-@frozen
-class TimeoutPolicy:
-    request_timeout: float | None = None
-    backend_request_timeout: float | None = None
-
-
-@frozen
-class DirectResponsePolicy:
-    status: int
-    body: str = ""
-    condition: str | None = None  # CEL source, in a ``conditional`` entry; None: always
-
-
-@frozen
-class ConditionalDirectResponse:
-    """``directResponse: {conditional: [...]}``: the first entry whose condition holds answers."""
-
-    entries: tuple[DirectResponsePolicy, ...]
-
-
-@frozen
-class BackendAuth:
-    key: str = attrs.field(repr=False)
 
 
 @frozen

@@ -15,21 +15,24 @@ rejects a wrong one; ``permissive`` lets both pass without ``apiKey``.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Literal
+from collections.abc import MutableMapping
+from typing import Any, Literal, Protocol
 from urllib.parse import parse_qsl, unquote_plus
 
 import attrs
 from attrs import frozen
 
-from ..errors import ApiKeyAuthenticationFailed
-from ..redaction import REDACTED
-from .stage import Stage
+from ..asgi import Header
 
-if TYPE_CHECKING:
-    from ..exchange import Exchange
+__all__ = ["ApiKeySpec", "CredentialLocation", "Request", "cookie_pairs", "key_digest"]
 
-__all__ = ["ApiKeySpec", "ApiKeyStage", "CredentialLocation", "key_digest"]
+
+class Request(Protocol):
+    """What a credential is read from and taken off: an ``Exchange``, named by what is used so this
+    spec stays below the exchange (docs/pipeline.md, "Adding a policy kind")."""
+
+    headers: list[Header]
+    scope: MutableMapping[str, Any]
 
 
 def key_digest(key: str) -> str:
@@ -45,7 +48,7 @@ class CredentialLocation:
     name: str = "authorization"
     prefix: str = "Bearer "  # headers only; "" takes the whole value
 
-    def extract(self, x: Exchange) -> str | None:
+    def extract(self, x: Request) -> str | None:
         if self.kind == "header":
             name = self.name.encode().lower()
             value = next((v for k, v in x.headers if k == name), None)
@@ -58,9 +61,9 @@ class CredentialLocation:
         if self.kind == "queryParameter":
             query = x.scope.get("query_string", b"").decode("latin-1")
             return next((v for k, v in parse_qsl(query) if k == self.name), None)  # blank values are left out
-        return next((value for name, value, _ in _cookie_pairs(x) if name == self.name and value), None)
+        return next((value for name, value, _ in cookie_pairs(x) if name == self.name and value), None)
 
-    def remove(self, x: Exchange) -> None:
+    def remove(self, x: Request) -> None:
         """Take the credential off the request before it goes upstream."""
         if self.kind == "header":
             name = self.name.encode().lower()
@@ -71,12 +74,12 @@ class CredentialLocation:
             kept = [p for p in query.split(b"&") if unquote_plus(p.partition(b"=")[0].decode("latin-1")) != self.name]
             x.scope["query_string"] = b"&".join(kept)
         else:
-            rest = [piece for name, _, piece in _cookie_pairs(x) if name != self.name]
+            rest = [piece for name, _, piece in cookie_pairs(x) if name != self.name]
             x.headers = [h for h in x.headers if h[0] != b"cookie"] + (
                 [(b"cookie", "; ".join(rest).encode("latin-1"))] if rest else [])
 
 
-def _cookie_pairs(x: Exchange) -> list[tuple[str | None, str, str]]:
+def cookie_pairs(x: Request) -> list[tuple[str | None, str, str]]:
     """(name, value, the piece as sent) of each ``;``-separated piece of every ``Cookie`` header.
 
     Read leniently, as browsers and agentgateway do: a piece that is no ``name=value`` (``junk``, a
@@ -106,39 +109,3 @@ class ApiKeySpec:
     keys: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = attrs.field(metadata={"secret": True})
     mode: Literal["strict", "optional", "permissive"] = "optional"
     location: CredentialLocation = CredentialLocation()
-
-
-class ApiKeyStage(Stage):
-    """Sets ``x.api_key`` (CEL ``apiKey``) for a known key; after jwtAuth, before authorization."""
-
-    kind = "apiKey"
-    __slots__ = ("keys", "spec")
-
-    def __init__(self, spec: ApiKeySpec) -> None:
-        self.spec = spec
-        self.keys: Mapping[str, dict[str, str]] = {digest: dict(metadata) for digest, metadata in spec.keys}
-
-    async def request(self, x: Exchange) -> None:
-        spec = self.spec
-        key = spec.location.extract(x)
-        tr = x.tracer
-        if key is None:
-            if spec.mode == "strict":
-                tr.event("policy", severity="warn", kind="apiKey", result="rejected", reason="no API Key found")
-                raise ApiKeyAuthenticationFailed("no API Key found")
-            if tr:  # the reason is formatted only for a watcher
-                tr.event("policy", kind="apiKey", result="skipped", reason=f"no API key ({spec.mode} mode)")
-            return
-        metadata = self.keys.get(key_digest(key))
-        if metadata is None:
-            if spec.mode == "permissive":
-                tr.event("policy", severity="warn", kind="apiKey", result="skipped",
-                         reason="invalid credentials (permissive mode: passed without apiKey)")
-                return
-            tr.event("policy", severity="warn", kind="apiKey", result="rejected", reason="invalid credentials")
-            raise ApiKeyAuthenticationFailed("invalid credentials")
-        spec.location.remove(x)
-        x.api_key = {**metadata, "key": REDACTED}
-        if tr:
-            tr.event("policy", severity="success", kind="apiKey", result="authenticated", metadata=metadata)
-            tr.snapshot("apiKey", x)  # the request as it now is: the key gone

@@ -22,9 +22,6 @@ from typing import Any, Literal
 from attrs import frozen
 
 from ..cel import compile_expression
-from ..errors import AuthorizationDenied
-from ..trace import activation
-from .stage import Stage
 
 __all__ = ["AuthorizationDecision", "AuthorizationPolicy", "AuthorizationSpec", "Rule", "decide"]
 
@@ -77,21 +74,3 @@ def decide(policy: AuthorizationPolicy, activation: Mapping[str, Any]) -> Author
     if policy.allow:
         return AuthorizationDecision(False, "no allow rule matched")
     return AuthorizationDecision(True, "no deny rule matched and every require rule held")
-
-
-class AuthorizationStage(Stage):
-    """``authorization``: 403 ``authorization failed`` unless the rules allow the request."""
-
-    kind = "authorization"
-
-    def __init__(self, policy: AuthorizationPolicy) -> None:
-        self.policy = policy
-
-    async def request(self, x: Any) -> None:
-        decision = decide(self.policy, activation(x))
-        if x.tracer:
-            x.tracer.event("policy", severity="info" if decision.allowed else "warn", kind="authorization",
-                           result="allowed" if decision.allowed else "denied", reason=decision.reason,
-                           rule=decision.rule)
-        if not decision.allowed:
-            raise AuthorizationDenied()

@@ -27,28 +27,22 @@ import base64
 import binascii
 import hashlib
 import hmac
-from collections import OrderedDict
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import attrs
 import bcrypt
-import trio
 from attrs import frozen
 
-from ..errors import BasicAuthenticationBusy, BasicAuthenticationFailed
 from .api_key import CredentialLocation
-from .stage import Stage
 
-if TYPE_CHECKING:
-    from ..exchange import Exchange
-
-__all__ = ["BasicAuthSpec", "BasicAuthStage", "HtpasswdError", "apr1", "parse_htpasswd", "verify_password"]
+__all__ = ["BCRYPT_PREFIXES", "BasicAuthSpec", "HtpasswdError", "apr1", "credentials_of", "dummy_hash", "parse_htpasswd",
+           "verify_password"]
 
 CACHE_SECONDS = 300.0
 CACHE_SIZE = 10_000
 BCRYPT_THREADS = 2
 BCRYPT_QUEUE = 8  # checks that may wait for one of the threads; past it: 503 at once
-_BCRYPT = ("$2y$", "$2b$", "$2a$")
+BCRYPT_PREFIXES = ("$2y$", "$2b$", "$2a$")
 
 
 class HtpasswdError(ValueError):
@@ -65,7 +59,7 @@ def parse_htpasswd(text: str) -> tuple[tuple[str, str], ...]:
         user, sep, hashed = line.partition(":")
         if not sep or not user or not hashed:
             raise HtpasswdError(f"line {number}: expected user:hash")
-        if not (hashed.startswith((*_BCRYPT, "$apr1$", "{SHA}"))):
+        if not (hashed.startswith((*BCRYPT_PREFIXES, "$apr1$", "{SHA}"))):
             raise HtpasswdError(f"line {number}: user {user!r} has an unsupported hash "
                                 "(supported: bcrypt $2y$, $apr1$, {SHA}; htpasswd -B writes bcrypt)")
         if user in users:
@@ -108,7 +102,7 @@ def apr1(password: bytes, salt: bytes) -> str:
 
 def verify_password(hashed: str, password: bytes) -> bool:
     """Does ``password`` match an htpasswd hash (bcrypt: slow, call it from a thread)."""
-    if hashed.startswith(_BCRYPT):
+    if hashed.startswith(BCRYPT_PREFIXES):
         try:
             return bcrypt.checkpw(password, hashed.encode())  # bcrypt reads $2y$ (htpasswd's) as $2b$
         except ValueError:  # a malformed bcrypt hash matches nothing
@@ -121,7 +115,7 @@ def verify_password(hashed: str, password: bytes) -> bool:
     return False
 
 
-def _credentials(encoded: str) -> tuple[str, bytes] | None:
+def credentials_of(encoded: str) -> tuple[str, bytes] | None:
     try:
         decoded = base64.b64decode(encoded, validate=True)
     except (binascii.Error, ValueError):
@@ -143,79 +137,12 @@ class BasicAuthSpec:
     location: CredentialLocation = CredentialLocation("header", "authorization", "Basic ")
 
 
-def _dummy_hash(users: tuple[tuple[str, str], ...]) -> str:
+def dummy_hash(users: tuple[tuple[str, str], ...]) -> str:
     """A well-formed hash nothing matches, of the first user's kind and bcrypt cost (an unknown user
     costs what a wrong password does); a fixed salt and digest: checking computes, never matches."""
     hashed = users[0][1] if users else "{SHA}"
-    if hashed.startswith(_BCRYPT):
+    if hashed.startswith(BCRYPT_PREFIXES):
         return hashed[:7] + "." * 53  # $2y$NN$ + 22 salt + 31 digest characters
     if hashed.startswith("$apr1$"):
         return "$apr1$........$" + "." * 22
     return "{SHA}" + "." * 28
-
-
-class BasicAuthStage(Stage):
-    """Sets ``x.basic_auth`` (CEL ``basicAuth``); after jwtAuth, before apiKey, as in agentgateway."""
-
-    kind = "basicAuth"
-    __slots__ = ("challenge", "checks", "dummy", "limiter", "spec", "users", "verified")
-
-    def __init__(self, spec: BasicAuthSpec) -> None:
-        self.spec = spec
-        self.users = dict(spec.users)
-        self.challenge = ((b"www-authenticate", f'Basic realm="{spec.realm}"'.encode("latin-1")),)
-        self.verified: OrderedDict[bytes, float] = OrderedDict()  # digest of user:password -> until
-        self.limiter = trio.CapacityLimiter(BCRYPT_THREADS)
-        self.checks = 0  # bcrypt checks running or waiting for a thread
-        self.dummy = _dummy_hash(spec.users)
-
-    def _fail(self, x: Exchange, reason: str) -> BasicAuthenticationFailed:
-        x.tracer.event("policy", severity="warn", kind="basicAuth", result="rejected", reason=reason)
-        return BasicAuthenticationFailed(reason, headers=self.challenge)
-
-    async def request(self, x: Exchange) -> None:
-        spec = self.spec
-        encoded = spec.location.extract(x)
-        if encoded is None:
-            if spec.mode == "strict":
-                raise self._fail(x, "no basic authentication credentials found")
-            x.tracer.event("policy", kind="basicAuth", result="skipped", reason="no credentials (optional mode)")
-            return
-        credentials = _credentials(encoded)
-        if credentials is None:
-            raise self._fail(x, "invalid credentials")
-        user, password = credentials
-        hashed = self.users.get(user)
-        if hashed is None:  # as slow as a wrong password, so the timing does not tell users apart
-            await self._verify(user, password, self.dummy)
-            raise self._fail(x, "invalid credentials")
-        if not await self._verify(user, password, hashed):
-            raise self._fail(x, "invalid credentials")
-        spec.location.remove(x)
-        x.basic_auth = {"username": user}
-        if x.tracer:
-            x.tracer.event("policy", severity="success", kind="basicAuth", result="authenticated", username=user)
-            x.tracer.snapshot("basicAuth", x)
-
-    async def _verify(self, user: str, password: bytes, hashed: str) -> bool:
-        key = hashlib.sha256(user.encode() + b"\x00" + password + b"\x00" + hashed.encode()).digest()
-        now = trio.current_time()
-        until = self.verified.get(key)
-        if until is not None and until > now:
-            return True
-        if hashed.startswith(_BCRYPT):
-            if self.checks >= BCRYPT_THREADS + BCRYPT_QUEUE:
-                raise BasicAuthenticationBusy(headers=((b"retry-after", b"1"),))
-            self.checks += 1
-            try:
-                ok = await trio.to_thread.run_sync(verify_password, hashed, password, limiter=self.limiter)
-            finally:
-                self.checks -= 1
-        else:
-            ok = verify_password(hashed, password)
-        if ok:
-            self.verified[key] = now + CACHE_SECONDS
-            self.verified.move_to_end(key)
-            while len(self.verified) > CACHE_SIZE:
-                self.verified.popitem(last=False)
-        return ok

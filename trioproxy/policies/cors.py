@@ -27,13 +27,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from attrs import frozen
 
 from ..asgi import Header
-from ..errors import DirectResponse
-from .stage import Stage
 
 __all__ = ["CorsDecision", "CorsSpec", "decide", "parse_origin"]
 
@@ -170,23 +167,3 @@ class CorsPolicy:
 def decide(spec: CorsSpec, method: str, headers: Sequence[Header]) -> CorsDecision:
     """One-off convenience around :class:`CorsPolicy` (tests, tools)."""
     return CorsPolicy(spec).decide(method, headers)
-
-
-class CorsStage(Stage):
-    """``cors``: answers preflights itself; adds CORS headers to allowed responses."""
-
-    kind = "cors"
-
-    def __init__(self, policy: CorsPolicy) -> None:
-        self.policy = policy
-
-    async def request(self, x: Any) -> None:
-        decision = self.policy.decide(x.scope["method"], x.headers)
-        if x.tracer and decision.result != "no origin":
-            x.tracer.event("policy", severity="warn" if decision.result.startswith("disallowed") else "info",
-                           kind="cors", result=decision.result,
-                           origin=(_header(x.headers, b"origin") or b"").decode("latin-1"))
-        if decision.preflight:
-            raise DirectResponse(200, "", headers=decision.headers)
-        if decision.headers:
-            x.extra_response_headers = x.extra_response_headers + list(decision.headers)

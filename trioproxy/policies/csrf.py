@@ -11,18 +11,12 @@ request's own ``scheme://host``, or when it is one of ``additionalOrigins``. The
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from attrs import frozen
 
 from ..asgi import Header
-from ..errors import CsrfValidationFailed
-from .stage import SpecStage
 
-if TYPE_CHECKING:
-    from ..exchange import Exchange
-
-__all__ = ["CsrfSpec", "CsrfStage", "csrf_refusal"]
+__all__ = ["CsrfSpec", "csrf_refusal"]
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -55,19 +49,3 @@ def csrf_refusal(spec: CsrfSpec, method: str, headers: Iterable[Header], scheme:
     if origin_text is None or origin_text == f"{scheme}://{host}" or trusted:
         return None
     return f"Origin {origin_text} is not {scheme}://{host}"
-
-
-class CsrfStage(SpecStage[CsrfSpec]):
-    """After the rate limits and before the header modifiers, as in agentgateway."""
-
-    kind = "csrf"
-    __slots__ = ()
-
-    async def request(self, x: Exchange) -> None:
-        scope = x.scope
-        reason = csrf_refusal(self.spec, scope["method"], x.headers, scope.get("scheme", "http"),
-                              x.authority() or x.host)
-        if reason is not None:
-            x.tracer.event("policy", severity="warn", kind="csrf", result="rejected", reason=reason)
-            raise CsrfValidationFailed()
-        x.tracer.event("policy", kind="csrf", result="allowed")

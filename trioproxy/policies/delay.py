@@ -9,19 +9,11 @@ against ``requestTimeout`` like real latency (504 ``request timeout``).
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import trio
 from attrs import frozen
 
-from ..cel import compile_expression
-from ..trace import activation
-from .stage import Stage
-
-if TYPE_CHECKING:
-    from ..exchange import Exchange
-
-__all__ = ["DelaySpec", "DelayStage", "delay_seconds"]
+__all__ = ["DelaySpec", "delay_seconds"]
 
 
 @frozen
@@ -39,24 +31,3 @@ def delay_seconds(value: Any) -> float:
     else:
         return 0.0
     return seconds if seconds > 0 else 0.0
-
-
-class DelayStage(Stage):
-    kind = "delay"
-    __slots__ = ("expression", "spec")
-
-    def __init__(self, spec: DelaySpec) -> None:
-        self.spec = spec
-        self.expression = compile_expression(spec.source) if spec.seconds is None else None
-
-    async def request(self, x: Exchange) -> None:
-        if self.expression is None:
-            assert self.spec.seconds is not None
-            seconds = self.spec.seconds
-        else:
-            seconds = delay_seconds(self.expression.evaluate(activation(x)))
-        if x.tracer.active:
-            x.tracer.event("policy", kind="delay", result="delayed" if seconds else "no delay",
-                           delay=f"{seconds * 1000:.0f}ms")
-        if seconds:
-            await trio.sleep(seconds)

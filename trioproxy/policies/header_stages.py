@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 from ..asgi import Header
 from ..cel import compile_expression
-from ..config.model import ConditionalDirectResponse, DirectResponsePolicy, HeaderModifier
 from ..errors import DirectResponse
 from ..trace import activation
-from .headers import apply_modifier
+from .direct_response import ConditionalDirectResponse, DirectResponsePolicy
+from .headers import HeaderModifier, apply_modifier
 from .stage import Stage
 
 if TYPE_CHECKING:

@@ -4,8 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from attrs import frozen
+
 from ..asgi import Header
-from ..config.model import HeaderModifier
+
+
+@frozen
+class HeaderModifier:
+    add: tuple[tuple[bytes, bytes], ...] = ()
+    set: tuple[tuple[bytes, bytes], ...] = ()
+    remove: tuple[bytes, ...] = ()
+    #: names (lower case) whose value was read from ``$VAR``: a secret the config puts on the
+    #: request, hidden in traces and ``/config_dump`` (docs/reliability.md row 6)
+    from_env: frozenset[bytes] = frozenset()
+
 
 # RFC 9110 §7.6.1 hop-by-hop fields, plus framing that the next hop recomputes.
 HOP_BY_HOP = frozenset(
@@ -83,3 +95,13 @@ def request_framing(headers: Iterable[Header]) -> Header | None:
         if name == b"transfer-encoding":
             return (b"transfer-encoding", b"chunked")
     return None
+
+
+def host_without_port(host: str) -> str:
+    """The Host header's name, lowercase, without its port and without a trailing dot: ``example.com.``
+    is the fully qualified spelling of ``example.com`` and must meet its routes (as Envoy and
+    agentgateway normalise it), not fall through to the catch-all ones."""
+    if host.startswith("["):
+        return host[: host.find("]") + 1].lower()
+    name = host.rsplit(":", 1)[0].lower() if host.count(":") == 1 else host.lower()
+    return name[:-1] if name.endswith(".") else name

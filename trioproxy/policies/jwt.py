@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -39,9 +38,6 @@ import attrs
 import jwt as pyjwt
 from attrs import frozen
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
-
-from ..errors import AuthenticationFailed
-from .stage import Stage
 
 __all__ = [
     "LEEWAY_SECONDS",
@@ -364,69 +360,3 @@ class JwtVerifier:
             raise JwtFailure("token has expired")
         if now < nbf - LEEWAY_SECONDS:
             raise JwtFailure("token is not yet valid")
-
-
-# --- the stage: the thin async shell around the verifier -------------------------------------
-
-CHALLENGE = ((b"www-authenticate", b"Bearer"),)
-
-
-def _without_bearer(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    return [h for h in headers if not (h[0] == b"authorization" and h[1].lstrip()[:7].lower() == b"bearer ")]
-
-
-class JwtAuthStage(Stage):
-    """``jwtAuth``: sets ``x.jwt`` to the claims and removes the token before the request goes upstream.
-
-    Trace ``policy`` events (kind ``jwt``) say what was decided and why; they carry the issuer
-    and subject of an accepted token, never the token.
-    """
-
-    kind = "jwtAuth"
-
-    def __init__(self, spec: JwtAuthSpec, verifier: JwtVerifier, remotes: Sequence[Any] = ()) -> None:
-        self.spec = spec
-        self.verifier = verifier
-        self.remotes = tuple(remotes)  # RemoteJwks of the URL providers (refetched for an unknown kid)
-
-    async def _refetch(self) -> bool:
-        refreshed = False
-        for remote in self.remotes:
-            refreshed = await remote.refetch_for_unknown_kid() or refreshed
-        return refreshed
-
-    async def request(self, x: Any) -> None:
-        tr = x.tracer
-        mode = self.spec.mode
-        token = bearer_token(x.headers)
-        if token is None:
-            if mode == "strict":
-                if tr:
-                    tr.event("policy", severity="warn", kind="jwt", result="rejected", reason="no bearer token found")
-                raise AuthenticationFailed("no bearer token found", headers=CHALLENGE)
-            if tr:
-                tr.event("policy", kind="jwt", result="skipped", reason=f"no bearer token ({mode} mode)")
-            return
-        try:
-            try:
-                claims = self.verifier.verify(token, time.time())
-            except UnknownKey:
-                if not self.remotes or not await self._refetch():
-                    raise
-                claims = self.verifier.verify(token, time.time())
-        except JwtFailure as failure:
-            if mode == "permissive":
-                if tr:
-                    tr.event("policy", severity="warn", kind="jwt", result="skipped",
-                             reason=f"{failure.reason} (permissive mode: passed without claims)")
-                return
-            if tr:
-                tr.event("policy", severity="warn", kind="jwt", result="rejected", reason=failure.reason)
-            raise AuthenticationFailed(failure.reason, headers=CHALLENGE) from None
-        x.jwt = claims
-        x.headers = _without_bearer(x.headers)
-        if tr:
-            tr.event("policy", severity="success", kind="jwt", result="authenticated",
-                     issuer=claims.get("iss"), subject=claims.get("sub"))
-            # the request as it now is: token gone, claims under ``jwt``
-            tr.snapshot("jwtAuth", x)

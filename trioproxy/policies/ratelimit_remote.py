@@ -27,20 +27,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
-import trio
 from attrs import frozen
 
-from ..after_response import AFTER_RESPONSE, AfterResponse
 from ..cel import CelError, Expression, compile_expression
-from ..errors import RateLimited, RateLimitFailed
-from ..rls.client import RlsCallFailed
+from ..errors import RateLimited
 from ..rls.descriptor_text import MAX_DESCRIPTOR_TEXT, bounded
-from .stage import Stage
-
-if TYPE_CHECKING:
-    from ..exchange import Exchange
 
 Header = tuple[bytes, bytes]
 FailureMode = Literal["failClosed", "failOpen"]
@@ -199,19 +192,11 @@ class RemoteRateLimitPolicy:
         #: per descriptor: its hits (None: one; 0: only look, tokens are charged after)
         self.hits = tuple(0 if d.kind == "tokens" else None for d in spec.descriptors)
 
-    def descriptors_of(self, x: Exchange) -> tuple[list[tuple[int, list[tuple[str, str]]]], list[str]]:
-        """``descriptors`` for an exchange, without an activation when every entry is direct."""
-        if self.direct:
-            return self._choose(x, True)
-        from ..trace import activation
-
-        return self._choose(activation(x), False)
-
     def descriptors(self, activation: Mapping[str, Any]) -> tuple[list[tuple[int, list[tuple[str, str]]]], list[str]]:
         """``[(descriptor index, entries)]`` that evaluated, and a reason per skipped descriptor."""
-        return self._choose(activation, False)
+        return self.choose(activation, False)
 
-    def _choose(self, subject: Any, direct: bool) -> tuple[list[tuple[int, list[tuple[str, str]]]], list[str]]:
+    def choose(self, subject: Any, direct: bool) -> tuple[list[tuple[int, list[tuple[str, str]]]], list[str]]:
         out: list[tuple[int, list[tuple[str, str]]]] = []
         skipped: list[str] = []
         for i, descriptor in enumerate(self.compiled):
@@ -264,102 +249,3 @@ class RemoteRateLimitPolicy:
                                      (h.value or h.raw_value.decode("latin-1")).encode("latin-1"))
                                     for h in response.request_headers_to_add)
         return Decision(True, "", tuple(headers), request_headers, limit, remaining)
-
-
-class RemoteRateLimitStage(Stage):
-    """The call: one per request (plus one after the response when tokens are counted)."""
-
-    kind = "remoteRateLimit"
-
-    def __init__(self, spec: RemoteRateLimitSpec, key: str, count: Callable[[str, str, str], None],
-                 client: Any = None) -> None:
-        from ..rls.client import client_for
-
-        self.spec = spec
-        self.policy = RemoteRateLimitPolicy(spec)
-        self.key = key
-        self.count = count
-        self.client = client if client is not None else client_for(spec.host)
-
-    def _event(self, x: Exchange, severity: str, result: str, **fields: Any) -> None:
-        if x.tracer.active:
-            x.tracer.event("policy", severity=severity, scope=["rate_limit"], kind="remoteRateLimit",
-                           result=result, **fields)
-
-    async def request(self, x: Exchange) -> None:
-        chosen, skipped = self.policy.descriptors_of(x)
-        for reason in skipped:
-            self._event(x, "warn", "skipped", reason=reason)
-        if not chosen:
-            return
-        hits = self.policy.hits
-        calls = [(entries, hits[i]) for i, entries in chosen]
-        if self.policy.counts_tokens and any(hits[i] == 0 for i, _ in chosen):
-            x.remote_charges.append((self, [entries for i, entries in chosen if hits[i] == 0]))
-        try:
-            response = await self.client.should_rate_limit(self.spec.domain, calls, self.spec.timeout)
-        except RlsCallFailed as exc:
-            self.count("remoteRateLimit", self.key, "failed")
-            if self.spec.failure_mode == "failOpen":
-                self._event(x, "warn", "failedOpen", reason=str(exc))
-                return
-            self._event(x, "error", "failed", reason=str(exc))
-            raise RateLimitFailed() from None
-        decision = self.policy.decide(response, x.tracer.active)
-        self.count("remoteRateLimit", self.key, "allowed" if decision.allowed else "rejected")
-        if x.tracer.active:  # (the event's fields are built only for a watcher)
-            self._event(x, "info" if decision.allowed else "warn", "allowed" if decision.allowed else "rejected",
-                        descriptors=[dict(entries) for entries, _ in calls], limit=decision.limit,
-                        remaining=decision.remaining)
-        if not decision.allowed:
-            raise RateLimited(decision.body, headers=decision.response_headers)
-        if decision.request_headers:
-            names = {k for k, _ in decision.request_headers}
-            x.headers = [h for h in x.headers if h[0] not in names] + list(decision.request_headers)
-        x.extra_response_headers.extend(decision.response_headers)
-
-
-class RemoteTokenRateLimitStage(RemoteRateLimitStage):
-    """With ``tokens`` descriptors: the ``finish`` hook charges the response's tokens.
-
-    The charge call runs after the response, outside the request (``after_response``): the
-    client has its response, and a stalled service must not hold the connection's next
-    keep-alive request either. The trace shows ``charging`` (the call was started); its outcome
-    is counted in the metrics (``charged`` / ``chargeFailed``).
-    """
-
-    def __init__(self, spec: RemoteRateLimitSpec, key: str, count: Callable[[str, str, str], None],
-                 client: Any = None, after_response: AfterResponse = AFTER_RESPONSE) -> None:
-        super().__init__(spec, key, count, client)
-        self.after_response = after_response
-
-    async def finish(self, x: Exchange) -> None:
-        """Start the charge of ``usage.total_tokens`` to this stage's tokens descriptors; never waits."""
-        usage = x.usage
-        charges = [entries for stage, entries in x.remote_charges if stage is self]
-        if usage is None or not charges or not usage.total_tokens:
-            return
-        tokens = usage.total_tokens
-        calls = [(e, tokens) for e in charges[0]]
-        if self.after_response.spawn(self._charge, calls, name=f"remoteRateLimit charge {self.key}"):
-            self._event(x, "info", "charging", tokens=tokens)
-        else:
-            self.count("remoteRateLimit", self.key, "chargeFailed")
-            self._event(x, "warn", "chargeFailed", tokens=tokens, reason="too many charges pending")
-
-    async def _charge(self, calls: Sequence[tuple[list[tuple[str, str]], int | None]]) -> None:
-        try:
-            with trio.move_on_after(self.spec.timeout):
-                await self.client.should_rate_limit(self.spec.domain, calls, self.spec.timeout)
-                self.count("remoteRateLimit", self.key, "charged")
-                return
-            raise RlsCallFailed("timeout")
-        except RlsCallFailed:
-            self.count("remoteRateLimit", self.key, "chargeFailed")
-
-
-def remote_rate_limit_stage(spec: RemoteRateLimitSpec, key: str, count: Callable[[str, str, str], None],
-                            client: Any = None) -> RemoteRateLimitStage:
-    """The stage for ``spec``: with a ``finish`` hook only when some descriptor counts tokens."""
-    tokens = any(d.kind == "tokens" for d in spec.descriptors)
-    return (RemoteTokenRateLimitStage if tokens else RemoteRateLimitStage)(spec, key, count, client)

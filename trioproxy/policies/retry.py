@@ -18,17 +18,11 @@ authorization, before rate limits): the attempts themselves wrap the upstream ca
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from attrs import frozen
 
 from ..errors import BackendUnreachable, BadUpstreamResponse, ProxyError, UpstreamTimeout
-from .stage import SpecStage
 
-if TYPE_CHECKING:
-    from ..exchange import Exchange
-
-__all__ = ["MAX_RETRY_BODY", "RetrySpec", "RetryStage", "retryable_error", "retryable_status"]
+__all__ = ["MAX_RETRY_BODY", "RetrySpec", "retryable_error", "retryable_status"]
 
 #: largest request body buffered so that it can be sent again (agentgateway's 64 KiB)
 MAX_RETRY_BODY = 64 * 1024
@@ -48,11 +42,3 @@ def retryable_status(spec: RetrySpec, status: int) -> bool:
 def retryable_error(error: ProxyError) -> bool:
     """A call that produced no response: agentgateway's ``is_retryable``."""
     return isinstance(error, (BackendUnreachable, BadUpstreamResponse, UpstreamTimeout))
-
-
-class RetryStage(SpecStage[RetrySpec]):
-    kind = "retry"
-    __slots__ = ()
-
-    async def request(self, x: Exchange) -> None:
-        x.retry = self.spec

@@ -14,18 +14,13 @@ request's port is kept; a port that is the new scheme's default (80, 443) is lef
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from attrs import frozen
 
-from ..errors import DirectResponse
-from .stage import SpecStage
+from .headers import host_without_port
 
-if TYPE_CHECKING:
-    from ..exchange import Exchange
-
-__all__ = ["RedirectSpec", "RequestRedirectStage", "UrlRewriteSpec", "UrlRewriteStage", "redirect_location",
-           "rewrite_authority", "rewrite_prefix"]
+__all__ = ["RedirectSpec", "UrlRewriteSpec", "redirect_location", "rewrite_authority", "rewrite_prefix"]
 
 
 @frozen
@@ -53,32 +48,8 @@ def rewrite_authority(spec: UrlRewriteSpec, host: str) -> str:
     if spec.authority_kind in ("full", "host"):
         return spec.authority
     assert spec.authority_kind == "port"
-    from ..routing import host_without_port  # late: routing imports the config model
-
     name = host_without_port(host) or host
     return name if spec.authority == "80" else f"{name}:{spec.authority}"
-
-
-class UrlRewriteStage(SpecStage[UrlRewriteSpec]):
-    kind = "urlRewrite"
-    __slots__ = ()
-
-    async def request(self, x: Exchange) -> None:
-        spec = self.spec
-        if spec.path_kind == "full":
-            x.upstream_path = spec.path or "/"
-        elif spec.path_kind == "prefix":
-            matched = x.route_match.path.value if x.route_match is not None else "/"  # a pathPrefix (checked at load)
-            raw = x.scope.get("raw_path")
-            current = x.upstream_path or (raw.decode("latin-1") if raw else x.scope["path"])
-            x.upstream_path = rewrite_prefix(current, matched, spec.path)
-        if spec.authority_kind is not None:
-            host = x.authority()
-            x.headers = [h for h in x.headers if h[0] != b"host"] + [
-                (b"host", rewrite_authority(spec, host).encode())]
-        if x.tracer.active:
-            x.tracer.event("policy", kind="urlRewrite", result="rewrote request URL", path=x.upstream_path)
-            x.tracer.snapshot("urlRewrite", x)
 
 
 @frozen
@@ -95,8 +66,6 @@ def redirect_location(spec: RedirectSpec, scheme: str, host: str, path: str, que
                       matched_prefix: str = "/") -> str:
     """The Location for a request to ``scheme://host path?query`` (``matched_prefix``: the route's
     pathPrefix, for a ``prefix`` path)."""
-    from ..routing import host_without_port  # late: routing imports the config model
-
     new_scheme = spec.scheme or scheme
     url = spec.url
     kind = url.authority_kind
@@ -124,26 +93,3 @@ def _port_of(host: str) -> str:
         close = host.find("]")
         return host[close + 2:] if host[close + 1:close + 2] == ":" else ""
     return host.rsplit(":", 1)[1] if host.count(":") == 1 else ""
-
-
-class RequestRedirectStage(SpecStage[RedirectSpec]):
-    """Answers with the redirect: after urlRewrite (whose path and Host it starts from), before
-    delay and directResponse, as in agentgateway."""
-
-    kind = "requestRedirect"
-    __slots__ = ()
-
-    async def request(self, x: Exchange) -> None:
-        scope = x.scope
-        raw = scope.get("raw_path")
-        path = x.upstream_path or (raw.decode("latin-1") if raw else scope["path"])
-        host = x.authority()
-        if not host and scope.get("server"):
-            host = "{}:{}".format(*scope["server"])
-        matched = x.route_match.path.value if x.route_match is not None else "/"  # a pathPrefix for a prefix
-        location = redirect_location(self.spec, scope.get("scheme", "http"), host, path,
-                                     scope.get("query_string", b""), matched)
-        if x.tracer.active:
-            x.tracer.event("policy", kind="requestRedirect", result="redirected", status=self.spec.status,
-                           location=location)
-        raise DirectResponse(self.spec.status, "", headers=((b"location", location.encode("latin-1")),))
