@@ -10,9 +10,16 @@ test fails while a name is in both).
 
 from __future__ import annotations
 
+from ..policies.kinds import POLICY_KINDS
+
 
 def _names(text: str) -> frozenset[str]:
     return frozenset(text.split())
+
+
+def _kinds_only_in_agentgateway(phase: str) -> frozenset[str]:
+    """Policy kinds trioproxy has, but not in ``phase`` where agentgateway has them (policies/kinds.py)."""
+    return frozenset(kind.name for kind in POLICY_KINDS if phase in kind.agentgateway_only)
 
 
 UNIMPLEMENTED: dict[str, frozenset[str]] = {
@@ -37,9 +44,9 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
         "mcpAuthentication mcpAuthorization mcpGuardrails oidc transformations"
     ),
     "BackendPolicies": _names(
-        "a2a ai authorization backendTunnel extAuthz health http inferenceRouting "
-        "mcpAuthorization mcpGuardrails requestRedirect sessionAffinity tcp transformations"
-    ),
+        "a2a ai backendTunnel extAuthz health http inferenceRouting "
+        "mcpAuthorization mcpGuardrails sessionAffinity tcp transformations"
+    ) | _kinds_only_in_agentgateway("backend"),
     "AIBackend": _names("pathPrefix policies tokenize"),
     "Provider": _names("copilot custom"),
     "BackendTLS": _names("keyExchangeGroups spiffe"),

@@ -25,6 +25,7 @@ from ..policies.direct_response import ConditionalDirectResponse as ConditionalD
 from ..policies.direct_response import DirectResponsePolicy as DirectResponsePolicy
 from ..policies.headers import HeaderModifier as HeaderModifier
 from ..policies.jwt import JwtAuthSpec
+from ..policies.kinds import PHASES, kinds_of
 from ..policies.mirror import MirrorSpec
 from ..policies.ratelimit_local import LocalRateLimitSpec
 from ..policies.ratelimit_remote import RemoteRateLimitSpec
@@ -188,45 +189,9 @@ class Policies:
 
 EMPTY_POLICIES = Policies()
 
-# camelCase kind -> attribute, per phase, in trace order.
+#: camelCase kind -> attribute, per phase, in trace order (``policies/kinds.py``'s table)
 TRACE_KINDS: dict[str, tuple[tuple[str, str], ...]] = {
-    "gateway": (
-        ("jwtAuth", "jwt_auth"),
-        ("basicAuth", "basic_auth"),
-        ("apiKey", "api_key"),
-        ("authorization", "authorization"),
-        ("cors", "cors"),
-        ("localRateLimit", "local_rate_limit"),
-        ("remoteRateLimit", "remote_rate_limit"),
-    ),
-    "route": (
-        ("jwtAuth", "jwt_auth"),
-        ("basicAuth", "basic_auth"),
-        ("apiKey", "api_key"),
-        ("authorization", "authorization"),
-        ("cors", "cors"),
-        ("localRateLimit", "local_rate_limit"),
-        ("remoteRateLimit", "remote_rate_limit"),
-        ("requestHeaderModifier", "request_header_modifier"),
-        ("responseHeaderModifier", "response_header_modifier"),
-        ("timeout", "timeout"),
-        ("retry", "retry"),
-        ("directResponse", "direct_response"),
-        ("backendAuth", "backend_auth"),
-        ("backendTLS", "backend_tls"),
-        ("csrf", "csrf"),
-        ("urlRewrite", "url_rewrite"),
-        ("requestRedirect", "request_redirect"),
-        ("requestMirror", "request_mirror"),
-        ("delay", "delay"),
-    ),
-    "backend": (
-        ("backendAuth", "backend_auth"),
-        ("requestHeaderModifier", "request_header_modifier"),
-        ("responseHeaderModifier", "response_header_modifier"),
-        ("backendTLS", "backend_tls"),
-    ),
-}
+    phase: tuple((kind.name, kind.attribute) for kind in kinds_of(phase)) for phase in PHASES}
 
 
 @frozen
