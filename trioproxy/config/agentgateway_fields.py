@@ -5,7 +5,8 @@ trioproxy does not implement`` instead of "unknown field; did you mean ...": a u
 agentgateway config learns the feature is missing, not that they made a typo. Keys are the
 ``document.py`` class names; values are wire names (agentgateway's, from its schema/config.json).
 When trioproxy builds one of these, move it from here to a ``field(...)`` in ``document.py`` (a
-test fails while a name is in both).
+test fails while a name is in both). A policy kind trioproxy has, but not in a phase where
+agentgateway has it, is the kind's ``agentgateway_only`` in ``policies/kinds.py``, not a name here.
 """
 
 from __future__ import annotations

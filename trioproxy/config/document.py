@@ -6,21 +6,11 @@ The wire name is the attribute in camelCase unless ``name=`` says otherwise. Not
 decides what a value *means* at run time: ``compile.py`` turns a read ``Document`` into the
 frozen ``model.Config``.
 
-To add a policy (say ``requestRedirect``, today in ``agentgateway_fields.py``):
+To add a policy kind: docs/pipeline.md, "Adding a policy kind".
 
-1. Describe its value here as a ``@described`` class (docstring = schema description; one
-   ``field(...)`` per wire field, constraints in the annotation).
-2. In each phase class below that takes it (``GatewayPolicies``, ``RoutePolicies``,
-   ``BackendPolicies``), add ``request_redirect: RequestRedirect | None = field("...", default=None)``
-   and drop its name from ``agentgateway_fields.py``. The attribute name is the model's.
-3. Add the same attribute to ``model.Policies`` (and to ``model.TRACE_KINDS``), and one compile
-   function to ``compile.POLICY_COMPILERS`` (document value → runtime spec; report cross-field
-   problems there with ``reader.at(obj, "wireField", message)``).
-4. ``python -m trioproxy schema > trioproxy/config/schema.json`` (a test compares them), and add a
-   case to ``tests/test_config.py``.
-
-To add a plain field anywhere: one ``field(...)`` line in the class, then step 3's compile line
-if the runtime model needs it, then step 4. A field agentgateway has and trioproxy does not
+To add a plain field anywhere: one ``field(...)`` line in the class, then a compile line in
+``compile.py`` if the runtime model needs it, then ``python -m trioproxy schema >
+trioproxy/config/schema.json``. A field agentgateway has and trioproxy does not
 goes into ``agentgateway_fields.py`` instead.
 """
 

@@ -1,7 +1,7 @@
 """The Stage interface: one policy kind, compiled once per listener, route or backend.
 
 A phase (``gateway`` = listener, ``route``, ``backend``) is a ``Phase``: its stages in the one
-fixed order of ``runtime.STAGE_ORDER``, split at compile time by the hooks they override, so a
+fixed order of ``stages.STAGE_ORDER``, split at compile time by the hooks they override, so a
 stage without a response or finish hook costs nothing there, and an unconfigured policy kind is
 simply absent (docs/pipeline.md).
 """
