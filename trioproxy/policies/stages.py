@@ -20,6 +20,7 @@ import trio
 
 from ..after_response import AFTER_RESPONSE, AfterResponse
 from ..cel import compile_expression
+from ..config.model import Policies
 from ..errors import (
     ApiKeyAuthenticationFailed,
     AuthenticationFailed,
@@ -73,7 +74,7 @@ class CorsStage(Stage):
     def __init__(self, policy: CorsPolicy) -> None:
         self.policy = policy
 
-    async def request(self, x: Any) -> None:
+    async def request(self, x: Exchange) -> None:
         decision = self.policy.decide(x.scope["method"], x.headers)
         if x.tracer and decision.result != "no origin":
             x.tracer.event("policy", severity="warn" if decision.result.startswith("disallowed") else "info",
@@ -112,7 +113,7 @@ class JwtAuthStage(Stage):
             refreshed = await remote.refetch_for_unknown_kid() or refreshed
         return refreshed
 
-    async def request(self, x: Any) -> None:
+    async def request(self, x: Exchange) -> None:
         tr = x.tracer
         mode = self.spec.mode
         token = bearer_token(x.headers)
@@ -261,7 +262,7 @@ class AuthorizationStage(Stage):
     def __init__(self, policy: AuthorizationPolicy) -> None:
         self.policy = policy
 
-    async def request(self, x: Any) -> None:
+    async def request(self, x: Exchange) -> None:
         decision = decide(self.policy, activation(x))
         if x.tracer:
             x.tracer.event("policy", severity="info" if decision.allowed else "warn", kind="authorization",
@@ -517,13 +518,13 @@ class StageCompiler:
 
 #: a row's builder: ``(policies, listener/route/backend key, compiler)`` -> its stage, or None when
 #: the kind is not configured there
-StageFactory = Callable[[Any, str, StageCompiler], Stage | None]
+StageFactory = Callable[[Policies, str, StageCompiler], Stage | None]
 
 
 def of_spec(attribute: str, build: Callable[[Any], Stage]) -> StageFactory:
     """The usual row: ``build(spec)`` when ``policies.<attribute>`` is set."""
 
-    def factory(policies: Any, key: str, compiler: StageCompiler) -> Stage | None:
+    def factory(policies: Policies, key: str, compiler: StageCompiler) -> Stage | None:
         spec = getattr(policies, attribute)
         return build(spec) if spec is not None else None
 
@@ -531,7 +532,7 @@ def of_spec(attribute: str, build: Callable[[Any], Stage]) -> StageFactory:
     return factory
 
 
-def jwt_auth_stage(policies: Any, key: str, c: StageCompiler) -> Stage | None:
+def jwt_auth_stage(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
     spec: JwtAuthSpec | None = policies.jwt_auth
     if spec is None:
         return None
@@ -547,18 +548,18 @@ def jwt_auth_stage(policies: Any, key: str, c: StageCompiler) -> Stage | None:
     return JwtAuthStage(spec, JwtVerifier(providers), remotes)
 
 
-def local_rate_limit_stage_of(policies: Any, key: str, c: StageCompiler) -> Stage | None:
+def local_rate_limit_stage_of(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
     specs = tuple(spec for spec in policies.local_rate_limit if not spec.per_client_address)
     limiter = c.limiter(specs, key)
     return local_rate_limit_stage(limiter, key, c.count_decision) if limiter is not None else None
 
 
-def client_rate_limit_stage(policies: Any, key: str, c: StageCompiler) -> Stage | None:
+def client_rate_limit_stage(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
     specs = tuple(spec for spec in policies.local_rate_limit if spec.per_client_address)
     return ClientRateLimitStage(specs, key, c.count_decision) if specs else None
 
 
-def remote_rate_limit_stage_of(policies: Any, key: str, c: StageCompiler) -> Stage | None:
+def remote_rate_limit_stage_of(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
     spec = policies.remote_rate_limit
     return remote_rate_limit_stage(spec, key, c.count_decision) if spec is not None else None
 
@@ -588,7 +589,7 @@ STAGE_ORDER: list[tuple[str, StageFactory]] = [
 ]
 
 
-def compile_phase(name: str, policies: Any, key: str, compiler: StageCompiler) -> Phase:
+def compile_phase(name: str, policies: Policies, key: str, compiler: StageCompiler) -> Phase:
     """The stages of one listener (``gateway``), route or backend, in ``STAGE_ORDER``."""
     stages = []
     for _kind, build in STAGE_ORDER:
