@@ -39,11 +39,11 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "Listener": _names("namespace tcpRoutes"),
     "Route": _names("ruleName"),
     "Backend": _names("aws backend dynamic internal invalid mcp routeGroup service"),
-    "GatewayPolicies": _names("extAuthz extProc oidc transformations"),
+    "GatewayPolicies": _names("extAuthz extProc oidc transformations") | _kinds_only_in_agentgateway("gateway"),
     "RoutePolicies": _names(
         "a2a ai backendTunnel buffer extAuthz extProc "
         "mcpAuthentication mcpAuthorization mcpGuardrails oidc transformations"
-    ),
+    ) | _kinds_only_in_agentgateway("route"),
     "BackendPolicies": _names(
         "a2a ai backendTunnel extAuthz health http inferenceRouting "
         "mcpAuthorization mcpGuardrails sessionAffinity tcp transformations"

@@ -24,10 +24,10 @@ from attrs import frozen
 
 from ..asgi import Header
 
-__all__ = ["ApiKeySpec", "CredentialLocation", "Request", "cookie_pairs", "key_digest"]
+__all__ = ["ApiKeySpec", "CredentialLocation", "RequestView", "cookie_pairs", "key_digest"]
 
 
-class Request(Protocol):
+class RequestView(Protocol):
     """What a credential is read from and taken off: an ``Exchange``, named by what is used so this
     spec stays below the exchange (docs/pipeline.md, "Adding a policy kind")."""
 
@@ -48,7 +48,7 @@ class CredentialLocation:
     name: str = "authorization"
     prefix: str = "Bearer "  # headers only; "" takes the whole value
 
-    def extract(self, x: Request) -> str | None:
+    def extract(self, x: RequestView) -> str | None:
         if self.kind == "header":
             name = self.name.encode().lower()
             value = next((v for k, v in x.headers if k == name), None)
@@ -63,7 +63,7 @@ class CredentialLocation:
             return next((v for k, v in parse_qsl(query) if k == self.name), None)  # blank values are left out
         return next((value for name, value, _ in cookie_pairs(x) if name == self.name and value), None)
 
-    def remove(self, x: Request) -> None:
+    def remove(self, x: RequestView) -> None:
         """Take the credential off the request before it goes upstream."""
         if self.kind == "header":
             name = self.name.encode().lower()
@@ -79,7 +79,7 @@ class CredentialLocation:
                 [(b"cookie", "; ".join(rest).encode("latin-1"))] if rest else [])
 
 
-def cookie_pairs(x: Request) -> list[tuple[str | None, str, str]]:
+def cookie_pairs(x: RequestView) -> list[tuple[str | None, str, str]]:
     """(name, value, the piece as sent) of each ``;``-separated piece of every ``Cookie`` header.
 
     Read leniently, as browsers and agentgateway do: a piece that is no ``name=value`` (``junk``, a
