@@ -6,9 +6,8 @@ needs more than one field or the environment: defaults that depend on a position
 the runtime specs (compiled regexes, ``LocalRateLimitSpec``). Problems go through
 ``reader.at(obj, "wireField", message)`` so they carry the file position like reading's.
 
-To compile a new policy kind: add ``"<attribute>": <function(value, reader) -> runtime spec>`` to
-``POLICY_COMPILERS`` (the attribute is the same on ``document.*Policies`` and
-``model.Policies``); return ``None`` after reporting a problem.
+A policy kind's compile function is its entry in ``POLICY_COMPILERS`` (step 4 of docs/pipeline.md,
+"Adding a policy kind"); it returns ``None`` after reporting a problem.
 """
 
 from __future__ import annotations
