@@ -43,7 +43,6 @@ class ClientDisconnected(Exception):
     """The client went away; nobody is left to answer."""
 
 
-
 class ResponseHook(Protocol):
     def response_headers(self, x: Exchange, headers: list[Header], /) -> list[Header]: ...
 
@@ -54,6 +53,7 @@ class BackendPhase(Protocol):
 
     @property
     def response(self) -> tuple[ResponseHook, ...]: ...
+
 
 class Exchange:
     """Per-request state that the gateway's stages read and extend, in stage order."""

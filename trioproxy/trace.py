@@ -48,7 +48,6 @@ FOLLOW_ARMED = 2  # watchers a follower keeps waiting (2: a worker's claim reach
 FOLLOW_PENDING = 64  # claimed requests a follower's reader may lag behind; past it requests go untraced
 
 
-
 class Traced(Protocol):
     """What a snapshot or an activation reads of a request: an ``Exchange`` (exchange.py), named by
     what is read, since the exchange holds its tracer and so sits above this module."""

@@ -35,7 +35,6 @@ from ..asgi import Header
 __all__ = ["CorsDecision", "CorsSpec", "decide", "parse_origin"]
 
 
-
 @frozen
 class CorsSpec:
     allow_origins: tuple[str, ...] = ()

@@ -28,7 +28,6 @@ class MirrorSpec:
     percentage: float  # 0.0 to 1.0
 
 
-
 def mirror_headers(headers: list[Header], body: bytes) -> list[Header]:
     """The upstream request's headers with the copy's own framing."""
     out = [h for h in headers if h[0] not in (b"content-length", b"transfer-encoding")]
