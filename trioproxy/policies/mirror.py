@@ -1,7 +1,7 @@
 """``requestMirror``: copies of requests sent to another backend, whose answers are thrown away.
 
 The stage only picks the request (``percentage``) and records the target in ``x.mirrors``; once
-the request's upstream body is known the gateway hands each copy to ``MirrorSender``, which runs
+the request's upstream body is known the gateway hands each copy to ``MirrorSender`` (mirror_sender.py), which runs
 it in the root nursery (a task of ``Runtime.mirrors.run``), so a copy never delays or fails the
 original and outlives it. A copy carries the request's body only when it is buffered (an LLM
 body, a retryable body) and is empty otherwise, as agentgateway's mirrors are. Bounded: at most
