@@ -543,10 +543,10 @@ def compile_manifest(resources: list[Resource], *, env: Mapping[str, str] | None
     out = tuple({**res.head(), "status": statuses[res.index]} for res in resources)
     if previous is not None:
         out = _carry_times(out, previous.statuses)
-    from .compile import _servers
+    from .compile import compile_servers
 
     reader = Reader(env if env is not None else {})
-    config = m.Config(servers=_servers(None, env if env is not None else {}, reader),
+    config = m.Config(servers=compile_servers(None, env if env is not None else {}, reader),
                       binds=tuple(m.Bind(port, tuple(ls)) for port, ls in binds.items()),
                       gateway_names=tuple(dict.fromkeys(gw.name for gw in valid("Gateway"))) or ("default",),
                       statuses=out, manifest_sources=tuple(
