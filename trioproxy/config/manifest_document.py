@@ -14,13 +14,15 @@ and authorization translators (``policies/auth_manifest.py``) check their values
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import attrs
 
+from . import describe
 from .describe import Integer, Items, Kind, Text, described, field
 
-__all__ = ["SPECS", "GatewaySpec", "HTTPRouteSpec", "ProxyPolicySpec"]
+__all__ = ["SPECS", "GatewaySpec", "HTTPRouteSpec", "ProxyPolicySpec", "read_spec"]
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 Port = Annotated[int, Integer(1, 65535)]
@@ -396,3 +398,24 @@ SPECS: dict[tuple[str, str], type] = {
     (f"{GATEWAY_GROUP}/v1", "HTTPRoute"): HTTPRouteSpec,
     ("trioproxy.dev/v1alpha1", "ProxyPolicy"): ProxyPolicySpec,
 }
+
+
+def read_spec(cls: type, data: Mapping[str, Any]) -> Any:
+    """A spec that passed ``manifest_validate.validate_spec(cls, data)`` as an instance of ``cls``:
+    wire names become attributes, absent fields take their defaults, free-form fields stay as
+    written. Read once, so translation works on typed values rather than on dicts."""
+    fields = describe.plan_of(cls).fields
+    return cls(**{f.attribute: _value(f.kind, data[f.wire]) for f in fields if f.wire in data})
+
+
+def _value(kind: Kind, value: Any) -> Any:
+    if isinstance(kind, describe.Optional):
+        return _value(kind.inner, value)
+    if isinstance(kind, describe.Described):
+        return read_spec(kind.cls, value)
+    if isinstance(kind, describe.Items):
+        assert kind.item is not None
+        return tuple(_value(kind.item, item) for item in value)
+    if isinstance(kind, (describe.Entries, describe.Either)):  # no manifest field has one: say so if one appears
+        raise TypeError(f"read_spec: {type(kind).__name__} fields are not read from manifests")
+    return value  # a scalar (checked by the schema), or a free-form mapping kept as written
