@@ -4,10 +4,11 @@
 is generated from it (``config/crd.py``), and a manifest is checked against that same schema
 (``config/manifest_validate.py``), so the messages are the ones an API server with the CRD
 would give. ``GatewaySpec`` and ``HTTPRouteSpec`` describe the subset of Gateway API v1 that
-trioproxy reads (the upstream CRDs are not ours to ship); they are checked the same way.
+trioproxy reads (the upstream CRDs are not ours to ship); they are checked the same way. A spec
+that passed is read into its class once (``read_spec``), and translated from there.
 
 Extension points: ``Traffic.rate_limit.global_``, ``Traffic.jwt_authentication`` and
-``Traffic.authorization`` are read as free-form objects; ``manifest.TRAFFIC_TRANSLATORS`` says
+``Traffic.authorization`` are read as free-form objects; ``manifest_translate.TRAFFIC_TRANSLATORS`` says
 which traffic fields this version applies (the others are reported in the status), and the JWT
 and authorization translators (``policies/auth_manifest.py``) check their values themselves.
 """
