@@ -494,16 +494,20 @@ def _binds(attachments: _Attachments) -> tuple[m.Bind, ...]:
     return tuple(m.Bind(port, tuple(ls)) for port, ls in binds.items())
 
 
+def _attached_routes(attachments: _Attachments, gateway: Resource) -> list[tuple[str, int]]:
+    """(name, number of HTTPRoutes attached) of each listener of a valid Gateway."""
+    listeners = attachments.by_gateway.get((gateway.namespace, gateway.name), [])
+    return [(x.spec.name, len({(r.resource.namespace, r.resource.name) for r, _ in x.routes})) for x in listeners]
+
+
 def _statuses(checked: _Checked, attachments: _Attachments, parents: dict[int, list[dict[str, Any]]],
               applied: _Applied, stamp: str) -> tuple[dict[str, Any], ...]:
     """Every resource's ``{apiVersion, kind, metadata, status}``, in file order."""
     out = []
     for res in checked.resources:
         if res.kind == "Gateway":
-            listeners = attachments.by_gateway.get((res.namespace, res.name), []) if res.index in checked.valid else []
-            status = gateway_status(checked.problems.get(res.index, []), [
-                (x.spec.name, len({(r.resource.namespace, r.resource.name) for r, _ in x.routes})) for x in listeners],
-                res.generation, stamp)
+            status = gateway_status(checked.problems.get(res.index, []), _attached_routes(attachments, res),
+                                    res.generation, stamp)
         elif res.kind == "HTTPRoute":
             status = {"parents": parents.get(res.index, [])}
         else:

@@ -59,7 +59,7 @@ class RuleRoute:
 def route_rules(spec: md.HTTPRouteSpec) -> tuple[tuple[RuleRoute, ...], list[str]]:
     """The route's rules (no rules: one rule for every request), or the problems that make the
     route invalid (``spec.rules[0]...: message``)."""
-    problems = regex_problems(spec)
+    problems = _regex_problems(spec)
     if problems:
         return (), problems
     r = Reader({})
@@ -81,7 +81,7 @@ def _address(ref: md.ServiceRef) -> m.Address:
     return m.Address(f"{ref.name}.{ref.namespace}" if ref.namespace else ref.name, ref.port)
 
 
-def regex_problems(spec: md.HTTPRouteSpec) -> list[str]:
+def _regex_problems(spec: md.HTTPRouteSpec) -> list[str]:
     """Every RegularExpression match that does not compile (the schema cannot say it)."""
     problems = []
     for r, rule in enumerate(spec.rules):
@@ -188,7 +188,7 @@ def _request_mirror(value: md.RequestMirrorFilter) -> d.RequestMirror:
 
 #: HTTPRoute filter type → (its RouteFilter attribute, which is also the model.Policies attribute, the
 #: standalone value it stands for)
-FILTERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+_FILTERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "RequestHeaderModifier": ("request_header_modifier", _header_modifier),
     "ResponseHeaderModifier": ("response_header_modifier", _header_modifier),
     "RequestRedirect": ("request_redirect", _request_redirect),
@@ -201,7 +201,7 @@ def _filter_policies(filters: tuple[md.RouteFilter, ...], path: str, r: Reader) 
     wire = {f.attribute: f.wire for f in plan_of(md.RouteFilter).fields}
     fields = {}
     for i, given in enumerate(filters):  # validated: each type at most once, with its field
-        attribute, standalone = FILTERS[given.type]
+        attribute, standalone = _FILTERS[given.type]
         spec = compiled(attribute, standalone(getattr(given, attribute)), f"{path}[{i}].{wire[attribute]}", r)
         if spec is not None:
             fields[attribute] = spec
