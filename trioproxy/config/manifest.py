@@ -145,12 +145,16 @@ def parse_documents(text: str, source: str) -> list[Any]:
 
 @frozen
 class _Gateway:
+    """A valid Gateway, its spec read (these three are what ``Config.manifest_sources`` keeps)."""
+
     resource: Resource
     spec: GatewaySpec
 
 
 @frozen
 class _Route:
+    """A valid HTTPRoute, its spec read and its rules built."""
+
     resource: Resource
     spec: HTTPRouteSpec
     rules: tuple[RuleRoute, ...]
@@ -158,6 +162,8 @@ class _Route:
 
 @frozen
 class _Policy:
+    """A valid ProxyPolicy, its spec read (its traffic is translated when applied)."""
+
     resource: Resource
     spec: ProxyPolicySpec
 
@@ -236,6 +242,8 @@ def _rejected_lines(checked: _Checked) -> list[str]:
 
 @attrs.define
 class _Listener:
+    """A Gateway listener while routes attach and policies apply (becomes a ``model.Listener``)."""
+
     gateway: Resource
     spec: GatewayListener
     key: str
