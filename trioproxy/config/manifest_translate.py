@@ -72,8 +72,12 @@ def _rule(rule: md.RouteRule, index: int, r: Reader) -> RuleRoute:
         suffix="" if index == 0 else f".{rule.name or index}",
         matches=tuple(compile_match(_match(x)) for x in rule.matches) or (m.RouteMatch(),),
         policies=_filter_policies(rule.filters, f"spec.rules[{index}].filters", r),
-        backends=tuple(m.Backend(str(target), target, ref.weight) for ref in rule.backend_refs
-                       for target in (_address(ref),)))
+        backends=tuple(_backend(ref) for ref in rule.backend_refs))
+
+
+def _backend(ref: md.BackendRef) -> m.Backend:
+    target = _address(ref)
+    return m.Backend(str(target), target, ref.weight)
 
 
 def _address(ref: md.ServiceRef) -> m.Address:
@@ -202,13 +206,13 @@ def _filter_policies(filters: tuple[md.RouteFilter, ...], path: str, r: Reader) 
     fields = {}
     for i, given in enumerate(filters):  # validated: each type at most once, with its field
         attribute, standalone = _FILTERS[given.type]
-        spec = compiled(attribute, standalone(getattr(given, attribute)), f"{path}[{i}].{wire[attribute]}", r)
+        spec = _compiled(attribute, standalone(getattr(given, attribute)), f"{path}[{i}].{wire[attribute]}", r)
         if spec is not None:
             fields[attribute] = spec
     return m.Policies(**fields) if fields else m.EMPTY_POLICIES
 
 
-def compiled(attribute: str, value: Any, path: str, r: Reader) -> Any:
+def _compiled(attribute: str, value: Any, path: str, r: Reader) -> Any:
     """The runtime spec of ``value``, a standalone policy value standing for the manifest field at
     ``path``, by the standalone compiler (``None`` after a problem, reported at ``path``; a list's
     items at ``path[i]``)."""
@@ -235,7 +239,7 @@ def _rate_limit(value: md.RateLimit, policy: Any) -> dict[str, Any]:
 
 def _local_limits(local: tuple[md.LocalLimit, ...]) -> Any:
     r = Reader({})
-    specs = compiled("local_rate_limit", tuple(_bucket(entry) for entry in local), "spec.traffic.rateLimit.local", r)
+    specs = _compiled("local_rate_limit", tuple(_bucket(entry) for entry in local), "spec.traffic.rateLimit.local", r)
     if r.problems:
         raise ManifestValueError("; ".join(p.render(None) for p in r.problems))
     return specs
