@@ -414,7 +414,8 @@ def _value_matches(matches: tuple[d.ValueMatch, ...], *, lower: bool) -> tuple[m
     return tuple(out)
 
 
-def _match(match: d.Match) -> m.RouteMatch:
+def compile_match(match: d.Match) -> m.RouteMatch:
+    """A route's match (a manifest's HTTPRoute matches come here too, as ``d.Match``)."""
     path = m.PathMatch("pathPrefix", "/")
     if match.path is not None:
         if match.path.regex is not None:
@@ -503,7 +504,7 @@ def _route(route: d.Route, listener_key: str, r: Reader) -> m.Route:
         name=name,
         namespace=route.namespace,
         hostnames=route.hostnames,
-        matches=tuple(_match(x) for x in route.matches) or (m.RouteMatch(),),
+        matches=tuple(compile_match(x) for x in route.matches) or (m.RouteMatch(),),
         policies=policies,
         backends=backends,
         index=index,
@@ -633,7 +634,8 @@ SERVER_ENV = (("admin", "admin_addr", "ADMIN_ADDR"), ("stats", "stats_addr", "ST
               ("readiness", "readiness_addr", "READINESS_ADDR"))
 
 
-def _servers(servers: d.Servers | None, env: Mapping[str, str], r: Reader) -> m.ServerAddrs:
+def compile_servers(servers: d.Servers | None, env: Mapping[str, str], r: Reader) -> m.ServerAddrs:
+    """The admin, stats and readiness addresses (a manifest has no ``config``: env overrides only)."""
     defaults = m.ServerAddrs()
     out: dict[str, Any] = {}
     off = set()
@@ -679,7 +681,7 @@ def compile_document(document: d.Document, env: Mapping[str, str], r: Reader) ->
         logging = _with_access_log(logging, frontend, r)
         if frontend.tracing is not None:
             tracing = _frontend_tracing(frontend.tracing, r)
-    return m.Config(servers=_servers(servers, env, r), binds=tuple(binds),
+    return m.Config(servers=compile_servers(servers, env, r), binds=tuple(binds),
                     logging=logging, tracing=tracing, frontend=_frontend(frontend),
                     history=m.HistorySpec(**_given(size=servers.history.size)) if servers and servers.history
                     else m.HistorySpec(),

@@ -4,21 +4,20 @@ the standalone file compiles to, plus the resources' statuses (docs/manifests.md
 One pure function, ``compile_manifest(resources, now=...)``, does both: what is served and
 why each resource is or is not, so the status can never disagree with the data plane. An
 invalid or unattached resource is left out (and reported); it never stops the valid ones.
+It runs in steps, one function each: check every resource and read the valid ones into their
+described classes (``manifest_document``), once; make the Gateways' listeners; attach the
+HTTPRoutes (their rules built by ``manifest_translate``); apply the ProxyPolicies; then the
+model and the statuses (``manifest_status``).
 
 Keys: listener ``<gwNamespace>/<gwName>/bind/<port>/listener<index>`` (index in the Gateway's
 ``spec.listeners``), route ``<listenerKey>/<routeNamespace>/<routeName>`` (rule 0; rule i > 0 is
 ``<routeName>.<i>``, or ``<routeName>.<ruleName>`` when the rule is named).
-
-Extension point: ``TRAFFIC_TRANSLATORS`` maps a ``spec.traffic`` field to a function
-``(value, policy) -> {model.Policies attribute: value}``; ``None`` = held but not applied by
-this version, which makes the policy ``Accepted=False`` with a message saying so.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import attrs
@@ -26,31 +25,34 @@ from attrs import frozen
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from ..policies.auth_manifest import ManifestValueError, translate_authorization, translate_jwt_authentication
-from ..policies.mirror import MirrorSpec
-from ..policies.ratelimit_local import UNIT_SECONDS, LocalRateLimitSpec
-from ..policies.ratelimit_remote_manifest import translate_global_rate_limit
-from ..policies.url_rewrite import RedirectSpec, UrlRewriteSpec
 from . import model as m
+from .compile import compile_servers
 from .describe import Reader
-from .manifest_document import GATEWAY_GROUP, SPECS
+from .manifest_document import (
+    GATEWAY_GROUP,
+    SPECS,
+    GatewayListener,
+    GatewaySpec,
+    HTTPRouteSpec,
+    ParentRef,
+    ProxyPolicySpec,
+    read_spec,
+)
+from .manifest_status import KEPT, ancestor, carry_times, condition, gateway_status, mark_kept, parent, timestamp
+from .manifest_translate import RuleRoute, route_rules, translate_traffic
 from .manifest_validate import strip_nulls, validate_spec
 
 __all__ = [
-    "CONTROLLER",
-    "TRAFFIC_TRANSLATORS",
+    "ManifestError",
     "ManifestResult",
     "Resource",
     "compile_manifest",
     "is_manifest_text",
+    "load_manifest",
+    "parse_documents",
     "read_resources",
     "statuses_of",
 ]
-
-CONTROLLER = "trioproxy.dev/gateway"
-POLICY_API = "trioproxy.dev/v1alpha1"
-GATEWAY_API = f"{GATEWAY_GROUP}/v1"
-
 
 @frozen
 class Resource:
@@ -67,6 +69,10 @@ class Resource:
     @property
     def ref(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name}"
+
+    @property
+    def identity(self) -> tuple[str, str, str]:
+        return self.kind, self.namespace, self.name
 
     def head(self) -> dict[str, Any]:
         return {"apiVersion": self.api_version, "kind": self.kind,
@@ -134,55 +140,263 @@ def parse_documents(text: str, source: str) -> list[Any]:
         raise ManifestError([f"{where}: invalid YAML: {problem}"]) from None
 
 
-# --- conditions -----------------------------------------------------------------------------------
+# --- checking: every resource once, the valid ones read into their described classes --------------
 
 
-def _condition(kind: str, ok: bool, reason: str, message: str, resource: Resource, now: str) -> dict[str, Any]:
-    return {"type": kind, "status": "True" if ok else "False", "reason": reason, "message": message,
-            "lastTransitionTime": now, "observedGeneration": resource.generation}
+@frozen
+class _Gateway:
+    """A valid Gateway, its spec read (these three are what ``Config.manifest_sources`` keeps)."""
+
+    resource: Resource
+    spec: GatewaySpec
 
 
-def _timestamp(now: datetime | None) -> str:
-    now = now or datetime.now(UTC)
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+@frozen
+class _Route:
+    """A valid HTTPRoute, its spec read and its rules built."""
+
+    resource: Resource
+    spec: HTTPRouteSpec
+    rules: tuple[RuleRoute, ...]
 
 
-# --- translation -----------------------------------------------------------------------------------
+@frozen
+class _Policy:
+    """A valid ProxyPolicy, its spec read (its traffic is translated when applied)."""
+
+    resource: Resource
+    spec: ProxyPolicySpec
 
 
-def _local_limits(value: Any, policy: Resource) -> dict[str, Any]:
-    specs = []
-    for entry in value.get("local", ()):
-        n = entry.get("requests", entry.get("tokens"))
-        burst = entry.get("burst", 0)
-        specs.append(LocalRateLimitSpec(n + burst, n, UNIT_SECONDS[entry["unit"]],
-                                        "requests" if "requests" in entry else "tokens"))
-    return {"local_rate_limit": tuple(specs)}
+_Valid = _Gateway | _Route | _Policy
 
 
-def _rate_limit(value: Any, policy: Resource) -> dict[str, Any]:
-    fields = _local_limits(value, policy)
-    if "global" in value:
-        fields["remote_rate_limit"] = translate_global_rate_limit(value["global"])
-    return fields
+@attrs.define
+class _Checked:
+    """The resources after checking, in file order (a refused edit replaced by its last valid version)."""
+
+    resources: list[Resource] = attrs.Factory(list)
+    valid: dict[int, _Valid] = attrs.Factory(dict)  # index → the resource, read
+    problems: dict[int, list[str]] = attrs.Factory(dict)  # index → why it is left out
+    kept: dict[int, list[str]] = attrs.Factory(dict)  # index → why its edit was refused
+
+    def add(self, resource: Resource, outcome: _Valid | list[str]) -> None:
+        if isinstance(outcome, list):
+            self.resources.append(resource)
+            self.problems[resource.index] = outcome
+        else:
+            self.resources.append(outcome.resource)
+            self.valid[resource.index] = outcome
 
 
-class NotApplied(Exception):
-    """A traffic field this version holds but does not apply (its path)."""
+def _read(resource: Resource) -> _Valid | list[str]:
+    """The resource read into its described class, or its problems (the API server's messages,
+    then what the schema cannot say: a regular expression that does not compile...)."""
+    cls = SPECS[(resource.api_version, resource.kind)]
+    problems = validate_spec(cls, resource.spec if resource.spec is not None else {})
+    if problems:
+        return problems
+    spec = read_spec(cls, resource.spec)
+    if isinstance(spec, HTTPRouteSpec):
+        rules, problems = route_rules(spec)
+        return problems or _Route(resource, spec, rules)
+    if isinstance(spec, GatewaySpec):
+        return _Gateway(resource, spec)
+    return _Policy(resource, spec)
 
 
-def _not_supported(path: str) -> Callable[[Any, Resource], dict[str, Any]]:
-    def translate(value: Any, policy: Resource) -> dict[str, Any]:
-        raise NotApplied(path)
-    return translate
+def _check(resources: list[Resource], previous: m.Config | None) -> _Checked:
+    """Every resource checked; an invalid edit of a resource that was valid in ``previous`` keeps
+    its last valid version (as an API server refuses an invalid update); a duplicate is left out."""
+    last_valid: dict[tuple[str, str, str], _Valid] = {
+        v.resource.identity: v for v in (previous.manifest_sources if previous is not None else ())}
+    checked = _Checked()
+    first: dict[tuple[str, str, str], Resource] = {}
+    for res in resources:
+        if res.identity in first:
+            checked.add(res, [f"duplicate {res.kind} {res.namespace}/{res.name} "
+                              f"(also document {first[res.identity].index + 1})"])
+            continue
+        first[res.identity] = res
+        outcome = _read(res)
+        before = last_valid.get(res.identity)
+        if isinstance(outcome, list) and before is not None:
+            checked.kept[res.index] = outcome
+            outcome = attrs.evolve(before, resource=attrs.evolve(before.resource, index=res.index,
+                                                                 generation=res.generation))
+        checked.add(res, outcome)
+    return checked
 
 
-#: ``spec.traffic`` field → (value, policy) → model.Policies fields. Another policy kind = one entry.
-TRAFFIC_TRANSLATORS: dict[str, Callable[[Any, Resource], dict[str, Any]]] = {
-    "rateLimit": _rate_limit,
-    "jwtAuthentication": translate_jwt_authentication,
-    "authorization": translate_authorization,
-}
+def _rejected_lines(checked: _Checked) -> list[str]:
+    lines = []
+    for res in checked.resources:
+        found = checked.problems.get(res.index) or checked.kept.get(res.index)
+        if found:
+            lines.append(f"{res.ref} rejected: {'; '.join(found)}{KEPT if res.index in checked.kept else ''}")
+    return lines
+
+
+# --- Gateways → listeners; HTTPRoutes attach to them ------------------------------------------------
+
+
+@attrs.define
+class _Listener:
+    """A Gateway listener while routes attach and policies apply (becomes a ``model.Listener``)."""
+
+    gateway: Resource
+    spec: GatewayListener
+    key: str
+    policies: m.Policies = m.EMPTY_POLICIES
+    routes: list[tuple[_Route, RuleRoute]] = attrs.Factory(list)
+    route_policies: dict[str, m.Policies] = attrs.Factory(dict)  # route key → extra policies
+
+    def route_key(self, route: _Route, rule: RuleRoute) -> str:
+        return f"{self.key}/{route.resource.namespace}/{route.resource.name}{rule.suffix}"
+
+
+@attrs.define
+class _Attachments:
+    """The listeners of each valid Gateway, and the listeners each HTTPRoute attached to."""
+
+    by_gateway: dict[tuple[str, str], list[_Listener]]
+    by_route: dict[tuple[str, str], list[_Listener]] = attrs.Factory(dict)
+    route_names: set[tuple[str, str]] = attrs.Factory(set)  # every HTTPRoute of the file, valid or not
+
+    def attach(self, route: _Route, listener: _Listener) -> None:
+        if all(r is not route for r, _ in listener.routes):
+            listener.routes.extend((route, rule) for rule in route.rules)
+            self.by_route.setdefault((route.resource.namespace, route.resource.name), []).append(listener)
+
+
+def _listeners(checked: _Checked) -> _Attachments:
+    by_gateway = {}
+    for gw in (v for v in checked.valid.values() if isinstance(v, _Gateway)):
+        ns, name = gw.resource.namespace, gw.resource.name
+        by_gateway[(ns, name)] = [_Listener(gw.resource, spec, f"{ns}/{name}/bind/{spec.port}/listener{i}")
+                                  for i, spec in enumerate(gw.spec.listeners)]
+    routes = {(r.namespace, r.name) for r in checked.resources if r.kind == "HTTPRoute"}
+    return _Attachments(by_gateway, route_names=routes)
+
+
+def _hostname_matches(listener: str | None, hostnames: tuple[str, ...]) -> bool:
+    """Gateway API: a route attaches when one of its hostnames intersects the listener's."""
+    if not listener or not hostnames:
+        return True
+    for host in hostnames:
+        if host == listener:
+            return True
+        if listener.startswith("*.") and host.endswith(listener[1:]):
+            return True
+        if host.startswith("*.") and listener.endswith(host[1:]):
+            return True
+    return False
+
+
+def _routes_from(listener: GatewayListener) -> str:
+    """``allowedRoutes.namespaces.from``: Same (the default) or All."""
+    namespaces = listener.allowed_routes.namespaces if listener.allowed_routes is not None else None
+    return namespaces.from_ if namespaces is not None else "Same"
+
+
+def _attach(route: _Route, ref: ParentRef, attachments: _Attachments) -> tuple[bool, str, str]:
+    """Attach ``route`` to the listeners ``ref`` selects; (accepted, reason, message) of the parent."""
+    ns = ref.namespace or route.resource.namespace
+    gateway = f"Gateway {ns}/{ref.name}"
+    listeners = attachments.by_gateway.get((ns, ref.name))
+    if listeners is None:
+        return False, "NoMatchingParent", f"{gateway} not found"
+    chosen = [x for x in listeners if ref.section_name in (None, x.spec.name) and ref.port in (None, x.spec.port)]
+    allowed = [x for x in chosen if route.resource.namespace == ns or _routes_from(x.spec) == "All"]
+    hosts = [x for x in allowed if _hostname_matches(x.spec.hostname, route.spec.hostnames)]
+    if not chosen:
+        what = " ".join(f"{k} {v}" for k, v in (("sectionName", ref.section_name), ("port", ref.port)) if v is not None)
+        return False, "NoMatchingParent", f"{gateway} has no listener with {what}"
+    if not allowed:
+        return False, "NotAllowedByListeners", f"{gateway} allows routes from its own namespace only"
+    if not hosts:
+        return False, "NoMatchingListenerHostname", f"no hostname of the route matches a listener of {gateway}"
+    for listener in hosts:
+        attachments.attach(route, listener)
+    return True, "Accepted", "Route was valid"
+
+
+def _route_parents(route: _Route, attachments: _Attachments, stamp: str) -> list[dict[str, Any]]:
+    out = []
+    generation = route.resource.generation
+    for ref in route.spec.parent_refs:
+        accepted = _attach(route, ref, attachments)
+        where: dict[str, Any] = {"namespace": ref.namespace or route.resource.namespace, "name": ref.name}
+        where.update({k: v for k, v in (("sectionName", ref.section_name), ("port", ref.port)) if v is not None})
+        out.append(parent(where, [
+            condition("Accepted", *accepted, generation, stamp),
+            condition("ResolvedRefs", True, "ResolvedRefs", "All references resolved", generation, stamp)]))
+    return out
+
+
+def _invalid_route_parents(res: Resource, problems: list[str], stamp: str) -> list[dict[str, Any]]:
+    """The parents of a route that is not valid, as far as its spec says (each parentRef that is a mapping)."""
+    spec = res.spec if isinstance(res.spec, dict) else {}
+    refs = spec["parentRefs"] if isinstance(spec.get("parentRefs"), list) else []
+    conditions = [condition("Accepted", False, "UnsupportedValue", "; ".join(problems), res.generation, stamp),
+                  condition("ResolvedRefs", False, "UnsupportedValue", "the route is not valid", res.generation,
+                            stamp)]
+    out = []
+    for ref in [r for r in refs if isinstance(r, dict)] or [{}]:
+        where = {"namespace": ref.get("namespace", res.namespace), "name": ref.get("name", "?")}
+        where.update({k: ref[k] for k in ("sectionName", "port") if k in ref})
+        out.append(parent(where, [dict(c) for c in conditions]))
+    return out
+
+
+def _attach_routes(checked: _Checked, attachments: _Attachments, stamp: str) -> dict[int, list[dict[str, Any]]]:
+    """Every HTTPRoute's ``status.parents``, attaching the valid ones on the way (in file order)."""
+    parents = {}
+    for res in (r for r in checked.resources if r.kind == "HTTPRoute"):
+        route = checked.valid.get(res.index)
+        if isinstance(route, _Route):
+            parents[res.index] = _route_parents(route, attachments, stamp)
+        else:
+            parents[res.index] = _invalid_route_parents(res, checked.problems[res.index], stamp)
+    return parents
+
+
+# --- ProxyPolicies → policies of listeners and routes ----------------------------------------------
+
+
+@frozen
+class _Target:
+    """A targetRef, from a valid policy or (as written, for its status) from an invalid one."""
+
+    group: Any
+    kind: Any
+    name: Any
+    section: Any  # None: every listener
+
+
+def _targets(res: Resource, policy: _Valid | None) -> list[_Target]:
+    if isinstance(policy, _Policy):
+        return [_Target(t.group, t.kind, t.name, t.section_name) for t in policy.spec.target_refs]
+    spec = res.spec if isinstance(res.spec, dict) else {}
+    refs = spec["targetRefs"] if isinstance(spec.get("targetRefs"), list) else []
+    return [_Target(t.get("group", GATEWAY_GROUP), t.get("kind", "?"), t.get("name", "?"), t.get("sectionName"))
+            for t in [t for t in refs if isinstance(t, dict)] or [{}]]
+
+
+def _resolve(res: Resource, target: _Target, attachments: _Attachments) -> tuple[list[_Listener], str]:
+    """The listeners ``target`` stands for, and why the policy is pending ("" when it is not)."""
+    ns, name = res.namespace, target.name
+    key = (ns, name) if isinstance(name, str) else None
+    if target.kind == "Gateway":
+        own = attachments.by_gateway.get(key) if key is not None else None
+        if own is None:
+            return [], f"Gateway {ns}/{name} not found"
+        listeners = [x for x in own if target.section in (None, x.spec.name)]
+        return listeners, "" if listeners else f"Gateway {ns}/{name} has no listener named {target.section}"
+    listeners = attachments.by_route.get(key, []) if key is not None else []
+    if key not in attachments.route_names:
+        return listeners, f"HTTPRoute {ns}/{name} not found"
+    return listeners, "" if listeners else f"HTTPRoute {ns}/{name} is not attached to any Gateway"
 
 
 def _merge(policies: m.Policies, fields: Mapping[str, Any]) -> m.Policies:
@@ -199,155 +413,117 @@ def _set_fields(policies: m.Policies) -> dict[str, Any]:
             if getattr(policies, f.name) not in (None, ())}
 
 
-def _header_modifier(spec: dict[str, Any]) -> m.HeaderModifier:
-    def pairs(items: list[dict[str, str]]) -> tuple[tuple[bytes, bytes], ...]:
-        return tuple((p["name"].encode(), p["value"].encode()) for p in items)
-    return m.HeaderModifier(add=pairs(spec.get("add", [])), set=pairs(spec.get("set", [])),
-                            remove=tuple(n.encode() for n in spec.get("remove", [])))
+def _apply(res: Resource, target: _Target, listeners: list[_Listener], fields: Mapping[str, Any]) -> None:
+    """A Gateway target: its listeners' policies; an HTTPRoute target: each of its rules' (by route key)."""
+    for listener in listeners:
+        if target.kind == "Gateway":
+            listener.policies = _merge(listener.policies, fields)
+            continue
+        for route, rule in listener.routes:
+            if (route.resource.namespace, route.resource.name) == (res.namespace, target.name):
+                key = listener.route_key(route, rule)
+                listener.route_policies[key] = _merge(listener.route_policies.get(key, m.EMPTY_POLICIES), fields)
 
 
-def _path_modifier(path: dict[str, Any] | None) -> dict[str, Any]:
-    """``HTTPPathModifier`` as UrlRewriteSpec's path fields (validated: the value of its type is set)."""
-    if path is None:
-        return {}
-    if path["type"] == "ReplaceFullPath":
-        return {"path_kind": "full", "path": path["replaceFullPath"]}
-    return {"path_kind": "prefix", "path": path["replacePrefixMatch"]}
+def _policy_conditions(res: Resource, invalid: list[str], pending: str, stamp: str) -> list[dict[str, Any]]:
+    generation = res.generation
+    if invalid:
+        return [condition("Accepted", False, "Invalid", "; ".join(invalid), generation, stamp),
+                condition("Attached", False, "Pending", "the policy is not valid", generation, stamp)]
+    accepted = condition("Accepted", True, "Valid", "Policy is valid", generation, stamp)
+    if pending:
+        return [accepted, condition("Attached", False, "Pending", pending, generation, stamp)]
+    return [accepted, condition("Attached", True, "Attached", "Policy is attached", generation, stamp)]
 
 
-def _url_rewrite(spec: dict[str, Any]) -> UrlRewriteSpec:
-    """``URLRewrite``: its hostname is the whole Host sent upstream."""
-    host = {"authority_kind": "full", "authority": spec["hostname"]} if "hostname" in spec else {}
-    return UrlRewriteSpec(**_path_modifier(spec.get("path")), **host)
-
-
-def _request_redirect(spec: dict[str, Any]) -> RedirectSpec:
-    """``RequestRedirect``: hostname and port as Gateway API says (a port that is the configured
-    scheme's default is left out; without a port, a configured scheme takes its well-known one)."""
-    scheme, hostname, port = spec.get("scheme"), spec.get("hostname"), spec.get("port")
-    authority: dict[str, Any] = {}
-    if hostname is not None and port is not None:
-        default = {"http": 80, "https": 443}.get(scheme or "")
-        authority = {"authority_kind": "full", "authority": hostname if port == default else f"{hostname}:{port}"}
-    elif hostname is not None:
-        authority = {"authority_kind": "host", "authority": hostname}
-    elif port is not None:
-        authority = {"authority_kind": "port", "authority": str(port)}
-    return RedirectSpec(UrlRewriteSpec(**_path_modifier(spec.get("path")), **authority), scheme,
-                        spec.get("statusCode", 302))
-
-
-def _request_mirror(spec: dict[str, Any]) -> MirrorSpec:
-    ref = spec["backendRef"]
-    host = f"{ref['name']}.{ref['namespace']}" if ref.get("namespace") else ref["name"]
-    if "fraction" in spec:
-        share = spec["fraction"]["numerator"] / spec["fraction"].get("denominator", 100)
-    else:
-        share = spec.get("percent", 100) / 100
-    return MirrorSpec(m.Address(host, ref["port"]), min(1.0, share))
-
-
-#: HTTPRoute filter type -> (its field, the Policies attribute, translation)
-_FILTERS: dict[str, tuple[str, str, Callable[[dict[str, Any]], Any]]] = {
-    "RequestHeaderModifier": ("requestHeaderModifier", "request_header_modifier", _header_modifier),
-    "ResponseHeaderModifier": ("responseHeaderModifier", "response_header_modifier", _header_modifier),
-    "RequestRedirect": ("requestRedirect", "request_redirect", _request_redirect),
-    "URLRewrite": ("urlRewrite", "url_rewrite", _url_rewrite),
-    "RequestMirror": ("requestMirror", "request_mirror", _request_mirror),
-}
-
-
-def _value_matches(items: list[dict[str, str]], *, lower: bool) -> tuple[m.ValueMatch, ...]:
-    out = []
-    for item in items:
-        name = item["name"].lower() if lower else item["name"]
-        if item.get("type", "Exact") == "RegularExpression":
-            out.append(m.ValueMatch(name, "regex", item["value"], re.compile(item["value"])))
-        else:
-            out.append(m.ValueMatch(name, "exact", item["value"]))
-    return tuple(out)
-
-
-def _match(match: dict[str, Any]) -> m.RouteMatch:
-    path = match.get("path", {})
-    kind, value = path.get("type", "PathPrefix"), path.get("value", "/")
-    if kind == "RegularExpression":
-        path_match = m.PathMatch("regex", value, re.compile(value))
-    else:
-        path_match = m.PathMatch("exact" if kind == "Exact" else "pathPrefix", value)
-    return m.RouteMatch(path=path_match, method=match.get("method"),
-                        headers=_value_matches(match.get("headers", []), lower=True),
-                        query=_value_matches(match.get("queryParams", []), lower=False))
-
-
-def _check_regexes(route: Resource) -> list[str]:
-    problems = []
-    for r, rule in enumerate(route.spec.get("rules", [])):
-        for i, match in enumerate(rule.get("matches", [])):
-            candidates = [("path", match.get("path", {}))] + [
-                (f"{field}[{j}]", item) for field in ("headers", "queryParams")
-                for j, item in enumerate(match.get(field, []))]
-            for where, item in candidates:
-                if item.get("type") == "RegularExpression":
-                    try:
-                        re.compile(item.get("value", ""))
-                    except re.error as exc:
-                        problems.append(f"spec.rules[{r}].matches[{i}].{where}.value: Invalid value: "
-                                        f"{item.get('value')!r}: invalid regular expression: {exc}")
-    return problems
-
-
-@frozen
-class _RuleRoute:
-    """One HTTPRoute rule, built once, placed in every listener it attaches to."""
-
-    suffix: str
-    matches: tuple[m.RouteMatch, ...]
-    policies: m.Policies
-    backends: tuple[m.Backend, ...]
-
-
-def _rules(route: Resource) -> tuple[_RuleRoute, ...]:
-    out = []
-    for i, rule in enumerate(route.spec.get("rules", []) or [{}]):
-        suffix = "" if i == 0 else f".{rule.get('name') or i}"
-        policies = m.EMPTY_POLICIES
-        for f in rule.get("filters", []):  # validated: each type at most once, with its field
-            wire, attribute, translate = _FILTERS[f["type"]]
-            policies = attrs.evolve(policies, **{attribute: translate(f[wire])})
-        backends = []
-        for ref in rule.get("backendRefs", []):
-            host = f"{ref['name']}.{ref['namespace']}" if ref.get("namespace") else ref["name"]
-            target = m.Address(host, ref["port"])
-            backends.append(m.Backend(str(target), target, ref.get("weight", 1)))
-        out.append(_RuleRoute(suffix, tuple(_match(x) for x in rule.get("matches", [])) or (m.RouteMatch(),),
-                              policies, tuple(backends)))
-    return tuple(out)
-
-
-def _hostname_matches(listener: str | None, hostnames: list[str]) -> bool:
-    """Gateway API: a route attaches when one of its hostnames intersects the listener's."""
-    if not listener or not hostnames:
-        return True
-    for host in hostnames:
-        if host == listener:
-            return True
-        if listener.startswith("*.") and host.endswith(listener[1:]):
-            return True
-        if host.startswith("*.") and listener.endswith(host[1:]):
-            return True
-    return False
+def _ancestors(res: Resource, target: _Target, listeners: list[_Listener],
+               conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per Gateway the target is attached to, or the target itself when there is none."""
+    gateways = sorted({(x.gateway.namespace, x.gateway.name) for x in listeners})
+    if gateways:
+        return [ancestor({"group": GATEWAY_GROUP, "kind": "Gateway", "namespace": ns, "name": name},
+                         [dict(c) for c in conditions]) for ns, name in gateways]
+    ref = {"group": target.group, "kind": target.kind, "namespace": res.namespace, "name": target.name}
+    if target.section is not None:
+        ref["sectionName"] = target.section
+    return [ancestor(ref, conditions)]
 
 
 @attrs.define
-class _Listener:
-    gateway: Resource
-    index: int
-    spec: dict[str, Any]
-    key: str
-    policies: m.Policies = m.EMPTY_POLICIES
-    routes: list[tuple[Resource, _RuleRoute]] = attrs.Factory(list)
-    route_policies: dict[str, m.Policies] = attrs.Factory(dict)  # route key → extra policies
+class _Applied:
+    ancestors: dict[int, list[dict[str, Any]]] = attrs.Factory(dict)  # index → status.ancestors
+    invalid: set[int] = attrs.Factory(set)  # valid policies whose traffic is not
+    rejected: list[str] = attrs.Factory(list)
+
+
+def _apply_policies(checked: _Checked, attachments: _Attachments, stamp: str) -> _Applied:
+    """Every ProxyPolicy's ``status.ancestors``, applying the valid ones on the way (in file order)."""
+    applied = _Applied()
+    for res in (r for r in checked.resources if r.kind == "ProxyPolicy"):
+        policy = checked.valid.get(res.index)
+        fields: dict[str, Any] = {}
+        invalid = checked.problems.get(res.index, [])
+        if isinstance(policy, _Policy):
+            fields, invalid = translate_traffic(policy.spec.traffic, res)
+            if invalid:
+                applied.invalid.add(res.index)
+                applied.rejected.append(f"{res.ref} rejected: {'; '.join(invalid)}")
+        entries = applied.ancestors.setdefault(res.index, [])
+        for target in _targets(res, policy):
+            listeners, pending = _resolve(res, target, attachments)
+            if not invalid and not pending:
+                _apply(res, target, listeners, fields)
+            entries.extend(_ancestors(res, target, listeners, _policy_conditions(res, invalid, pending, stamp)))
+    return applied
+
+
+# --- the model and the statuses --------------------------------------------------------------------
+
+
+def _model_listener(listener: _Listener) -> m.Listener:
+    routes: list[m.Route] = []
+    for route, rule in listener.routes:
+        key = listener.route_key(route, rule)
+        extra = listener.route_policies.get(key)
+        policies = _merge(rule.policies, _set_fields(extra)) if extra else rule.policies
+        routes.append(m.Route(key=key, name=route.resource.name + rule.suffix, namespace=route.resource.namespace,
+                              hostnames=route.spec.hostnames, matches=rule.matches, policies=policies,
+                              backends=rule.backends, index=len(routes)))
+    return m.Listener(key=listener.key, name=listener.spec.name, protocol="HTTP", hostname=listener.spec.hostname,
+                      policies=listener.policies, routes=tuple(routes))
+
+
+def _binds(attachments: _Attachments) -> tuple[m.Bind, ...]:
+    """Listeners by port: two Gateways on one port share the bind."""
+    binds: dict[int, list[m.Listener]] = {}
+    for listeners in attachments.by_gateway.values():
+        for listener in listeners:
+            binds.setdefault(listener.spec.port, []).append(_model_listener(listener))
+    return tuple(m.Bind(port, tuple(ls)) for port, ls in binds.items())
+
+
+def _attached_routes(attachments: _Attachments, gateway: Resource) -> list[tuple[str, int]]:
+    """(name, number of HTTPRoutes attached) of each listener of a valid Gateway."""
+    listeners = attachments.by_gateway.get((gateway.namespace, gateway.name), [])
+    return [(x.spec.name, len({(r.resource.namespace, r.resource.name) for r, _ in x.routes})) for x in listeners]
+
+
+def _statuses(checked: _Checked, attachments: _Attachments, parents: dict[int, list[dict[str, Any]]],
+              applied: _Applied, stamp: str) -> tuple[dict[str, Any], ...]:
+    """Every resource's ``{apiVersion, kind, metadata, status}``, in file order."""
+    out = []
+    for res in checked.resources:
+        if res.kind == "Gateway":
+            status = gateway_status(checked.problems.get(res.index, []), _attached_routes(attachments, res),
+                                    res.generation, stamp)
+        elif res.kind == "HTTPRoute":
+            status = {"parents": parents.get(res.index, [])}
+        else:
+            status = {"ancestors": applied.ancestors.get(res.index, [])}
+        if res.index in checked.kept:
+            mark_kept(status, "; ".join(checked.kept[res.index]) + KEPT)
+        out.append({**res.head(), "status": status})
+    return tuple(out)
 
 
 def compile_manifest(resources: list[Resource], *, env: Mapping[str, str] | None = None,
@@ -359,266 +535,22 @@ def compile_manifest(resources: list[Resource], *, env: Mapping[str, str] | None
     valid version (as an API server refuses an invalid update), and a condition that did not
     change keeps its ``lastTransitionTime``.
     """
-    stamp = _timestamp(now)
-    statuses: dict[int, dict[str, Any]] = {}
-    out_rejected = list(rejected)
-    problems: dict[int, list[str]] = {}
-    seen: dict[tuple[str, str, str], Resource] = {}
-    for res in resources:
-        found = validate_spec(SPECS[(res.api_version, res.kind)], res.spec if res.spec is not None else {})
-        if res.kind == "HTTPRoute" and not found:
-            found = _check_regexes(res)
-        identity = (res.kind, res.namespace, res.name)
-        if identity in seen:
-            found = [f"duplicate {res.kind} {res.namespace}/{res.name} (also document {seen[identity].index + 1})"]
-        else:
-            seen[identity] = res
-        problems[res.index] = found
-
-    kept: dict[int, list[str]] = {}
-    last_valid = {(r.kind, r.namespace, r.name): r for r in (previous.manifest_sources if previous else ())}
-    for i, res in enumerate(resources):
-        before = last_valid.get((res.kind, res.namespace, res.name))
-        if problems[res.index] and before is not None and not problems[res.index][0].startswith("duplicate"):
-            kept[res.index] = problems[res.index]
-            problems[res.index] = []
-            resources = [*resources[:i], attrs.evolve(before, index=res.index, generation=res.generation),
-                         *resources[i + 1:]]
-    for res in resources:
-        found = problems[res.index] or kept.get(res.index, [])
-        if found:
-            out_rejected.append(f"{res.ref} rejected: {'; '.join(found)}{KEPT if res.index in kept else ''}")
-
-    def valid(kind: str) -> list[Resource]:
-        return [r for r in resources if r.kind == kind and not problems[r.index]]
-
-    # Gateways → listeners
-    listeners: list[_Listener] = []
-    by_gateway: dict[tuple[str, str], list[_Listener]] = {}
-    for gw in valid("Gateway"):
-        own = by_gateway.setdefault((gw.namespace, gw.name), [])
-        for i, spec in enumerate(gw.spec["listeners"]):
-            listener = _Listener(gw, i, spec, f"{gw.namespace}/{gw.name}/bind/{spec['port']}/listener{i}")
-            own.append(listener)
-            listeners.append(listener)
-
-    # HTTPRoutes → attachments
-    route_parents: dict[int, list[dict[str, Any]]] = {}
-    attached_to: dict[tuple[str, str], list[_Listener]] = {}
-    for route in [r for r in resources if r.kind == "HTTPRoute"]:
-        parents = route_parents.setdefault(route.index, [])
-        spec = route.spec if isinstance(route.spec, dict) else {}
-        refs: list[Any] = spec["parentRefs"] if isinstance(spec.get("parentRefs"), list) else []
-        if problems[route.index]:
-            message = "; ".join(problems[route.index])
-            for ref in refs or [{}]:
-                parents.append(_parent(ref, route, [
-                    _condition("Accepted", False, "UnsupportedValue", message, route, stamp),
-                    _condition("ResolvedRefs", False, "UnsupportedValue", "the route is not valid", route, stamp)]))
-            continue
-        rules = _rules(route)
-        for ref in refs:
-            ns = ref.get("namespace", route.namespace)
-            gw_listeners = by_gateway.get((ns, ref["name"]))
-            accepted: tuple[bool, str, str]
-            if gw_listeners is None:
-                accepted = (False, "NoMatchingParent", f"Gateway {ns}/{ref['name']} not found")
-            else:
-                chosen = [x for x in gw_listeners if ref.get("sectionName") in (None, x.spec["name"])
-                          and ref.get("port") in (None, x.spec["port"])]
-                allowed = [x for x in chosen if route.namespace == ns or
-                           x.spec.get("allowedRoutes", {}).get("namespaces", {}).get("from", "Same") == "All"]
-                hosts = [x for x in allowed if _hostname_matches(x.spec.get("hostname"), spec.get("hostnames", []))]
-                if not chosen:
-                    what = " ".join(f"{k} {ref[k]}" for k in ("sectionName", "port") if k in ref)
-                    accepted = (False, "NoMatchingParent", f"Gateway {ns}/{ref['name']} has no listener with {what}")
-                elif not allowed:
-                    accepted = (False, "NotAllowedByListeners",
-                                f"Gateway {ns}/{ref['name']} allows routes from its own namespace only")
-                elif not hosts:
-                    accepted = (False, "NoMatchingListenerHostname",
-                                f"no hostname of the route matches a listener of Gateway {ns}/{ref['name']}")
-                else:
-                    accepted = (True, "Accepted", "Route was valid")
-                    for listener in hosts:
-                        if all(r is not route for r, _ in listener.routes):
-                            listener.routes.extend((route, rule) for rule in rules)
-                            attached_to.setdefault((route.namespace, route.name), []).append(listener)
-            parents.append(_parent(ref, route, [
-                _condition("Accepted", *accepted, route, stamp),
-                _condition("ResolvedRefs", True, "ResolvedRefs", "All references resolved", route, stamp)]))
-
-    # ProxyPolicies → policies of listeners and routes
-    policy_ancestors: dict[int, list[dict[str, Any]]] = {}
-    invalid_policies: set[int] = set()
-    for policy in [r for r in resources if r.kind == "ProxyPolicy"]:
-        ancestors = policy_ancestors.setdefault(policy.index, [])
-        spec = policy.spec if isinstance(policy.spec, dict) else {}
-        fields: dict[str, Any] = {}
-        invalid = list(problems[policy.index])
-        if not invalid:
-            for name, value in (spec.get("traffic") or {}).items():
-                try:
-                    fields = {**fields, **TRAFFIC_TRANSLATORS[name](value, policy)}
-                except NotApplied as exc:
-                    invalid.append(f"{exc.args[0]}: not supported by this version of trioproxy")
-                except ManifestValueError as exc:  # "<field path>: <what is wrong>"
-                    invalid.append(str(exc))
-            if invalid:
-                invalid_policies.add(policy.index)
-                out_rejected.append(f"{policy.ref} rejected: {'; '.join(invalid)}")
-        refs = spec["targetRefs"] if isinstance(spec.get("targetRefs"), list) else []
-        for target in [t for t in refs if isinstance(t, dict)] or [{}]:
-            kind, name = target.get("kind", "?"), target.get("name", "?")
-            targets: list[_Listener] = []
-            pending = ""
-            if kind == "Gateway":
-                targets = [x for x in by_gateway.get((policy.namespace, name), [])
-                           if target.get("sectionName") in (None, x.spec["name"])]
-                if (policy.namespace, name) not in by_gateway:
-                    pending = f"Gateway {policy.namespace}/{name} not found"
-                elif not targets:
-                    pending = f"Gateway {policy.namespace}/{name} has no listener named {target.get('sectionName')}"
-            else:
-                targets = attached_to.get((policy.namespace, name), [])
-                if not any(r.kind == "HTTPRoute" and (r.namespace, r.name) == (policy.namespace, name)
-                           for r in resources):
-                    pending = f"HTTPRoute {policy.namespace}/{name} not found"
-                elif not targets:
-                    pending = f"HTTPRoute {policy.namespace}/{name} is not attached to any Gateway"
-            if invalid:
-                accepted_c = _condition("Accepted", False, "Invalid", "; ".join(invalid), policy, stamp)
-                attached = _condition("Attached", False, "Pending", "the policy is not valid", policy, stamp)
-            else:
-                accepted_c = _condition("Accepted", True, "Valid", "Policy is valid", policy, stamp)
-                attached = (_condition("Attached", False, "Pending", pending, policy, stamp) if pending else
-                            _condition("Attached", True, "Attached", "Policy is attached", policy, stamp))
-            if not invalid and not pending:
-                for listener in targets:
-                    if kind == "Gateway":
-                        listener.policies = _merge(listener.policies, fields)
-                    else:
-                        for route, rule in listener.routes:
-                            if (route.namespace, route.name) == (policy.namespace, name):
-                                key = f"{listener.key}/{route.namespace}/{route.name}{rule.suffix}"
-                                listener.route_policies[key] = _merge(
-                                    listener.route_policies.get(key, m.EMPTY_POLICIES), fields)
-            gateways = {(x.gateway.namespace, x.gateway.name) for x in targets}
-            if gateways:
-                for ns, gw_name in sorted(gateways):
-                    ancestors.append(_ancestor({"group": GATEWAY_GROUP, "kind": "Gateway", "namespace": ns,
-                                                "name": gw_name}, [accepted_c, attached]))
-            else:
-                ref = {"group": target.get("group", GATEWAY_GROUP), "kind": kind, "namespace": policy.namespace,
-                       "name": name}
-                if "sectionName" in target:
-                    ref["sectionName"] = target["sectionName"]
-                ancestors.append(_ancestor(ref, [accepted_c, attached]))
-
-    # the model
-    binds: dict[int, list[m.Listener]] = {}
-    for listener in listeners:
-        routes: list[m.Route] = []
-        for route, rule in listener.routes:
-            key = f"{listener.key}/{route.namespace}/{route.name}{rule.suffix}"
-            extra = listener.route_policies.get(key)
-            policies = _merge(rule.policies, _set_fields(extra)) if extra else rule.policies
-            routes.append(m.Route(key=key, name=route.name + rule.suffix, namespace=route.namespace,
-                                  hostnames=tuple(route.spec.get("hostnames", [])), matches=rule.matches,
-                                  policies=policies, backends=rule.backends, index=len(routes)))
-        binds.setdefault(listener.spec["port"], []).append(m.Listener(
-            key=listener.key, name=listener.spec["name"], protocol="HTTP", hostname=listener.spec.get("hostname"),
-            policies=listener.policies, routes=tuple(routes)))
-
-    # statuses, in file order
-    for res in resources:
-        if res.kind == "Gateway":
-            statuses[res.index] = _gateway_status(res, problems[res.index], by_gateway, stamp)
-        elif res.kind == "HTTPRoute":
-            statuses[res.index] = {"parents": route_parents.get(res.index, [])}
-        else:
-            statuses[res.index] = {"ancestors": policy_ancestors.get(res.index, [])}
-    for index, found in kept.items():
-        _mark_kept(statuses[index], "; ".join(found) + KEPT)
-    out = tuple({**res.head(), "status": statuses[res.index]} for res in resources)
+    stamp = timestamp(now)
+    checked = _check(resources, previous)
+    attachments = _listeners(checked)
+    parents = _attach_routes(checked, attachments, stamp)
+    applied = _apply_policies(checked, attachments, stamp)
+    statuses = _statuses(checked, attachments, parents, applied, stamp)
     if previous is not None:
-        out = _carry_times(out, previous.statuses)
-    from .compile import _servers
-
+        statuses = carry_times(statuses, previous.statuses)
     reader = Reader(env if env is not None else {})
-    config = m.Config(servers=_servers(None, env if env is not None else {}, reader),
-                      binds=tuple(m.Bind(port, tuple(ls)) for port, ls in binds.items()),
-                      gateway_names=tuple(dict.fromkeys(gw.name for gw in valid("Gateway"))) or ("default",),
-                      statuses=out, manifest_sources=tuple(
-                          r for r in resources if not problems[r.index] and r.index not in invalid_policies))
-    out_rejected.extend(p.render(None) for p in reader.problems)
-    config = attrs.evolve(config, rejected=tuple(out_rejected))
-    return ManifestResult(config, out, tuple(out_rejected))
-
-
-KEPT = "; the last valid version keeps applying"
-
-
-def _mark_kept(status: dict[str, Any], message: str) -> None:
-    """An invalid edit of a resource whose last valid version still applies: Accepted says why."""
-    entries = status.get("parents") or status.get("ancestors") or [status]
-    for entry in entries:
-        for condition in entry.get("conditions", []):
-            if condition["type"] == "Accepted":
-                reason = "UnsupportedValue" if "parents" in status else "Invalid"
-                condition.update(status="False", reason=reason, message=message)
-
-
-def _carry_times(statuses: tuple[dict[str, Any], ...], before: tuple[Any, ...]) -> tuple[dict[str, Any], ...]:
-    """Keep ``lastTransitionTime`` of every condition whose status and reason did not change."""
-    old_times: dict[str, str] = {}
-
-    def walk(status: Any, prefix: str, record: bool) -> None:
-        entries = [(str(e.get("parentRef") or e.get("ancestorRef")), e)
-                   for e in status.get("parents", []) + status.get("ancestors", [])] + [("", status)]
-        for ref, entry in entries:
-            for c in entry.get("conditions", []):
-                key = f"{prefix}|{ref}|{c['type']}|{c['status']}|{c['reason']}"
-                if record:
-                    old_times[key] = c["lastTransitionTime"]
-                elif key in old_times:
-                    c["lastTransitionTime"] = old_times[key]
-
-    for item in before:
-        if isinstance(item, dict):
-            walk(item.get("status", {}), f"{item['kind']}|{item['metadata']}", True)
-    for item in statuses:
-        walk(item["status"], f"{item['kind']}|{item['metadata']}", False)
-    return statuses
-
-
-def _parent(ref: dict[str, Any], route: Resource, conditions: list[dict[str, Any]]) -> dict[str, Any]:
-    parent = {"group": GATEWAY_GROUP, "kind": "Gateway", "namespace": ref.get("namespace", route.namespace),
-              "name": ref.get("name", "?")}
-    parent.update({k: ref[k] for k in ("sectionName", "port") if k in ref})
-    return {"parentRef": parent, "controllerName": CONTROLLER, "conditions": conditions}
-
-
-def _ancestor(ref: dict[str, Any], conditions: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"ancestorRef": ref, "controllerName": CONTROLLER, "conditions": conditions}
-
-
-def _gateway_status(gw: Resource, problems: list[str], by_gateway: dict[tuple[str, str], list[_Listener]],
-                    stamp: str) -> dict[str, Any]:
-    if problems:
-        message = "; ".join(problems)
-        return {"conditions": [_condition("Accepted", False, "Invalid", message, gw, stamp),
-                               _condition("Programmed", False, "Invalid", "the Gateway is not valid", gw, stamp)]}
-    listeners = []
-    for x in by_gateway[(gw.namespace, gw.name)]:
-        listeners.append({"name": x.spec["name"], "attachedRoutes": len({(r.namespace, r.name) for r, _ in x.routes}),
-                          "supportedKinds": [{"group": GATEWAY_GROUP, "kind": "HTTPRoute"}],
-                          "conditions": [_condition("Accepted", True, "Accepted", "Listener is valid", gw, stamp),
-                                         _condition("Programmed", True, "Programmed", "Listener is serving", gw,
-                                                    stamp)]})
-    return {"conditions": [_condition("Accepted", True, "Accepted", "Gateway is valid", gw, stamp),
-                           _condition("Programmed", True, "Programmed", "Gateway is serving", gw, stamp)],
-            "listeners": listeners}
+    servers = compile_servers(None, env if env is not None else {}, reader)
+    out_rejected = (*rejected, *_rejected_lines(checked), *applied.rejected, *(p.render(None) for p in reader.problems))
+    config = m.Config(servers=servers, binds=_binds(attachments),
+                      gateway_names=tuple(dict.fromkeys(name for _, name in attachments.by_gateway)) or ("default",),
+                      statuses=statuses, rejected=out_rejected, manifest_sources=tuple(
+                          v for i, v in checked.valid.items() if i not in applied.invalid))
+    return ManifestResult(config, statuses, out_rejected)
 
 
 def statuses_of(text: str, source: str, *, env: Mapping[str, str] | None = None,

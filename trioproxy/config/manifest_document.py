@@ -4,23 +4,26 @@
 is generated from it (``config/crd.py``), and a manifest is checked against that same schema
 (``config/manifest_validate.py``), so the messages are the ones an API server with the CRD
 would give. ``GatewaySpec`` and ``HTTPRouteSpec`` describe the subset of Gateway API v1 that
-trioproxy reads (the upstream CRDs are not ours to ship); they are checked the same way.
+trioproxy reads (the upstream CRDs are not ours to ship); they are checked the same way. A spec
+that passed is read into its class once (``read_spec``), and translated from there.
 
 Extension points: ``Traffic.rate_limit.global_``, ``Traffic.jwt_authentication`` and
-``Traffic.authorization`` are read as free-form objects; ``manifest.TRAFFIC_TRANSLATORS`` says
+``Traffic.authorization`` are read as free-form objects; ``manifest_translate.TRAFFIC_TRANSLATORS`` says
 which traffic fields this version applies (the others are reported in the status), and the JWT
 and authorization translators (``policies/auth_manifest.py``) check their values themselves.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import attrs
 
+from . import describe
 from .describe import Integer, Items, Kind, Text, described, field
 
-__all__ = ["SPECS", "GatewaySpec", "HTTPRouteSpec", "ProxyPolicySpec"]
+__all__ = ["SPECS", "GatewaySpec", "HTTPRouteSpec", "ProxyPolicySpec", "read_spec"]
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 Port = Annotated[int, Integer(1, 65535)]
@@ -396,3 +399,24 @@ SPECS: dict[tuple[str, str], type] = {
     (f"{GATEWAY_GROUP}/v1", "HTTPRoute"): HTTPRouteSpec,
     ("trioproxy.dev/v1alpha1", "ProxyPolicy"): ProxyPolicySpec,
 }
+
+
+def read_spec(cls: type, data: Mapping[str, Any]) -> Any:
+    """A spec that passed ``manifest_validate.validate_spec(cls, data)`` as an instance of ``cls``:
+    wire names become attributes, absent fields take their defaults, free-form fields stay as
+    written. Read once, so translation works on typed values rather than on dicts."""
+    fields = describe.plan_of(cls).fields
+    return cls(**{f.attribute: _value(f.kind, data[f.wire]) for f in fields if f.wire in data})
+
+
+def _value(kind: Kind, value: Any) -> Any:
+    if isinstance(kind, describe.Optional):
+        return _value(kind.inner, value)
+    if isinstance(kind, describe.Described):
+        return read_spec(kind.cls, value)
+    if isinstance(kind, describe.Items):
+        assert kind.item is not None
+        return tuple(_value(kind.item, item) for item in value)
+    if isinstance(kind, (describe.Entries, describe.Either)):  # no manifest field has one: say so if one appears
+        raise TypeError(f"read_spec: {type(kind).__name__} fields are not read from manifests")
+    return value  # a scalar (checked by the schema), or a free-form mapping kept as written

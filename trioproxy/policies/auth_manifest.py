@@ -19,6 +19,7 @@ from typing import Any, cast
 from ..cel import CelError, compile_expression
 from .authorization import AuthorizationSpec, Rule, RuleMode
 from .jwt import JwksError, JwksSource, JwtAuthSpec, ProviderSpec, parse_jwks
+from .manifest_values import ManifestValueError, expect_mapping, expect_text
 
 __all__ = ["ManifestValueError", "translate_authorization", "translate_jwt_authentication"]
 
@@ -27,36 +28,17 @@ AUTHZ_PATH = "spec.traffic.authorization"
 MODES = {"Strict": "strict", "Optional": "optional", "Permissive": "permissive"}
 
 
-class ManifestValueError(ValueError):
-    """An invalid traffic field; the message names its path."""
-
-
-def _mapping(value: Any, path: str, allowed: set[str]) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ManifestValueError(f"{path}: expected a mapping")
-    unknown = sorted(set(value) - allowed)
-    if unknown:
-        raise ManifestValueError(f"{path}.{unknown[0]}: unknown field (expected one of: {', '.join(sorted(allowed))})")
-    return value
-
-
-def _text(value: Any, path: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise ManifestValueError(f"{path}: expected a non-empty string")
-    return value
-
-
 def _jwks(value: Any, path: str) -> JwksSource:
-    jwks = _mapping(value, path, {"remote", "inline"})
+    jwks = expect_mapping(value, path, {"remote", "inline"})
     if len(jwks) != 1:
         raise ManifestValueError(f"{path}: expected exactly one of: inline, remote")
     if "remote" in jwks:
-        remote = _mapping(jwks["remote"], f"{path}.remote", {"url"})
-        url = _text(remote.get("url"), f"{path}.remote.url")
+        remote = expect_mapping(jwks["remote"], f"{path}.remote", {"url"})
+        url = expect_text(remote.get("url"), f"{path}.remote.url")
         if not url.startswith(("http://", "https://")):
             raise ManifestValueError(f"{path}.remote.url: expected an http:// or https:// URL, got {url!r}")
         return JwksSource(url=url)
-    inline = _text(jwks["inline"], f"{path}.inline")
+    inline = expect_text(jwks["inline"], f"{path}.inline")
     try:
         parse_jwks(inline)
     except JwksError as exc:
@@ -66,7 +48,7 @@ def _jwks(value: Any, path: str) -> JwksSource:
 
 def translate_jwt_authentication(value: Any, policy: Any = None) -> dict[str, Any]:
     """``jwtAuthentication`` → ``{"jwt_auth": JwtAuthSpec}``."""
-    spec = _mapping(value, JWT_PATH, {"mode", "providers"})
+    spec = expect_mapping(value, JWT_PATH, {"mode", "providers"})
     mode = spec.get("mode", "Optional")
     if mode not in MODES:
         raise ManifestValueError(f"{JWT_PATH}.mode: expected one of: {', '.join(MODES)}, got {mode!r}")
@@ -76,8 +58,8 @@ def translate_jwt_authentication(value: Any, policy: Any = None) -> dict[str, An
     providers = []
     for i, item in enumerate(raw):
         path = f"{JWT_PATH}.providers[{i}]"
-        provider = _mapping(item, path, {"issuer", "audiences", "jwks"})
-        issuer = _text(provider.get("issuer"), f"{path}.issuer")
+        provider = expect_mapping(item, path, {"issuer", "audiences", "jwks"})
+        issuer = expect_text(provider.get("issuer"), f"{path}.issuer")
         audiences = provider.get("audiences") or []
         if not isinstance(audiences, list) or not all(isinstance(a, str) and a for a in audiences):
             raise ManifestValueError(f"{path}.audiences: expected a list of strings")
@@ -89,7 +71,7 @@ def translate_jwt_authentication(value: Any, policy: Any = None) -> dict[str, An
 
 def translate_authorization(value: Any, policy: Any = None) -> dict[str, Any]:
     """``authorization`` → ``{"authorization": AuthorizationSpec}``; every rule must compile."""
-    spec = _mapping(value, AUTHZ_PATH, {"rules"})
+    spec = expect_mapping(value, AUTHZ_PATH, {"rules"})
     raw = spec.get("rules")
     if not isinstance(raw, list):
         raise ManifestValueError(f"{AUTHZ_PATH}.rules: expected a list")
@@ -99,7 +81,7 @@ def translate_authorization(value: Any, policy: Any = None) -> dict[str, Any]:
         if isinstance(item, str):
             mode, source = "allow", item
         else:
-            rule = _mapping(item, path, {"allow", "deny", "require"})
+            rule = expect_mapping(item, path, {"allow", "deny", "require"})
             if len(rule) != 1:
                 raise ManifestValueError(f"{path}: expected exactly one of: allow, deny, require")
             ((mode, source),) = rule.items()
@@ -108,5 +90,5 @@ def translate_authorization(value: Any, policy: Any = None) -> dict[str, Any]:
             compile_expression(source)
         except CelError as exc:
             raise ManifestValueError(f"{path}: {exc}") from None
-        rules.append(Rule(cast(RuleMode, mode), source))  # _mapping allowed only the three modes
+        rules.append(Rule(cast(RuleMode, mode), source))  # expect_mapping allowed only the three modes
     return {"authorization": AuthorizationSpec(tuple(rules))}

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..cel import CelError
 from ..config.scalars import parse_address, parse_duration
-from .auth_manifest import ManifestValueError, _mapping, _text
+from .manifest_values import ManifestValueError, expect_mapping, expect_text
 from .ratelimit_remote import RemoteDescriptor, RemoteEntry, RemoteRateLimitSpec, compile_entry
 
 __all__ = ["translate_global_rate_limit"]
@@ -26,16 +26,16 @@ UNITS = {"Requests": "requests", "Tokens": "tokens"}
 
 
 def _descriptor(value: Any, path: str) -> RemoteDescriptor:
-    descriptor = _mapping(value, path, {"entries", "unit"})
+    descriptor = expect_mapping(value, path, {"entries", "unit"})
     raw_entries = descriptor.get("entries")
     if not isinstance(raw_entries, list) or not raw_entries:
         raise ManifestValueError(f"{path}.entries: expected a non-empty list")
     entries = []
     for i, raw in enumerate(raw_entries):
         where = f"{path}.entries[{i}]"
-        entry = _mapping(raw, where, {"name", "expression"})
-        name = _text(entry.get("name"), f"{where}.name")
-        source = _text(entry.get("expression"), f"{where}.expression")
+        entry = expect_mapping(raw, where, {"name", "expression"})
+        name = expect_text(entry.get("name"), f"{where}.name")
+        source = expect_text(entry.get("expression"), f"{where}.expression")
         try:
             compile_entry(source)
         except CelError as exc:
@@ -48,13 +48,13 @@ def _descriptor(value: Any, path: str) -> RemoteDescriptor:
 
 
 def translate_global_rate_limit(value: Any) -> RemoteRateLimitSpec:
-    spec = _mapping(value, PATH, {"host", "domain", "descriptors", "failureMode", "timeout"})
-    host = _text(spec.get("host"), f"{PATH}.host")
+    spec = expect_mapping(value, PATH, {"host", "domain", "descriptors", "failureMode", "timeout"})
+    host = expect_text(spec.get("host"), f"{PATH}.host")
     try:
         parse_address(host)
     except ValueError:
         raise ManifestValueError(f"{PATH}.host: expected HOST:PORT, got {host!r}") from None
-    domain = _text(spec.get("domain"), f"{PATH}.domain")
+    domain = expect_text(spec.get("domain"), f"{PATH}.domain")
     raw = spec.get("descriptors")
     if not isinstance(raw, list) or not raw:
         raise ManifestValueError(f"{PATH}.descriptors: expected a non-empty list")
