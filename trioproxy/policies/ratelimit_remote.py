@@ -35,8 +35,8 @@ from attrs import frozen
 from ..after_response import AFTER_RESPONSE, AfterResponse
 from ..cel import CelError, Expression, compile_expression
 from ..errors import RateLimited, RateLimitFailed
-from ..rls.client import RlsCallFailed
 from ..rls.descriptor_text import MAX_DESCRIPTOR_TEXT, bounded
+from ..rls.wire_client import RlsCallFailed
 from .stage import Stage
 
 if TYPE_CHECKING:
@@ -273,7 +273,7 @@ class RemoteRateLimitStage(Stage):
 
     def __init__(self, spec: RemoteRateLimitSpec, key: str, count: Callable[[str, str, str], None],
                  client: Any = None) -> None:
-        from ..rls.client import client_for
+        from ..rls.wire_client import client_for
 
         self.spec = spec
         self.policy = RemoteRateLimitPolicy(spec)
