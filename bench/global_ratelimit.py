@@ -40,9 +40,8 @@ from bench.harness import callgrind_command, callgrind_count, callgrind_on
 from bench.rls_grpcio_client import RlsClient
 from bench.rls_h2_client import H2RlsClient
 from tests.rls_helpers import _accepts, _wait, free_port, ratelimit_server, redis_server
-from trioproxy.rls.client import METHOD
 from trioproxy.rls.protos import rls_pb2
-from trioproxy.rls.wire_client import WireRlsClient
+from trioproxy.rls.wire_client import METHOD, WireRlsClient
 
 ROOT = Path(__file__).resolve().parent.parent
 

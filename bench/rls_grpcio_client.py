@@ -15,9 +15,8 @@ from typing import Any
 import grpc  # type: ignore[import-untyped]
 import trio
 
-from trioproxy.rls.client import METHOD, RlsCallFailed
 from trioproxy.rls.protos import rls_pb2
-from trioproxy.rls.wire_client import encode_request
+from trioproxy.rls.wire_client import METHOD, RlsCallFailed, encode_request
 
 
 class RlsClient:

@@ -146,7 +146,7 @@ class H2RlsClient:
 
     async def should_rate_limit(self, domain: str, descriptors: Any, timeout: float) -> Any:
         """``descriptors``: ``(entries, hits)``; hits None: one hit; 0: only look; n: add n (tokens)."""
-        from trioproxy.rls.client import RlsCallFailed
+        from trioproxy.rls.wire_client import RlsCallFailed
 
         payload = encode_request(domain, descriptors)  # the same bytes the gateway sends
         call = _Call()

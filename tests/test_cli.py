@@ -208,11 +208,11 @@ async def test_reload_applies_a_valid_config_and_keeps_serving_on_an_invalid_one
 def test_admin_listens_on_loopback_by_default():
     """docs/cli.md: the unauthenticated admin server is reachable from this host only."""
     from trioproxy.config import parse_config
-    from trioproxy.server import _listen
+    from trioproxy.server import listen_socket
 
     admin = parse_config("binds: []", env={}).servers.admin
     assert (admin.host, admin.port) == ("localhost", 15000)
-    sock = _listen(type(admin)(admin.host, 0), "config.adminAddr")  # same host, any free port
+    sock = listen_socket(type(admin)(admin.host, 0), "config.adminAddr")  # same host, any free port
     try:
         assert sock.getsockname()[0] == "127.0.0.1"
     finally:
@@ -242,7 +242,7 @@ async def test_the_config_watcher_reloads_on_content_even_with_the_same_mtime(tm
 
     from trioproxy.config import load_config
     from trioproxy.runtime import Runtime
-    from trioproxy.server import _watch_config
+    from trioproxy.server import watch_config
 
     mock_clock.autojump_threshold = 0
     text = "binds:\n- port: 3001\n  listeners:\n  - routes:\n    - backends: [{{host: \"127.0.0.1:{port}\"}}]\n"
@@ -251,7 +251,7 @@ async def test_the_config_watcher_reloads_on_content_even_with_the_same_mtime(tm
     runtime = Runtime(load_config(path))
     first = runtime.state
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_watch_config, path, runtime)
+        nursery.start_soon(watch_config, path, runtime)
         await trio.sleep(5)
         assert runtime.state is first  # nothing changed: nothing reloaded
         path.write_text(text.format(port=2))  # same size

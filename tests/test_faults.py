@@ -305,7 +305,7 @@ async def test_row5_the_watcher_applies_such_a_reload_and_logs_what_waits_for_a_
         tmp_path, mock_clock, caplog):
     from trioproxy.config import load_config
     from trioproxy.runtime import Runtime
-    from trioproxy.server import _watch_config
+    from trioproxy.server import watch_config
 
     mock_clock.autojump_threshold = 0
     path = tmp_path / "gw.yaml"
@@ -314,7 +314,7 @@ async def test_row5_the_watcher_applies_such_a_reload_and_logs_what_waits_for_a_
     runtime = Runtime(load_config(path))
     with caplog.at_level(logging.WARNING, logger="trioproxy"):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_watch_config, path, runtime)
+            nursery.start_soon(watch_config, path, runtime)
             await trio.sleep(2)
             path.write_text("frontendPolicies: {http: {maxConnections: 5, requestBodyIdleTimeout: 9s}}\n" + text)
             await trio.sleep(2)

@@ -212,11 +212,11 @@ async def test_llm_port_lists_its_models_and_answers_unknown_models_in_each_dial
 
 async def test_span_name_and_gen_ai_values_follow_the_semantic_conventions(nursery):
     from trioproxy.config.model import Address
-    from trioproxy.server import _listen, _serve
+    from trioproxy.server import listen_socket, serve_app
 
     receiver = OtlpReceiver()
-    sock = _listen(Address("127.0.0.1", 0), "receiver")
-    await nursery.start(_serve, receiver.app, sock, 1.0, trio.Event())
+    sock = listen_socket(Address("127.0.0.1", 0), "receiver")
+    await nursery.start(serve_app, receiver.app, sock, 1.0, trio.Event())
     mock = MockOpenAI()
     await nursery.start(mock.serve, 0)
     gw = await start_gateway(nursery, """

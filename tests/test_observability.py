@@ -182,11 +182,11 @@ def _attributes(span) -> dict:
 
 async def test_spans_reach_a_real_otlp_receiver_with_gen_ai_attributes_and_traceparent(nursery):
     from trioproxy.config.model import Address
-    from trioproxy.server import _listen, _serve
+    from trioproxy.server import listen_socket, serve_app
 
     receiver = OtlpReceiver()
-    sock = _listen(Address("127.0.0.1", 0), "receiver")
-    await nursery.start(_serve, receiver.app, sock, 1.0, trio.Event())
+    sock = listen_socket(Address("127.0.0.1", 0), "receiver")
+    await nursery.start(serve_app, receiver.app, sock, 1.0, trio.Event())
     mock = await start_mock(nursery)
     gw = await start_gateway(nursery, """
         config:
@@ -298,11 +298,11 @@ async def test_frontend_tracing_replaces_config_tracing_and_adds_and_removes_att
     """``frontendPolicies.tracing`` (agentgateway's newer spelling): a bare HOST:PORT collector, its
     sampling, attributes (CEL) added and removed; config.tracing's dead collector is not used."""
     from trioproxy.config.model import Address
-    from trioproxy.server import _listen, _serve
+    from trioproxy.server import listen_socket, serve_app
 
     receiver = OtlpReceiver()
-    sock = _listen(Address("127.0.0.1", 0), "receiver")
-    await nursery.start(_serve, receiver.app, sock, 1.0, trio.Event())
+    sock = listen_socket(Address("127.0.0.1", 0), "receiver")
+    await nursery.start(serve_app, receiver.app, sock, 1.0, trio.Event())
     gw = await start_gateway(nursery, """
         config:
           tracing: {{otlpEndpoint: "http://127.0.0.1:{dead}", randomSampling: false}}

@@ -471,7 +471,7 @@ def _client_port(response: httpx.Response) -> int:
 async def test_a_stalled_charge_does_not_delay_the_next_keep_alive_request(nursery, monkeypatch):
     """The charge after the response runs outside the request: while the service sits on it, the
     same keep-alive connection's next request is served at once."""
-    from trioproxy.rls import client as rls_client
+    from trioproxy.rls import wire_client as rls_client
 
     stalling = StallingCharges()
     monkeypatch.setitem(rls_client._clients, "127.0.0.1:1", stalling)
@@ -500,7 +500,7 @@ async def test_charges_past_the_pending_bound_are_counted_failed_not_queued(nurs
     from trioproxy import after_response
 
     stalling = StallingCharges()
-    from trioproxy.rls import client as rls_client
+    from trioproxy.rls import wire_client as rls_client
 
     monkeypatch.setitem(rls_client._clients, "127.0.0.1:1", stalling)
     monkeypatch.setattr(after_response.AFTER_RESPONSE, "limit", after_response.AFTER_RESPONSE.pending + 1)

@@ -21,8 +21,9 @@ from trioproxy.policies.ratelimit_remote import (
     RemoteRateLimitSpec,
 )
 from trioproxy.policies.stages import RemoteRateLimitStage, RemoteTokenRateLimitStage, remote_rate_limit_stage
-from trioproxy.rls.client import RlsCallFailed
+from trioproxy.rls.wire_client import RlsCallFailed
 from trioproxy.rls.protos import rls_pb2
+from trioproxy.rls.wire_client import RlsCallFailed
 from trioproxy.trace import NULL_TRACER
 
 from .test_header_stages_mutants import RecordingTracer
@@ -303,7 +304,7 @@ def test_over_limit_decides_nothing_for_upstream():
 
 def test_a_stage_without_a_client_uses_the_processes_client_for_its_host():
     from trioproxy.after_response import AFTER_RESPONSE
-    from trioproxy.rls.client import client_for
+    from trioproxy.rls.wire_client import client_for
 
     stage = remote_rate_limit_stage(spec(TOKENS), "route/r", lambda *a: None)
     assert stage.client is client_for("rls:1")

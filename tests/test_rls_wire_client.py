@@ -21,9 +21,8 @@ import pytest
 import trio
 import trio.testing
 
-from trioproxy.rls.client import RlsCallFailed
 from trioproxy.rls.protos import rls_pb2
-from trioproxy.rls.wire_client import WireRlsClient, encode_request, header_block
+from trioproxy.rls.wire_client import RlsCallFailed, WireRlsClient, encode_request, header_block
 
 
 class FakeRls:

@@ -21,7 +21,7 @@ from .access_log import configure_logging
 from .asgi import read_body, serve_lifespan
 from .config import ConfigError, parse_config
 from .config.model import Address
-from .server import ServerInfo, StartupError, _listen, _serve, run_until_signalled
+from .server import ServerInfo, StartupError, listen_socket, run_until_signalled, serve_app
 
 Scope = MutableMapping[str, Any]
 
@@ -112,7 +112,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Serve the demo until SIGINT/SIGTERM; one-line errors (busy port) and exit 1, never a traceback."""
     try:
-        backend_sock = _listen(Address("127.0.0.1", args.backend_port), "--backend-port")
+        backend_sock = listen_socket(Address("127.0.0.1", args.backend_port), "--backend-port")
     except StartupError as error:
         print(f"trioproxy: error: {error}", file=sys.stderr)
         return 1
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
     async def backend(nursery: trio.Nursery, info: ServerInfo) -> None:
-        await nursery.start(_serve, demo_backend, backend_sock, 1.0, trio.Event())
+        await nursery.start(serve_app, demo_backend, backend_sock, 1.0, trio.Event())
         print(f"trioproxy: demo backend on http://127.0.0.1:{backend_port}\n"
               f"trioproxy: try  curl -i localhost:{info.ports[args.port]}/hello\n"
               f"trioproxy: and  curl localhost:{info.ports[args.port]}/v1/chat/completions "

@@ -2,7 +2,7 @@
 
 hypercorn appends its own ``date`` to every response, so a proxied answer carried two (the
 backend's and hypercorn's). Data-plane binds turn hypercorn's off (``FrontDoor.sets_date_header``,
-read by ``server._serve``) and the gateway adds one only where none is present: its own answers
+read by ``server.serve_app``) and the gateway adds one only where none is present: its own answers
 (errors, directResponse, rate limits) and backends that sent none (RFC 9110 §6.6.1).
 """
 

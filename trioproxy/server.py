@@ -57,7 +57,7 @@ class ServerInfo:
     shutdown: trio.Event
 
 
-def _listen(address: Address, where: str) -> socket.socket:
+def listen_socket(address: Address, where: str) -> socket.socket:
     host = "127.0.0.1" if address.host == "localhost" else address.host
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -98,7 +98,7 @@ def hypercorn_config(*, graceful_timeout: float, idle_timeout: float = 60.0,
     return config
 
 
-async def _serve(app: Any, sock: socket.socket, graceful: float, shutdown: trio.Event,
+async def serve_app(app: Any, sock: socket.socket, graceful: float, shutdown: trio.Event,
                  counter: ConnectionCounter | None = None, frontend: FrontendSpec | None = None,
                  ssl_context: ssl.SSLContext | None = None,
                  task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -114,7 +114,7 @@ async def _serve(app: Any, sock: socket.socket, graceful: float, shutdown: trio.
                 http1_app=app if frontend is not None else None)  # a bind's HTTP/1.1: http1.py
 
 
-def _tls_contexts(config: Config) -> dict[int, ssl.SSLContext]:
+def listener_tls_contexts(config: Config) -> dict[int, ssl.SSLContext]:
     """bind port → its server SSL context (files checked at load; a file gone since is named here)."""
     from .listener_tls import TlsFileError, server_context
 
@@ -131,11 +131,11 @@ def _tls_contexts(config: Config) -> dict[int, ssl.SSLContext]:
     return contexts
 
 
-def _count_reject(metrics: Any, bind: str, reason: str) -> None:
+def count_reject(metrics: Any, bind: str, reason: str) -> None:
     metrics.front_door_rejects.labels(bind, reason).inc()
 
 
-def _counter(name: str, limit: int, metrics: Any, per_client: int | None = None) -> ConnectionCounter:
+def connection_counter(name: str, limit: int, metrics: Any, per_client: int | None = None) -> ConnectionCounter:
     """A server's connection counter, exported as ``trioproxy_connections_open{server=name}``."""
     counter = ConnectionCounter(name, limit, lambda server, event: metrics.connection_events.labels(server, event).inc(),
                                 per_client=per_client)
@@ -182,12 +182,12 @@ def bind_sockets(config: Config, bind_host: str) -> BoundSockets:
     try:
         binds = {}
         for i, bind in enumerate(config.binds):
-            binds[bind.port] = _listen(Address(bind_host, bind.port), f"binds[{i}].port")
+            binds[bind.port] = listen_socket(Address(bind_host, bind.port), f"binds[{i}].port")
             sockets.append(binds[bind.port])
         own = {}
         for name, address in (("admin", servers.admin), ("stats", servers.stats), ("readiness", servers.readiness)):
             if name not in servers.off:
-                own[name] = _listen(address, f"config.{name}Addr")
+                own[name] = listen_socket(address, f"config.{name}Addr")
                 sockets.append(own[name])
     except StartupError:
         for sock in sockets:
@@ -214,15 +214,15 @@ async def serve_own_servers(nursery: trio.Nursery, bound: BoundSockets, config: 
         return require_loopback_host(app, name) if is_loopback(host) else app
 
     if "readiness" in own:
-        await nursery.start(_serve, guarded(readiness_app(is_ready), "readiness", servers.readiness.host),
-                            own["readiness"], 1.0, drained, _counter("readiness", 256, metrics))
+        await nursery.start(serve_app, guarded(readiness_app(is_ready), "readiness", servers.readiness.host),
+                            own["readiness"], 1.0, drained, connection_counter("readiness", 256, metrics))
     if "stats" in own:
-        await nursery.start(_serve, guarded(stats, "stats", servers.stats.host), own["stats"], 1.0, drained,
-                            _counter("stats", 256, metrics))
+        await nursery.start(serve_app, guarded(stats, "stats", servers.stats.host), own["stats"], 1.0, drained,
+                            connection_counter("stats", 256, metrics))
     if "admin" in own:
         admin_app = refuse_cross_site_writes(create_admin_app(runtime, token=token))  # CSRF: 403
-        await nursery.start(_serve, guarded(admin_app, "admin", servers.admin.host), own["admin"], 1.0, drained,
-                            _counter("admin", 1024, metrics))
+        await nursery.start(serve_app, guarded(admin_app, "admin", servers.admin.host), own["admin"], 1.0, drained,
+                            connection_counter("admin", 1024, metrics))
 
 
 def register_gateway(config: Config, info: ServerInfo) -> registry.Registration:
@@ -244,7 +244,7 @@ def print_listening(config: Config, info: ServerInfo) -> None:
             print(f"trioproxy: {name} listening on http://{address}", file=sys.stderr, flush=True)
 
 
-async def _watch_config(path: Path, runtime: Runtime, *, interval: float = POLL_SECONDS,
+async def watch_config(path: Path, runtime: Runtime, *, interval: float = POLL_SECONDS,
                         settle: float = SETTLE_SECONDS,
                         applied: Callable[[Config], Awaitable[str]] | None = None,
                         watched: SettledFile | None = None) -> None:
@@ -295,7 +295,7 @@ def check_binds_can_listen(config: Config, bind_host: str = "0.0.0.0") -> list[s
     problems = []
     for i, bind in enumerate(config.binds):
         try:
-            _listen(Address(bind_host, bind.port), f"binds[{i}].port").close()
+            listen_socket(Address(bind_host, bind.port), f"binds[{i}].port").close()
         except StartupError as error:
             problems.append(str(error))
     return problems
@@ -357,7 +357,7 @@ async def serve_gateway(
     # Keep a margin of descriptors for backend connections, the admin side and files.
     max_connections = config.frontend.max_connections or min(
         DEFAULT_MAX_CONNECTIONS, max(16, (nofile - 256) // 2 // max(1, len(config.binds))))
-    tls_contexts = _tls_contexts(config)
+    tls_contexts = listener_tls_contexts(config)
     runtime = Runtime(config)
     runtime.config_file = None if config_path is None else str(config_path)
     watched = None if config_path is None else SettledFile(Path(config_path))  # before anyone can see a bind
@@ -374,16 +374,16 @@ async def serve_gateway(
                 for port, sock in bound.binds.items():
                     front = FrontDoor(Gateway(runtime, port),
                                       max_in_flight=lambda: runtime.state.config.frontend.max_in_flight,
-                                      on_reject=partial(_count_reject, metrics, str(port)))
-                    await binds.start(_serve, front, sock, drain_timeout, shutdown,
-                                      _counter(str(port), max_connections, metrics,
+                                      on_reject=partial(count_reject, metrics, str(port)))
+                    await binds.start(serve_app, front, sock, drain_timeout, shutdown,
+                                      connection_counter(str(port), max_connections, metrics,
                                                config.frontend.max_connections_per_client), config.frontend,
                                       tls_contexts.get(port))
                 async with trio.open_nursery() as background:
                     await background.start(runtime.jwks.run)  # first JWKS fetches, then refreshes
                     await background.start(runtime.mirrors.run)  # requestMirror copies run here
                     if config_path is not None:
-                        background.start_soon(partial(_watch_config, Path(config_path), runtime, watched=watched))
+                        background.start_soon(partial(watch_config, Path(config_path), runtime, watched=watched))
                     if extra_tasks is not None:
                         await extra_tasks(background, info)
                     with register_gateway(config, info):

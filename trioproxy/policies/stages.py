@@ -33,7 +33,7 @@ from ..errors import (
     RateLimitFailed,
 )
 from ..redaction import REDACTED
-from ..rls.client import RlsCallFailed, client_for
+from ..rls.wire_client import RlsCallFailed, client_for
 from ..trace import activation
 from . import basic_auth
 from .api_key import ApiKeySpec, key_digest

@@ -30,15 +30,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(handler=_run)
 
 
-def split_address(addr: str, flag: str) -> tuple[str, int]:
-    host, sep, port = addr.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"{flag}: expected HOST:PORT, got {addr!r}")
-    if int(port) > 65535:
-        raise ValueError(f"{flag}: port {port} is over 65535")
-    return host or "127.0.0.1", int(port)
-
-
 def _run(args: argparse.Namespace) -> int:
     from .server import run
 

@@ -38,7 +38,6 @@ from grpc_health.v1 import health_pb2  # type: ignore[import-untyped]
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from ..settle import SettledFile, Stamp, read
-from .cli import split_address
 from .health import Health
 from .limits import Domains, LimitsError, domain_files, load_domains, parse_domains
 from .protos import rls_pb2
@@ -55,6 +54,15 @@ GRACE_SECONDS = 5.0  # calls in flight at shutdown get this long to finish
 #: descriptors one ShouldRateLimit call may carry: a gateway sends one per rate-limit action of a
 #: route (a handful); one call with 60,000 of them held the server's single thread 2.2 s
 MAX_DESCRIPTORS = 256
+
+
+def split_address(addr: str, flag: str) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"{flag}: expected HOST:PORT, got {addr!r}")
+    if int(port) > 65535:
+        raise ValueError(f"{flag}: port {port} is over 65535")
+    return host or "127.0.0.1", int(port)
 
 
 class RlsMetrics:

@@ -58,7 +58,6 @@ from typing import Any
 import hpack
 import trio
 
-from .client import RlsCallFailed
 from .h2_frames import (
     ACK,
     CONTINUATION,
@@ -85,7 +84,8 @@ from .h2_frames import (
 )
 from .protos import rls_pb2
 
-PATH = b"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+PATH = METHOD.encode()
 MAX_MESSAGE = 4 * 1024 * 1024
 KNOWN_BLOCKS = 256  # decoded header blocks kept per connection
 
@@ -111,6 +111,10 @@ def encode_request(domain: str, descriptors: Sequence[tuple[Sequence[tuple[str, 
             d.hits_addend.SetInParent()  # present even with value 0 ("only look")
             d.hits_addend.value = hits
     return request.SerializeToString()  # type: ignore[no-any-return]
+
+
+class RlsCallFailed(Exception):
+    """The service was unreachable, too slow or answered an error (the failure mode decides)."""
 
 
 class RlsCallError(Exception):
@@ -696,3 +700,16 @@ class WireRlsClient:
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
+
+
+_clients: dict[str, WireRlsClient] = {}
+
+
+def client_for(target: str) -> WireRlsClient:
+    """The one client (one HTTP/2 connection) per service target in this process. The alternatives
+    it was measured against (grpcio's future API, the ``h2`` library) live in bench/
+    (bench/global_ratelimit.py, bench/README.md "Global rate limiting")."""
+    client = _clients.get(target)
+    if client is None:
+        client = _clients[target] = WireRlsClient(target)
+    return client

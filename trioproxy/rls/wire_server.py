@@ -391,32 +391,9 @@ class Connection:
         if kind == DATA:
             self._data(flags, sid, payload)
         elif kind == HEADERS:
-            if sid == 0:
-                raise H2Error(PROTOCOL_ERROR, "HEADERS on stream 0")
-            start, stop = 0, len(payload)
-            if flags & PADDED:
-                if not payload or payload[0] >= len(payload):
-                    raise H2Error(PROTOCOL_ERROR, "padding longer than the frame")
-                start, stop = 1, stop - payload[0]
-            if flags & PRIORITY_FLAG:
-                start += 5
-                if start > stop:
-                    raise H2Error(FRAME_SIZE_ERROR, "HEADERS too short for its priority")
-            if flags & END_HEADERS:
-                self._header_block(sid, flags, payload[start:stop])
-            else:
-                self._headers = (sid, flags, bytearray(payload[start:stop]))
+            self._headers_frame(flags, sid, payload)
         elif kind == CONTINUATION:
-            if self._headers is None or self._headers[0] != sid:
-                raise H2Error(PROTOCOL_ERROR, "unexpected CONTINUATION")
-            block = self._headers[2]
-            block += payload
-            if len(block) > 2 * MAX_HEADER_LIST:
-                raise H2Error(ENHANCE_YOUR_CALM, "header block too large")
-            if flags & END_HEADERS:
-                hsid, hflags, _ = self._headers
-                self._headers = None
-                self._header_block(hsid, hflags, bytes(block))
+            self._continuation(flags, sid, payload)
         elif kind == SETTINGS:
             if sid != 0:
                 raise H2Error(PROTOCOL_ERROR, "SETTINGS on a stream")
@@ -427,24 +404,7 @@ class Connection:
                 self._settings(payload)
                 self.out += frame(SETTINGS, ACK, 0, b"")
         elif kind == WINDOW_UPDATE:
-            if len(payload) != 4:
-                raise H2Error(FRAME_SIZE_ERROR, "WINDOW_UPDATE of the wrong size")
-            increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
-            if increment == 0:
-                raise H2Error(PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
-            if sid == 0:
-                self.send_window += increment
-                if self.send_window > MAX_WINDOW:
-                    raise H2Error(FLOW_CONTROL_ERROR, "connection window over 2^31-1")
-            else:
-                call = self.calls.get(sid)
-                if call is None:
-                    return
-                call.window += increment
-                if call.window > MAX_WINDOW:
-                    raise H2Error(FLOW_CONTROL_ERROR, "stream window over 2^31-1")
-            if self.blocked:
-                self._unblock()
+            self._window_update(sid, payload)
         elif kind == PING:
             if len(payload) != 8:
                 raise H2Error(FRAME_SIZE_ERROR, "PING of the wrong size")
@@ -453,13 +413,7 @@ class Connection:
             if not flags & ACK:
                 self.out += frame(PING, ACK, 0, payload)
         elif kind == RST_STREAM:
-            if len(payload) != 4:
-                raise H2Error(FRAME_SIZE_ERROR, "RST_STREAM of the wrong size")
-            if sid == 0 or sid > self.last_sid:
-                raise H2Error(PROTOCOL_ERROR, "RST_STREAM on an idle stream")
-            call = self.calls.get(sid)
-            if call is not None:
-                self._drop(call)
+            self._rst_stream(sid, payload)
         elif kind == GOAWAY:
             self.going_away = True  # the peer opens no more streams; close when ours are answered
             self._wake()
@@ -469,6 +423,64 @@ class Connection:
             if len(payload) != 5:
                 raise H2Error(FRAME_SIZE_ERROR, "PRIORITY of the wrong size")
         # unknown frame types are ignored (RFC 9113 §5.5)
+
+    def _headers_frame(self, flags: int, sid: int, payload: bytes) -> None:
+        if sid == 0:
+            raise H2Error(PROTOCOL_ERROR, "HEADERS on stream 0")
+        start, stop = 0, len(payload)
+        if flags & PADDED:
+            if not payload or payload[0] >= len(payload):
+                raise H2Error(PROTOCOL_ERROR, "padding longer than the frame")
+            start, stop = 1, stop - payload[0]
+        if flags & PRIORITY_FLAG:
+            start += 5
+            if start > stop:
+                raise H2Error(FRAME_SIZE_ERROR, "HEADERS too short for its priority")
+        if flags & END_HEADERS:
+            self._header_block(sid, flags, payload[start:stop])
+        else:
+            self._headers = (sid, flags, bytearray(payload[start:stop]))
+
+    def _continuation(self, flags: int, sid: int, payload: bytes) -> None:
+        if self._headers is None or self._headers[0] != sid:
+            raise H2Error(PROTOCOL_ERROR, "unexpected CONTINUATION")
+        block = self._headers[2]
+        block += payload
+        if len(block) > 2 * MAX_HEADER_LIST:
+            raise H2Error(ENHANCE_YOUR_CALM, "header block too large")
+        if flags & END_HEADERS:
+            hsid, hflags, _ = self._headers
+            self._headers = None
+            self._header_block(hsid, hflags, bytes(block))
+
+    def _window_update(self, sid: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise H2Error(FRAME_SIZE_ERROR, "WINDOW_UPDATE of the wrong size")
+        increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
+        if increment == 0:
+            raise H2Error(PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+        if sid == 0:
+            self.send_window += increment
+            if self.send_window > MAX_WINDOW:
+                raise H2Error(FLOW_CONTROL_ERROR, "connection window over 2^31-1")
+        else:
+            call = self.calls.get(sid)
+            if call is None:
+                return
+            call.window += increment
+            if call.window > MAX_WINDOW:
+                raise H2Error(FLOW_CONTROL_ERROR, "stream window over 2^31-1")
+        if self.blocked:
+            self._unblock()
+
+    def _rst_stream(self, sid: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise H2Error(FRAME_SIZE_ERROR, "RST_STREAM of the wrong size")
+        if sid == 0 or sid > self.last_sid:
+            raise H2Error(PROTOCOL_ERROR, "RST_STREAM on an idle stream")
+        call = self.calls.get(sid)
+        if call is not None:
+            self._drop(call)
 
     def _data(self, flags: int, sid: int, payload: bytes) -> None:
         n = len(payload)

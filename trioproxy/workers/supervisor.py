@@ -44,7 +44,7 @@ from ..server import (
     register_gateway,
     serve_own_servers,
 )
-from ..server import _watch_config as server_watch_config
+from ..server import watch_config as server_watch_config
 from ..settle import POLL_SECONDS, SettledFile
 from .control import Control
 from .metrics_merge import merge
@@ -239,7 +239,7 @@ async def summed_metric_families(runtime: Runtime, pool: WorkerPool) -> list[Met
 
 async def _watch_config(path: Path, runtime: Runtime, pool: WorkerPool, limits: SharedLimits, *,
                         interval: float = POLL_SECONDS, watched: SettledFile | None = None) -> None:
-    """``server._watch_config`` for a supervisor: validated here once, then the compiled config
+    """``server.watch_config`` for a supervisor: validated here once, then the compiled config
     goes to every worker (and budgets no entry uses any more are retired from shared memory)."""
     async def to_workers(config: Config) -> str:
         limits.retire_except(limits.digests(runtime.state.limiters))

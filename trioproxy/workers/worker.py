@@ -2,7 +2,7 @@
 
 Started by the supervisor as ``python -m trioproxy.workers.worker SPEC`` (SPEC: JSON naming the
 inherited descriptors). It receives the compiled ``Config`` over its control channel, serves
-every bind with hypercorn exactly as a single-process gateway does (``server._serve``), and
+every bind with hypercorn exactly as a single-process gateway does (``server.serve_app``), and
 answers the supervisor: reloads, ``/metrics`` scrapes, stop. It has no admin, stats or
 readiness server. It drains on the supervisor's ``stop``, on SIGTERM, or when its control
 channel closes (the supervisor is gone); SIGINT is the supervisor's to handle.
@@ -29,7 +29,7 @@ from ..connections import DEFAULT_MAX_CONNECTIONS, raise_nofile_limit
 from ..front_door import FrontDoor
 from ..gateway import Gateway
 from ..runtime import Runtime
-from ..server import _count_reject, _counter, _serve, _tls_contexts
+from ..server import connection_counter, count_reject, listener_tls_contexts, serve_app
 from ..trace import Watcher
 from .control import Control
 from .shared_limits import SharedLimits
@@ -54,7 +54,7 @@ async def run_worker(spec: dict[str, Any]) -> None:
     nofile = raise_nofile_limit()
     max_connections = config.frontend.max_connections or min(
         DEFAULT_MAX_CONNECTIONS, max(16, (nofile - 256) // 2 // max(1, len(config.binds))))
-    tls_contexts = _tls_contexts(config)
+    tls_contexts = listener_tls_contexts(config)
 
     async def send_quietly(message: dict[str, Any]) -> None:
         try:
@@ -107,9 +107,9 @@ async def run_worker(spec: dict[str, Any]) -> None:
                 sock = socket.socket(fileno=fd)
                 front = FrontDoor(Gateway(runtime, port),
                                   max_in_flight=lambda: runtime.state.config.frontend.max_in_flight,
-                                  on_reject=partial(_count_reject, metrics, str(port)))
-                await binds.start(_serve, front, sock, spec["drain_timeout"], shutdown,
-                                  _counter(str(port), max_connections, metrics,
+                                  on_reject=partial(count_reject, metrics, str(port)))
+                await binds.start(serve_app, front, sock, spec["drain_timeout"], shutdown,
+                                  connection_counter(str(port), max_connections, metrics,
                                            config.frontend.max_connections_per_client), config.frontend,
                                   tls_contexts.get(port))
             async with trio.open_nursery() as background:
