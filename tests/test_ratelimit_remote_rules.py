@@ -21,7 +21,6 @@ from trioproxy.policies.ratelimit_remote import (
     RemoteRateLimitSpec,
 )
 from trioproxy.policies.stages import RemoteRateLimitStage, RemoteTokenRateLimitStage, remote_rate_limit_stage
-from trioproxy.rls.wire_client import RlsCallFailed
 from trioproxy.rls.protos import rls_pb2
 from trioproxy.rls.wire_client import RlsCallFailed
 from trioproxy.trace import NULL_TRACER
