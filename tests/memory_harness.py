@@ -106,6 +106,7 @@ class BackendConnection:
         self.index = index
         self.h11 = h11.Connection(h11.SERVER)
         self.closed_by_gateway = False  # the gateway closed (or dropped) this connection
+        self.closed_at: float | None = None  # when this end read the gateway's close (virtual time)
 
     async def _event(self) -> h11.Event:
         while True:
@@ -116,8 +117,9 @@ class BackendConnection:
                 data = await self.stream.receive_some()
             except (trio.ClosedResourceError, trio.BrokenResourceError):
                 data = b""
-            if not data:
+            if not data and not self.closed_by_gateway:
                 self.closed_by_gateway = True
+                self.closed_at = trio.current_time()
             self.h11.receive_data(bytes(data))
 
     async def request(self) -> Received | None:
@@ -126,15 +128,16 @@ class BackendConnection:
             self.h11.start_next_cycle()
         elif self.h11.our_state is h11.DONE or self.h11.their_state is h11.DONE:
             return None  # the last exchange ended half-way (a raw answer, connection: close)
-        event = await self._event()
-        if type(event) is h11.ConnectionClosed:
+        try:
+            event = await self._event()
+            if type(event) is h11.ConnectionClosed:
+                return None
+            assert type(event) is h11.Request, event
+            body = b""
+            while type(part := await self._event()) is h11.Data:
+                body += part.data
+        except h11.RemoteProtocolError:  # the gateway gave up mid-request
             return None
-        assert type(event) is h11.Request, event
-        body = b""
-        while type(part := await self._event()) is h11.Data:
-            body += part.data
-        if type(part) is not h11.EndOfMessage:
-            return None  # the gateway gave up mid-body
         received = Received(event.method.decode(), event.target.decode(), list(event.headers), body,
                             trio.current_time(), self.index)
         self.backend.received.append(received)
@@ -157,6 +160,14 @@ class BackendConnection:
             await self.stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.closed_by_gateway = True
+
+    async def wait_closed(self) -> None:
+        """Until the gateway closes the connection (what it still sends is read and dropped)."""
+        while not self.closed_by_gateway:
+            try:
+                await self._event()
+            except h11.RemoteProtocolError:
+                self.h11 = h11.Connection(h11.SERVER)  # bytes after a request it did not answer: drop them
 
     def close(self) -> None:
         """EOF to the gateway (it sees a pooled connection readable: stale)."""
@@ -197,9 +208,9 @@ def answers(*statuses: int, body: bytes = b"ok") -> Handler:
 
 
 async def hang(conn: BackendConnection) -> None:
-    """Reads the request, never answers."""
+    """Reads the request, never answers; notes when the gateway gives up (``closed_at``)."""
     await conn.request()
-    await trio.sleep_forever()
+    await conn.wait_closed()
 
 
 # --- the client side --------------------------------------------------------------------------
