@@ -222,6 +222,7 @@ class Response:
     headers: list[Header]
     body: bytes
     at: float  # virtual time its last byte was read
+    informational: list[int] = attrs.Factory(list)  # the 1xx statuses that came before it
 
     def header(self, name: str) -> str | None:
         key = name.lower().encode()
@@ -268,18 +269,22 @@ class MemoryClient:
         """The next whole response (AssertionError if the gateway closes first)."""
         response = None
         body = b""
+        informational = []
         while True:
             event = self.h11.next_event()
             if event is h11.NEED_DATA:
                 self.h11.receive_data(bytes(await self.stream.receive_some()))
                 continue
-            if type(event) is h11.Response:
+            if type(event) is h11.InformationalResponse:
+                informational.append(event.status_code)
+            elif type(event) is h11.Response:
                 response = event
             elif type(event) is h11.Data:
                 body += event.data
             elif type(event) is h11.EndOfMessage:
                 assert response is not None
-                return Response(response.status_code, list(response.headers), body, trio.current_time())
+                return Response(response.status_code, list(response.headers), body, trio.current_time(),
+                                informational)
             elif type(event) is h11.ConnectionClosed:
                 raise AssertionError("the gateway closed the connection without a (whole) response")
 
