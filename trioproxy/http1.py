@@ -22,6 +22,10 @@ nothing more (the instructions it saves per request: docs/protocols.md, bench/RE
 - **everything else goes to hypercorn**: a request head carrying ``Upgrade`` (WebSocket, h2c) or the
   HTTP/2 preface (h2c prior knowledge) hands the connection, with every byte read so far, to
   hypercorn's connection task (``connections.py``), which serves it from then on.
+
+A stream without a socket (``trio.testing`` memory streams) is served too, through trio's stream
+calls and without ``CLIENT_FD``: tests/memory_harness.py drives the whole gateway that way, under a
+virtual clock (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -78,12 +82,12 @@ def error_answer(status: int, what: str) -> bytes:
 class PrefixedStream(trio.abc.HalfCloseableStream):
     """A socket stream whose first reads return bytes already read from it (the hand-off)."""
 
-    def __init__(self, stream: trio.SocketStream, prefix: bytes) -> None:
+    def __init__(self, stream: trio.abc.HalfCloseableStream, prefix: bytes) -> None:
         self.stream = stream
-        self.socket = stream.socket
+        self.socket = getattr(stream, "socket", None)  # hypercorn reads the peer's address from it
         self._prefix = prefix
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         if self._prefix:
             await trio.lowlevel.checkpoint()
             data, self._prefix = self._prefix, b""
@@ -139,13 +143,19 @@ class Http1Connection:
     headers: list[tuple[bytes, bytes]]
     broken: int
 
-    def __init__(self, server: Http1Server, stream: trio.SocketStream) -> None:
+    def __init__(self, server: Http1Server, stream: trio.abc.HalfCloseableStream, *,
+                 client: tuple[str, int] | None = None) -> None:
         self.server = server
         self.stream = stream
-        sock = stream.socket
-        self.fd = sock.fileno()
-        self.client = _address(sock.getpeername())
-        self.address = _address(sock.getsockname())
+        if isinstance(stream, trio.SocketStream):
+            sock = stream.socket
+            self.fd = sock.fileno()
+            self.client = _address(sock.getpeername())
+            self.address = _address(sock.getsockname())
+        else:  # a stream without a socket (tests/memory_harness.py): trio's stream calls, ``client`` given
+            self.fd = -1
+            self.client = client
+            self.address = None
         self.buffer = bytearray()  # bytes read and not yet given to a request's h11 connection
         self.corked: list[bytes] | None = None
         self.gone = False  # the client left (EOF, reset, a failed write)
@@ -190,7 +200,7 @@ class Http1Connection:
             "client": self.client, "server": self.address,
             # CLIENT_FD: one request at a time per socket, so the gateway may watch it for the
             # client's close itself (disconnect_monitor.py) instead of waiting in ``receive``.
-            "extensions": {CORK: self._cork, CLIENT_FD: self.fd},
+            "extensions": {CORK: self._cork, CLIENT_FD: self.fd} if self.fd >= 0 else {CORK: self._cork},
         }
         try:
             await self.server.app(scope, self.receive, self.send)
@@ -201,7 +211,7 @@ class Http1Connection:
         if not self.head_sent:
             # No answer: an app error, or the client left (the app was told by the disconnect
             # monitor, not through ``receive``): a client that closed gets nothing.
-            if not peer_closed(self.fd):
+            if self.fd < 0 or not peer_closed(self.fd):
                 await self._write(error_answer(500, "the request was not answered"))
             return False
         while conn.their_state is h11.SEND_BODY:  # a body the app did not ask for (none, or already here)
@@ -371,9 +381,12 @@ class Http1Connection:
 
     async def _read(self, *, wait_first: bool) -> bytes:
         """The client's next bytes; ``b""`` once it closed or reset the connection."""
+        fd = self.fd
         try:
-            return await direct_io.receive(self.fd, MAX_RECV, wait_first=wait_first)
-        except OSError:
+            if fd < 0:
+                return bytes(await self.stream.receive_some(MAX_RECV))
+            return await direct_io.receive(fd, MAX_RECV, wait_first=wait_first)
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
             return b""
 
     async def _write(self, data: bytes) -> None:
@@ -382,7 +395,7 @@ class Http1Connection:
         if self.gone or not data:
             return
         try:
-            sent = direct_io.send_now(self.fd, data)
+            sent = direct_io.send_now(self.fd, data) if self.fd >= 0 else 0
             if sent < len(data):
                 await self.stream.send_all(memoryview(data)[sent:])
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
