@@ -32,6 +32,7 @@ from typing import Any
 
 import trio
 
+from . import llm_gemini
 from .asgi import Header, Receive, Scope, Send, serve_lifespan
 from .config.model import Backend, Route
 from .errors import (
@@ -50,8 +51,10 @@ from .llm import UsageReader, UsageStripper, prepare_request_body
 from .llm_models import model_list, select_model, transformed_model
 from .llm_providers import (
     COMPLETIONS,
+    GEMINI_KINDS,
     MODELS,
     PASSTHROUGH,
+    UNREAD_KINDS,
     endpoint_kind,
     error_dialect,
     fill_model,
@@ -333,7 +336,7 @@ class Gateway:
         backend = await self.route_and_backend_stages(x, compiled)
         if tr.active:
             x.request_capture = BodyCapture(tr.body_limit)
-        if backend.ai is not None and (x.llm_request is not None or x.llm_kind not in (MODELS, PASSTHROUGH)):
+        if backend.ai is not None and (x.llm_request is not None or x.llm_kind not in UNREAD_KINDS):
             llm_body = await self._prepare_llm_request(x, backend)
             body: bytes | AsyncIterator[bytes] = llm_body
             framing: Header | None = (b"content-length", str(len(llm_body)).encode()) if llm_body or x.has_body() else None
@@ -444,6 +447,9 @@ class Gateway:
         assert ai is not None
         kind = x.llm_kind or PASSTHROUGH
         translate.refuse_untranslatable(ai, x.scope["path"], kind)  # bedrock, native gemini: no passthrough
+        if kind in GEMINI_KINDS and ai.provider in llm_gemini.NATIVE_PROVIDERS:  # google-genai's own API
+            llm_gemini.prepare(x, ai, kind)
+            return
         x.llm = {"provider": ai.provider, "model": ai.model, "streaming": False}
         path = ai.upstream_path(kind)
         if path is not None:

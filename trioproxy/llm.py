@@ -111,9 +111,30 @@ def _detail(usage: dict[str, Any], keys: tuple[str, str], field: str) -> int | N
     return None
 
 
+def _gemini_parts(obj: dict[str, Any], meta: dict[str, Any]) -> _Parts | None:
+    """Gemini's ``usageMetadata``: ``promptTokenCount`` (cached ones included, as OpenAI's
+    ``prompt_tokens``), ``candidatesTokenCount`` + ``thoughtsTokenCount`` (the thoughts are output
+    billed as such: OpenAI's ``completion_tokens`` count its reasoning tokens too), ``totalTokenCount``."""
+    prompt = _count(meta.get("promptTokenCount"))
+    candidates = _count(meta.get("candidatesTokenCount"))
+    thoughts = _count(meta.get("thoughtsTokenCount"))
+    total = _count(meta.get("totalTokenCount"))
+    if prompt is None and candidates is None and total is None:
+        return None
+    completion = None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
+    model = obj.get("modelVersion")
+    return (prompt, completion, total, model if isinstance(model, str) else None,
+            _count(meta.get("cachedContentTokenCount")), None, thoughts)
+
+
 def _usage_parts(obj: Any) -> _Parts | None:
+    if isinstance(obj, list):  # Gemini's streamGenerateContent without alt=sse: one JSON array
+        return next((parts for parts in map(_usage_parts, reversed(obj)) if parts is not None), None)
     if not isinstance(obj, dict):
         return None
+    meta = obj.get("usageMetadata")
+    if isinstance(meta, dict):
+        return _gemini_parts(obj, meta)
     usage = obj.get("usage")
     if not isinstance(usage, dict):
         # Responses API events carry it under ``response``; Anthropic's message_start under ``message``.
@@ -163,6 +184,8 @@ def usage_from_response(obj: Any) -> Usage | None:
 # strings are escaped), so this finds events with a usage *object* without parsing them;
 # OpenAI streams carry `"usage":null` in every chunk but the last.
 _USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
+#: what the usage reader looks for: OpenAI's and Anthropic's ``usage``, Gemini's ``usageMetadata``
+_READ_USAGE = re.compile(rb'"usage(?:Metadata)?"\s*:\s*\{')
 _NEWLINE = re.compile(rb"\r\n?|\n")
 
 
@@ -239,7 +262,7 @@ class _SseUsage:
         if not data:
             return
         text = data[0] if len(data) == 1 else b"\n".join(data)
-        if _USAGE_OBJECT.search(text) is None:  # also skips [DONE]
+        if _READ_USAGE.search(text) is None:  # also skips [DONE]
             return
         try:
             parts = _usage_parts(json.loads(text))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..asgi import Header
 from ..errors import ProxyError
 from ..llm import Usage
-from ..llm_providers import COMPLETIONS, error_dialect, fill_model, provider_headers
+from ..llm_providers import COMPLETIONS, GEMINI_KINDS, error_dialect, fill_model, provider_headers
 from ..trace import BodyCapture
 from . import client_dialect, speaks_neither, translation_for
 from .base import StreamTranslator, Translation
@@ -72,7 +72,10 @@ def refuse_untranslatable(ai: AIBackend, path: str, kind: str) -> None:
     """``bedrock`` and native ``gemini`` speak neither client dialect: any request but an OpenAI chat
     completion (the one they are translated from) is refused by its path, in the dialect the gateway
     answers that kind's clients in, rather than passed through (it would only get the provider's own
-    refusal or, unsigned, a 403). Embeddings, Responses, models lists, files... included."""
+    refusal or, unsigned, a 403). Embeddings, Responses, models lists, files... included. Gemini's native
+    API (google-genai's ``:generateContent``...) is native ``gemini``'s own: passed, not refused."""
+    if kind in GEMINI_KINDS and ai.provider == "gemini":
+        return
     if speaks_neither(ai.provider, ai.path_override) and not (
             kind == COMPLETIONS and client_dialect(path) == "openai"):
         raise TranslationError("path", f"a request to {path}", ai.provider, error_dialect(kind))
