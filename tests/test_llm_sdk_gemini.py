@@ -188,10 +188,17 @@ async def test_tokens_each_call_reports_are_what_the_limiter_charged(nursery):
     assert meta.cached_content_token_count == meta.prompt_token_count // 2
     assert meta.total_token_count == await gw.charged() > 0
     metric = LlmGateway(gw.gateway, None).metric  # type: ignore[arg-type]
-    samples = await metric("trioproxy_gen_ai_client_token_usage", "_sum")
-    by_type = {labels["gen_ai_token_type"]: value for labels, value in samples
-               if labels["gen_ai_operation_name"] == "generate_content" and labels["gen_ai_system"] == "gcp.gemini"}
-    assert by_type["reasoning"] == THOUGHTS and by_type["cached_input"] == meta.cached_content_token_count
+    expected = {"reasoning": THOUGHTS, "cached_input": meta.cached_content_token_count}
+    with trio.move_on_after(10):  # recorded as the request ends, just after the client's last byte
+        while True:
+            samples = await metric("trioproxy_gen_ai_client_token_usage", "_sum")
+            by_type = {labels["gen_ai_token_type"]: value for labels, value in samples
+                       if labels["gen_ai_operation_name"] == "generate_content"
+                       and labels["gen_ai_system"] == "gcp.gemini"}
+            if all(by_type.get(k) == v for k, v in expected.items()):
+                break
+            await trio.sleep(0.05)
+    assert {k: by_type.get(k) for k in expected} == expected
 
 
 async def test_count_tokens_passes_and_costs_nothing(nursery):

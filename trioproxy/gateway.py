@@ -47,7 +47,7 @@ from .errors import (
 )
 from .exchange import ClientDisconnected, Exchange
 from .history import Summary, subject_of
-from .llm import UsageReader, UsageStripper, prepare_request_body
+from .llm import UsageReader, UsageStripper, prepare_request_body, usage_fields
 from .llm_models import model_list, select_model, transformed_model
 from .llm_providers import (
     COMPLETIONS,
@@ -650,11 +650,8 @@ class Gateway:
         usage = translate.usage(x.translation)
         if usage is not None:
             x.usage = usage
-            if x.llm is not None:
-                x.llm.update(inputTokens=usage.prompt_tokens, outputTokens=usage.completion_tokens,
-                             totalTokens=usage.total_tokens)
-                if usage.model:
-                    x.llm["responseModel"] = usage.model
+            if x.llm is not None:  # cached, cache-write and reasoning tokens too, as for passthrough
+                x.llm.update(usage_fields(usage))
             for stage in finishers:
                 await stage.finish(x)
         x.tracer.body("response", capture)

@@ -24,6 +24,8 @@ __all__ = [
     "UsageReader",
     "UsageStripper",
     "prepare_request_body",
+    "provider_usage",
+    "usage_fields",
     "usage_from_response",
 ]
 
@@ -178,6 +180,31 @@ def usage_from_response(obj: Any) -> Usage | None:
     """
     parts = _usage_parts(obj)
     return _usage(parts) if parts is not None else None
+
+
+def provider_usage(raw: dict[str, Any], shape: str) -> Usage | None:
+    """``Usage`` from a provider's own usage object: ``shape`` ``gemini`` (``usageMetadata``), ``bedrock``
+    (Converse's camel-case ``inputTokens``..., cache reads and writes apart as Anthropic's), else OpenAI's
+    or Anthropic's ``usage``. A translated answer is counted from it, as its passthrough would be."""
+    if shape == "gemini":
+        return usage_from_response({"usageMetadata": raw})
+    if shape == "bedrock":
+        raw = {"input_tokens": raw.get("inputTokens"), "output_tokens": raw.get("outputTokens"),
+               "total_tokens": raw.get("totalTokens"), "cache_read_input_tokens": raw.get("cacheReadInputTokens"),
+               "cache_creation_input_tokens": raw.get("cacheWriteInputTokens")}
+    return usage_from_response({"usage": raw})
+
+
+def usage_fields(usage: Usage) -> dict[str, Any]:
+    """The ``llm.*`` values (CEL, metrics, access log) of one answer's usage; zero counts left out."""
+    out: dict[str, Any] = {"inputTokens": usage.prompt_tokens, "outputTokens": usage.completion_tokens,
+                           "totalTokens": usage.total_tokens}
+    for key, value in (("responseModel", usage.model), ("cachedInputTokens", usage.cached_input_tokens),
+                       ("cacheCreationInputTokens", usage.cache_creation_input_tokens),
+                       ("reasoningTokens", usage.reasoning_tokens)):
+        if value:
+            out[key] = value
+    return out
 
 
 # A JSON text can only contain the bytes `"usage"` as a key or a string value (quotes inside

@@ -13,6 +13,8 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from ..asgi import Header
 from ..errors import ProxyError
 from ..llm import Usage
@@ -168,11 +170,10 @@ async def translated_chunks(x: Exchange, response: UpstreamResponse,
 
 
 def usage(translation: Translation) -> Usage | None:
-    """The answer's tokens as the gateway accounts them (read from the translation, since a translated
-    stream carries usage only when the client asked for it)."""
-    tokens = translation.tokens()
-    if tokens is None:
+    """The answer's tokens as the gateway accounts them: the provider's usage, read by the translation
+    (a translated stream carries usage only when the client asked for it), cached, cache-write and
+    reasoning tokens included."""
+    counted = translation.counted()
+    if counted is None:
         return None
-    prompt, completion = tokens
-    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
-                 model=translation.model or None)
+    return attrs.evolve(counted, model=counted.model or translation.model or None)
