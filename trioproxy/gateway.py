@@ -60,6 +60,7 @@ from .llm_providers import (
     fill_model,
     operation_name,
     provider_headers,
+    resolve_route,
     semconv_provider,
 )
 from .llm_translate import stage as translate
@@ -293,6 +294,9 @@ class Gateway:
             raise BackendUnreachable(f"no backend available for route {route.name}")
         backend, phase = chosen
         x.backend = backend
+        if backend.ai is not None and backend.ai.routes:  # an ai policy's routes map picks the endpoint kind
+            x.llm_kind = kind = resolve_route(backend.ai.routes, x.scope["path"])
+            x.error_dialect = error_dialect(kind)
         tr.policy_selection("backend", backend.policies)
         for stage in phase.request:
             await stage.request(x)

@@ -29,7 +29,7 @@ from .asgi import Header
 
 __all__ = [
     "ANTHROPIC_VERSION", "COMPLETIONS", "COUNT_TOKENS", "EMBEDDINGS", "GEMINI_COUNT_TOKENS", "GEMINI_KINDS",
-    "GENERATE_CONTENT", "MESSAGES", "MODELS", "PASSTHROUGH", "UNREAD_KINDS",
+    "GENERATE_CONTENT", "MESSAGES", "MODELS", "PASSTHROUGH", "ROUTE_KINDS", "UNREAD_KINDS",
     "PRESETS", "PROVIDERS", "RESPONSES", "ProviderDefaults", "azure_defaults", "bedrock_defaults", "endpoint_kind", "error_dialect",
     "operation_name", "provider_headers", "semconv_provider", "vertex_defaults",
 ]
@@ -62,6 +62,24 @@ _SUFFIXES = (
 
 
 _VERSIONED = re.compile(r"/v\d[^/]*/")
+
+#: agentgateway's route type names (an ai policy's ``routes`` values) → endpoint kinds
+ROUTE_KINDS = {"completions": COMPLETIONS, "messages": MESSAGES, "models": MODELS, "passthrough": PASSTHROUGH,
+               "responses": RESPONSES, "embeddings": EMBEDDINGS, "anthropicTokenCount": COUNT_TOKENS,
+               "generateContent": GENERATE_CONTENT, "geminiCountTokens": GEMINI_COUNT_TOKENS}
+
+
+def resolve_route(routes: Sequence[tuple[str, str]], path: str) -> str:
+    """The endpoint kind of ``path`` by a configured routes map (``(suffix, kind)``, longest suffix
+    first): the first suffix that ends the path, else the ``*`` entry's kind, else completions (as
+    agentgateway resolves its ``routes``)."""
+    wildcard = None
+    for suffix, kind in routes:
+        if suffix == "*":
+            wildcard = kind
+        elif path.endswith(suffix):
+            return kind
+    return wildcard or COMPLETIONS
 
 
 def endpoint_kind(path: str) -> str:

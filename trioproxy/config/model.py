@@ -294,6 +294,9 @@ class AIBackend:
     key_header: bytes = b"authorization"
     #: Bedrock: the AWS region its requests are signed for (llm_translate)
     region: str | None = None
+    #: an ``ai`` policy's routes map: (path suffix, endpoint kind), longest suffix first, ``*`` last;
+    #: empty: the kind is chosen by ``llm_providers.endpoint_kind``
+    routes: tuple[tuple[str, str], ...] = ()
 
     def upstream_path(self, kind: str) -> str | None:
         """The path a request of endpoint ``kind`` goes to; None keeps the client's. A chat request

@@ -18,7 +18,7 @@ import attrs
 from ..asgi import Header
 from ..errors import ProxyError
 from ..llm import Usage
-from ..llm_providers import COMPLETIONS, GEMINI_KINDS, error_dialect, fill_model, provider_headers
+from ..llm_providers import COMPLETIONS, GEMINI_KINDS, MESSAGES, error_dialect, fill_model, provider_headers
 from ..trace import BodyCapture
 from . import client_dialect, speaks_neither, translation_for
 from .base import StreamTranslator, Translation
@@ -42,7 +42,8 @@ def prepare(x: Exchange, ai: AIBackend, body: bytes, model: str | None, kind: st
     ``TranslationError`` (a 400 in the client's dialect) for what cannot be translated."""
     path = x.scope["path"]
     refuse_untranslatable(ai, path, kind)
-    translation = translation_for(ai.provider, path, ai.path_override, **_options(ai))
+    translation = translation_for(ai.provider, path, ai.path_override, dialect=_dialect(ai, path, kind),
+                                  **_options(ai))
     if translation is None:
         return None
     request = translation.request(body, model)
@@ -79,8 +80,16 @@ def refuse_untranslatable(ai: AIBackend, path: str, kind: str) -> None:
     if kind in GEMINI_KINDS and ai.provider == "gemini":
         return
     if speaks_neither(ai.provider, ai.path_override) and not (
-            kind == COMPLETIONS and client_dialect(path) == "openai"):
+            kind == COMPLETIONS and _dialect(ai, path, kind) == "openai"):
         raise TranslationError("path", f"a request to {path}", ai.provider, error_dialect(kind))
+
+
+def _dialect(ai: AIBackend, path: str, kind: str) -> str:
+    """The client's format: with an ai policy's routes map, the kind it gives the path says it
+    (completions: OpenAI's, messages: Anthropic's); else the path (``client_dialect``)."""
+    if ai.routes:
+        return {COMPLETIONS: "openai", MESSAGES: "anthropic"}.get(kind, "other")
+    return client_dialect(path)
 
 
 def _options(ai: AIBackend) -> dict[str, Any]:
