@@ -54,6 +54,14 @@ binds:
         urlRewrite: {{path: {{prefix: /}}}}
       backends:
       - ai: {{name: pinned, provider: {{gemini: {{model: gemini-pinned}}}}, hostOverride: "127.0.0.1:{mock}"}}
+    - name: vertex
+      matches: [{{path: {{pathPrefix: /vertex}}}}]
+      policies:
+        urlRewrite: {{path: {{prefix: /}}}}
+        localRateLimit: [{{maxTokens: {budget}, tokensPerFill: {budget}, fillInterval: 1h, type: tokens}}]
+      backends:
+      - ai: {{name: vertex, provider: {{vertex: {{projectId: p1, region: us-central1}}}}, hostOverride: "127.0.0.1:{mock}"}}
+        policies: {{backendAuth: {{key: ya29.gateway-token}}}}
     - name: small
       matches: [{{path: {{pathPrefix: /small}}}}]
       policies:
@@ -257,3 +265,32 @@ async def test_an_unknown_field_reaches_the_strict_mock_and_its_error_the_sdk(nu
                                      json={"contents": [{"role": "user", "parts": [{"text": "x"}]}], "model": "m"})
     assert response.status_code == 400 and response.json()["error"]["status"] == "INVALID_ARGUMENT"
     assert 'Unknown name "model"' in response.json()["error"]["message"]
+
+
+async def test_vertex_mode_keeps_the_oauth_bearer_token_and_is_counted(nursery):
+    from google.oauth2.credentials import Credentials
+
+    gw = await start(nursery)
+    client = genai.Client(vertexai=True, project="p1", location="us-central1", credentials=Credentials("ya29.client"),
+                          http_options=types.HttpOptions(base_url=f"{gw.url}/vertex", timeout=10_000,
+                                                         retry_options=types.HttpRetryOptions(attempts=1)))
+    whole = await trio.to_thread.run_sync(lambda: client.models.generate_content(
+        model="gemini-2.5-thinking", contents="hello vertex"))
+    chunks = await in_asyncio(lambda: _collect(client.aio.models.generate_content_stream(
+        model="gemini-2.5-flash", contents="one two")))
+    assert whole.text == "hello vertex" and whole.usage_metadata.thoughts_token_count == THOUGHTS
+    assert "".join(c.text or "" for c in chunks) == "one two"
+    first, second = gw.mock.requests
+    assert first.path == "/v1beta1/projects/p1/locations/us-central1/publishers/google/models/" \
+                         "gemini-2.5-thinking:generateContent"
+    assert first.header("authorization") == "Bearer ya29.gateway-token" and first.header("x-goog-api-key") is None
+    assert second.path.endswith("gemini-2.5-flash:streamGenerateContent") and second.query == "alt=sse"
+    spent = whole.usage_metadata.total_token_count + chunks[-1].usage_metadata.total_token_count
+    async with httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
+        response = await http.post("/vertex/v1beta1/projects/p1/locations/us-central1/publishers/google/models/"
+                                   "m:countTokens", json={"contents": [{"role": "user", "parts": [{"text": "x"}]}]})
+    assert BUDGET - int(response.headers["x-ratelimit-remaining"]) == spent
+
+
+async def _collect(stream):
+    return [c async for c in await stream]
