@@ -23,7 +23,7 @@ from trioproxy.llm import UsageReader
 from trioproxy.llm_providers import endpoint_kind
 
 from .conftest import Gateway, free_port, start_gateway
-from .llm_sdk_helpers import LlmGateway
+from .llm_sdk_helpers import LlmGateway, wait_finished
 
 BUDGET = 100_000
 T = TypeVar("T")
@@ -90,13 +90,18 @@ class GeminiGateway:
         self.url = gateway.url
         self.mock = mock
         self._remaining = BUDGET
+        self.calls = 0
 
     def client(self, prefix: str = "/gemini") -> genai.Client:
         return genai.Client(api_key="client-key", http_options=types.HttpOptions(
             base_url=f"{self.url}{prefix}", timeout=10_000, retry_options=types.HttpRetryOptions(attempts=1)))
 
     async def charged(self) -> int:
-        """Tokens the route's limiter charged since the last call, seen on a countTokens call (free)."""
+        """Tokens the route's limiter charged by the one call since the last look, seen on a countTokens
+        call (free) once that call was recorded as finished."""
+        self.calls += 1
+        await wait_finished(LlmGateway(self.gateway, None), "gemini", self.calls)  # type: ignore[arg-type]
+        self.calls += 1
         async with httpx.AsyncClient(base_url=self.url, timeout=10) as client:
             response = await client.post("/gemini/v1beta/models/m:countTokens",
                                          json={"contents": [{"role": "user", "parts": [{"text": "x"}]}]})
@@ -286,6 +291,7 @@ async def test_vertex_mode_keeps_the_oauth_bearer_token_and_is_counted(nursery):
     assert first.header("authorization") == "Bearer ya29.gateway-token" and first.header("x-goog-api-key") is None
     assert second.path.endswith("gemini-2.5-flash:streamGenerateContent") and second.query == "alt=sse"
     spent = whole.usage_metadata.total_token_count + chunks[-1].usage_metadata.total_token_count
+    await wait_finished(LlmGateway(gw.gateway, None), "vertex", 2)  # type: ignore[arg-type]
     async with httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
         response = await http.post("/vertex/v1beta1/projects/p1/locations/us-central1/publishers/google/models/"
                                    "m:countTokens", json={"contents": [{"role": "user", "parts": [{"text": "x"}]}]})

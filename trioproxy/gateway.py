@@ -422,6 +422,9 @@ class Gateway:
         else:
             original, override = await x.read_body(self.runtime.state.config.frontend.max_buffer_size), None
         kind = x.llm_kind or COMPLETIONS
+        if kind in GEMINI_KINDS and ai.provider in llm_gemini.NATIVE_PROVIDERS:  # llm: format, google-genai
+            llm_gemini.prepare(x, ai, kind, override)
+            return original
         translated = translate.prepare(x, ai, original, override or ai.model, kind)
         if translated is not None:  # the client speaks another dialect than the provider (llm_translate)
             # the translation asks for and reports usage itself (a translated stream carries the
@@ -467,7 +470,9 @@ class Gateway:
         if x.llm_kind == MODELS and x.scope["method"] in ("GET", "HEAD"):
             raise ModelList(200, model_list(compiled.route.backends))
         body = await x.read_body(self.runtime.state.config.frontend.max_buffer_size)
-        entry, request = select_model(compiled.route.models, body)
+        path_model = llm_gemini.model_and_method(x.scope["path"], x.llm_kind)[0] if x.llm_kind in GEMINI_KINDS \
+            else None  # google-genai: the model is in the path
+        entry, request = select_model(compiled.route.models, body, path_model)
         x.llm_request = (body, transformed_model(entry, request))
         return compiled.route.backends[entry.backend], compiled.phases_by_index[entry.backend]
 

@@ -27,11 +27,11 @@ __all__ = ["NATIVE_PROVIDERS", "prepare"]
 #: the providers whose API is Gemini's own (Vertex AI's publisher models included)
 NATIVE_PROVIDERS = ("gemini", "vertex")
 
-_MODEL_METHOD = re.compile(r"/models/([^/:]+):(\w+)$")
+_MODEL_METHOD = re.compile(r"/models/([^:]+):(\w+)$")  # a model may hold a slash (google/...)
 _METHOD = re.compile(r":(?:generateContent|streamGenerateContent|countTokens)(?=$|\?)")
 
 
-def model_and_method(path: str, kind: str) -> tuple[str | None, str]:
+def model_and_method(path: str, kind: str | None) -> tuple[str | None, str]:
     """The model named in a native path and its method (``generateContent`` when the path has none)."""
     match = _MODEL_METHOD.search(path)
     if match is None:
@@ -39,11 +39,13 @@ def model_and_method(path: str, kind: str) -> tuple[str | None, str]:
     return unquote(match.group(1)), match.group(2)
 
 
-def prepare(x: Exchange, ai: AIBackend, kind: str) -> None:
-    """The upstream path, the credential header and ``x.llm`` of a native Gemini request."""
+def prepare(x: Exchange, ai: AIBackend, kind: str, model_override: str | None = None) -> None:
+    """The upstream path, the credential header and ``x.llm`` of a native Gemini request;
+    ``model_override``: the ``llm:`` format's ``transformation.model`` (else the backend's ``model``)."""
     path = x.scope["path"]
     model, method = model_and_method(path, kind)
-    configured = ai.model.removeprefix("models/") if ai.model else None
+    configured = model_override or ai.model
+    configured = configured.removeprefix("models/") if configured else None
     model = configured or model
     x.llm = {"provider": ai.provider, "model": model, "streaming": method == "streamGenerateContent"}
     template = ai.upstream_path(kind)
