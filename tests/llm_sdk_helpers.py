@@ -113,3 +113,15 @@ async def start_llm_gateway(nursery: trio.Nursery) -> LlmGateway:
     gateway = await start_gateway(nursery, CONFIG, port=free_port(), mock=mock.port, budget=BUDGET,
                                   closed=free_port())
     return LlmGateway(gateway, mock)
+
+
+async def wait_finished(gateway: LlmGateway, route: str, requests: int) -> None:
+    """Until the route has ``requests`` LLM calls recorded (``gen_ai_server_request_duration``): a call is
+    charged and recorded as it ends, just after the client had its last byte, so a look at the budget
+    right after a stream could come before its charge."""
+    with trio.fail_after(10):
+        while True:
+            samples = await gateway.metric("trioproxy_gen_ai_server_request_duration")
+            if sum(value for labels, value in samples if labels.get("route", "").endswith("/" + route)) >= requests:
+                return
+            await trio.sleep(0.02)

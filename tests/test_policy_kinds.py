@@ -12,7 +12,7 @@ from trioproxy.config import model as m
 from trioproxy.config.agentgateway_fields import UNIMPLEMENTED
 from trioproxy.config.compile import POLICY_COMPILERS
 from trioproxy.config.describe import wire_name
-from trioproxy.policies.kinds import PHASES, POLICY_KINDS, kinds_of
+from trioproxy.policies.kinds import PHASES, POLICY_KINDS, kinds_of, runtime_kinds_of
 from trioproxy.policies.stages import STAGE_ORDER
 
 PHASE_CLASSES = {"gateway": d.GatewayPolicies, "route": d.RoutePolicies, "backend": d.BackendPolicies}
@@ -30,7 +30,7 @@ def test_each_phase_class_has_exactly_the_table_s_kinds_with_their_wire_names(ph
 
 def test_the_model_and_the_compilers_have_one_entry_per_kind():
     attributes = [kind.attribute for kind in POLICY_KINDS]
-    assert {a.name for a in attrs.fields(m.Policies)} == set(attributes)
+    assert {a.name for a in attrs.fields(m.Policies)} == {k.attribute for k in POLICY_KINDS if not k.backend_setting}
     assert set(POLICY_COMPILERS) == set(attributes)
     assert len(set(attributes)) == len(attributes) == len({kind.name for kind in POLICY_KINDS})
 
@@ -38,11 +38,13 @@ def test_the_model_and_the_compilers_have_one_entry_per_kind():
 def test_every_kind_with_a_stage_has_one_row_in_the_stage_order():
     rows = [name for name, _ in STAGE_ORDER]
     assert len(rows) == len(set(rows))
-    assert set(rows) == {kind.name for kind in POLICY_KINDS} - WITHOUT_STAGE | STAGE_ONLY
+    with_stage = {kind.name for kind in POLICY_KINDS if not kind.backend_setting} - WITHOUT_STAGE
+    assert set(rows) == with_stage | STAGE_ONLY
 
 
 def test_trace_kinds_are_the_table_per_phase():
-    assert m.TRACE_KINDS == {phase: tuple((k.name, k.attribute) for k in kinds_of(phase)) for phase in PHASES}
+    assert m.TRACE_KINDS == {phase: tuple((k.name, k.attribute) for k in runtime_kinds_of(phase)) for phase in PHASES}
+    assert "ai" not in dict(m.TRACE_KINDS["route"])  # a backend setting, compiled into the ai backends
     assert list(m.TRACE_KINDS["backend"]) == [("requestHeaderModifier", "request_header_modifier"),
                                               ("responseHeaderModifier", "response_header_modifier"),
                                               ("backendAuth", "backend_auth"), ("backendTLS", "backend_tls")]

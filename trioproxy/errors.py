@@ -179,7 +179,7 @@ def plain_text(message: str) -> str:
 
 def error_response(error: ProxyError, dialect: str | None = None) -> tuple[int, list[Header], bytes]:
     """The (status, headers, body) a client receives for ``error``: text/plain, or on a route to an
-    LLM provider (``dialect`` ``openai`` or ``anthropic``) the error JSON that provider's SDK parses,
+    LLM provider (``dialect`` ``openai``, ``anthropic`` or ``gemini``) the error JSON that provider's SDK parses,
     so it raises its typed error (``RateLimitError``...) with the message."""
     dialect = dialect or error.dialect
     # An error whose message is its JSON body already (llm_translate's TranslationError, written in
@@ -212,12 +212,25 @@ _DIALECT_TYPES = {
     504: ("timeout_error", "timeout_error"),
 }
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+#: status → Gemini's ``error.status`` (google.rpc.Code names)
+_GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+                  408: "DEADLINE_EXCEEDED", 413: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED",
+                  503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+
+
+def google_status(status: int) -> str:
+    return _GOOGLE_STATUS.get(status, "INTERNAL" if status >= 500 else "FAILED_PRECONDITION")
 
 
 def dialect_error_body(error: ProxyError, dialect: str) -> bytes:
-    """OpenAI's ``{"error": {"message", "type", "code"}}`` or Anthropic's
-    ``{"type": "error", "error": {"type", "message"}}``; the message is the text/plain one."""
+    """OpenAI's ``{"error": {"message", "type", "code"}}``, Anthropic's
+    ``{"type": "error", "error": {"type", "message"}}`` or Gemini's ``{"error": {"code", "message",
+    "status"}}``; the message is the text/plain one."""
     import json
+
+    if dialect == "gemini":
+        return json.dumps({"error": {"code": error.status, "message": error.message,
+                                     "status": google_status(error.status)}}, ensure_ascii=False).encode()
 
     openai_type, anthropic_type = _DIALECT_TYPES.get(
         error.status, ("server_error", "api_error") if error.status >= 500 else ("invalid_request_error",) * 2)

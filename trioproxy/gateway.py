@@ -32,6 +32,7 @@ from typing import Any
 
 import trio
 
+from . import llm_gemini
 from .asgi import Header, Receive, Scope, Send, serve_lifespan
 from .config.model import Backend, Route
 from .errors import (
@@ -46,17 +47,20 @@ from .errors import (
 )
 from .exchange import ClientDisconnected, Exchange
 from .history import Summary, subject_of
-from .llm import UsageReader, UsageStripper, prepare_request_body
+from .llm import UsageReader, UsageStripper, prepare_request_body, usage_fields
 from .llm_models import model_list, select_model, transformed_model
 from .llm_providers import (
     COMPLETIONS,
+    GEMINI_KINDS,
     MODELS,
     PASSTHROUGH,
+    UNREAD_KINDS,
     endpoint_kind,
     error_dialect,
     fill_model,
     operation_name,
     provider_headers,
+    resolve_route,
     semconv_provider,
 )
 from .llm_translate import stage as translate
@@ -290,6 +294,9 @@ class Gateway:
             raise BackendUnreachable(f"no backend available for route {route.name}")
         backend, phase = chosen
         x.backend = backend
+        if backend.ai is not None and backend.ai.routes:  # an ai policy's routes map picks the endpoint kind
+            x.llm_kind = kind = resolve_route(backend.ai.routes, x.scope["path"])
+            x.error_dialect = error_dialect(kind)
         tr.policy_selection("backend", backend.policies)
         for stage in phase.request:
             await stage.request(x)
@@ -333,7 +340,7 @@ class Gateway:
         backend = await self.route_and_backend_stages(x, compiled)
         if tr.active:
             x.request_capture = BodyCapture(tr.body_limit)
-        if backend.ai is not None and (x.llm_request is not None or x.llm_kind not in (MODELS, PASSTHROUGH)):
+        if backend.ai is not None and (x.llm_request is not None or x.llm_kind not in UNREAD_KINDS):
             llm_body = await self._prepare_llm_request(x, backend)
             body: bytes | AsyncIterator[bytes] = llm_body
             framing: Header | None = (b"content-length", str(len(llm_body)).encode()) if llm_body or x.has_body() else None
@@ -415,6 +422,9 @@ class Gateway:
         else:
             original, override = await x.read_body(self.runtime.state.config.frontend.max_buffer_size), None
         kind = x.llm_kind or COMPLETIONS
+        if kind in GEMINI_KINDS and ai.provider in llm_gemini.NATIVE_PROVIDERS:  # llm: format, google-genai
+            llm_gemini.prepare(x, ai, kind, override)
+            return original
         translated = translate.prepare(x, ai, original, override or ai.model, kind)
         if translated is not None:  # the client speaks another dialect than the provider (llm_translate)
             # the translation asks for and reports usage itself (a translated stream carries the
@@ -444,6 +454,9 @@ class Gateway:
         assert ai is not None
         kind = x.llm_kind or PASSTHROUGH
         translate.refuse_untranslatable(ai, x.scope["path"], kind)  # bedrock, native gemini: no passthrough
+        if kind in GEMINI_KINDS and ai.provider in llm_gemini.NATIVE_PROVIDERS:  # google-genai's own API
+            llm_gemini.prepare(x, ai, kind)
+            return
         x.llm = {"provider": ai.provider, "model": ai.model, "streaming": False}
         path = ai.upstream_path(kind)
         if path is not None:
@@ -457,7 +470,9 @@ class Gateway:
         if x.llm_kind == MODELS and x.scope["method"] in ("GET", "HEAD"):
             raise ModelList(200, model_list(compiled.route.backends))
         body = await x.read_body(self.runtime.state.config.frontend.max_buffer_size)
-        entry, request = select_model(compiled.route.models, body)
+        path_model = llm_gemini.model_and_method(x.scope["path"], x.llm_kind)[0] if x.llm_kind in GEMINI_KINDS \
+            else None  # google-genai: the model is in the path
+        entry, request = select_model(compiled.route.models, body, path_model)
         x.llm_request = (body, transformed_model(entry, request))
         return compiled.route.backends[entry.backend], compiled.phases_by_index[entry.backend]
 
@@ -644,11 +659,8 @@ class Gateway:
         usage = translate.usage(x.translation)
         if usage is not None:
             x.usage = usage
-            if x.llm is not None:
-                x.llm.update(inputTokens=usage.prompt_tokens, outputTokens=usage.completion_tokens,
-                             totalTokens=usage.total_tokens)
-                if usage.model:
-                    x.llm["responseModel"] = usage.model
+            if x.llm is not None:  # cached, cache-write and reasoning tokens too, as for passthrough
+                x.llm.update(usage_fields(usage))
             for stage in finishers:
                 await stage.finish(x)
         x.tracer.body("response", capture)

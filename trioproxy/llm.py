@@ -24,6 +24,8 @@ __all__ = [
     "UsageReader",
     "UsageStripper",
     "prepare_request_body",
+    "provider_usage",
+    "usage_fields",
     "usage_from_response",
 ]
 
@@ -111,9 +113,30 @@ def _detail(usage: dict[str, Any], keys: tuple[str, str], field: str) -> int | N
     return None
 
 
+def _gemini_parts(obj: dict[str, Any], meta: dict[str, Any]) -> _Parts | None:
+    """Gemini's ``usageMetadata``: ``promptTokenCount`` (cached ones included, as OpenAI's
+    ``prompt_tokens``), ``candidatesTokenCount`` + ``thoughtsTokenCount`` (the thoughts are output
+    billed as such: OpenAI's ``completion_tokens`` count its reasoning tokens too), ``totalTokenCount``."""
+    prompt = _count(meta.get("promptTokenCount"))
+    candidates = _count(meta.get("candidatesTokenCount"))
+    thoughts = _count(meta.get("thoughtsTokenCount"))
+    total = _count(meta.get("totalTokenCount"))
+    if prompt is None and candidates is None and total is None:
+        return None
+    completion = None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
+    model = obj.get("modelVersion")
+    return (prompt, completion, total, model if isinstance(model, str) else None,
+            _count(meta.get("cachedContentTokenCount")), None, thoughts)
+
+
 def _usage_parts(obj: Any) -> _Parts | None:
+    if isinstance(obj, list):  # Gemini's streamGenerateContent without alt=sse: one JSON array
+        return next((parts for parts in map(_usage_parts, reversed(obj)) if parts is not None), None)
     if not isinstance(obj, dict):
         return None
+    meta = obj.get("usageMetadata")
+    if isinstance(meta, dict):
+        return _gemini_parts(obj, meta)
     usage = obj.get("usage")
     if not isinstance(usage, dict):
         # Responses API events carry it under ``response``; Anthropic's message_start under ``message``.
@@ -159,10 +182,37 @@ def usage_from_response(obj: Any) -> Usage | None:
     return _usage(parts) if parts is not None else None
 
 
+def provider_usage(raw: dict[str, Any], shape: str) -> Usage | None:
+    """``Usage`` from a provider's own usage object: ``shape`` ``gemini`` (``usageMetadata``), ``bedrock``
+    (Converse's camel-case ``inputTokens``..., cache reads and writes apart as Anthropic's), else OpenAI's
+    or Anthropic's ``usage``. A translated answer is counted from it, as its passthrough would be."""
+    if shape == "gemini":
+        return usage_from_response({"usageMetadata": raw})
+    if shape == "bedrock":
+        raw = {"input_tokens": raw.get("inputTokens"), "output_tokens": raw.get("outputTokens"),
+               "total_tokens": raw.get("totalTokens"), "cache_read_input_tokens": raw.get("cacheReadInputTokens"),
+               "cache_creation_input_tokens": raw.get("cacheWriteInputTokens")}
+    return usage_from_response({"usage": raw})
+
+
+def usage_fields(usage: Usage) -> dict[str, Any]:
+    """The ``llm.*`` values (CEL, metrics, access log) of one answer's usage; zero counts left out."""
+    out: dict[str, Any] = {"inputTokens": usage.prompt_tokens, "outputTokens": usage.completion_tokens,
+                           "totalTokens": usage.total_tokens}
+    for key, value in (("responseModel", usage.model), ("cachedInputTokens", usage.cached_input_tokens),
+                       ("cacheCreationInputTokens", usage.cache_creation_input_tokens),
+                       ("reasoningTokens", usage.reasoning_tokens)):
+        if value:
+            out[key] = value
+    return out
+
+
 # A JSON text can only contain the bytes `"usage"` as a key or a string value (quotes inside
 # strings are escaped), so this finds events with a usage *object* without parsing them;
 # OpenAI streams carry `"usage":null` in every chunk but the last.
 _USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
+#: what the usage reader looks for: OpenAI's and Anthropic's ``usage``, Gemini's ``usageMetadata``
+_READ_USAGE = re.compile(rb'"usage(?:Metadata)?"\s*:\s*\{')
 _NEWLINE = re.compile(rb"\r\n?|\n")
 
 
@@ -239,7 +289,7 @@ class _SseUsage:
         if not data:
             return
         text = data[0] if len(data) == 1 else b"\n".join(data)
-        if _USAGE_OBJECT.search(text) is None:  # also skips [DONE]
+        if _READ_USAGE.search(text) is None:  # also skips [DONE]
             return
         try:
             parts = _usage_parts(json.loads(text))

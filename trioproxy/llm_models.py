@@ -46,14 +46,19 @@ def specificity(pattern: str) -> int:
     return len(pattern) - pattern.count("*")
 
 
-def select_model(models: tuple[LlmModelRoute, ...], body: bytes) -> tuple[LlmModelRoute, dict[str, Any]]:
-    """The entry for the body's model, and the parsed body; ``LlmRequestError`` otherwise."""
+def select_model(models: tuple[LlmModelRoute, ...], body: bytes,
+                 path_model: str | None = None) -> tuple[LlmModelRoute, dict[str, Any]]:
+    """The entry for the body's model, and the parsed body; ``LlmRequestError`` otherwise.
+    ``path_model``: the model a Gemini-native path names (``models/{model}:generateContent``; its body
+    has none), set as the parsed body's ``model`` for the choice and ``transformation.model``."""
     try:
         request = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         request = None
     if not isinstance(request, dict):
         raise LlmRequestError(400, "LLM request body must be valid JSON", "invalid_request_body")
+    if path_model is not None:
+        request["model"] = path_model
     model = request.get("model")
     if not isinstance(model, str):
         raise LlmRequestError(400, "LLM request body is missing string field 'model'", "missing_model")

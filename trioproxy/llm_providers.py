@@ -28,7 +28,8 @@ import attrs
 from .asgi import Header
 
 __all__ = [
-    "ANTHROPIC_VERSION", "COMPLETIONS", "COUNT_TOKENS", "EMBEDDINGS", "MESSAGES", "MODELS", "PASSTHROUGH",
+    "ANTHROPIC_VERSION", "COMPLETIONS", "COUNT_TOKENS", "EMBEDDINGS", "GEMINI_COUNT_TOKENS", "GEMINI_KINDS",
+    "GENERATE_CONTENT", "MESSAGES", "MODELS", "PASSTHROUGH", "ROUTE_KINDS", "UNREAD_KINDS",
     "PRESETS", "PROVIDERS", "RESPONSES", "ProviderDefaults", "azure_defaults", "bedrock_defaults", "endpoint_kind", "error_dialect",
     "operation_name", "provider_headers", "semconv_provider", "vertex_defaults",
 ]
@@ -44,15 +45,41 @@ MESSAGES = "messages"  # Anthropic Messages
 COUNT_TOKENS = "count_tokens"  # Anthropic messages/count_tokens
 MODELS = "models"  # GET models list
 PASSTHROUGH = "passthrough"  # anything else: the client's path, the body untouched
+GENERATE_CONTENT = "generate_content"  # Gemini's native models/{model}:generateContent, :streamGenerateContent
+GEMINI_COUNT_TOKENS = "gemini_count_tokens"  # Gemini's native models/{model}:countTokens
+#: Gemini's native API: the model (and for generation, streaming) is in the path, the body has neither
+GEMINI_KINDS = (GENERATE_CONTENT, GEMINI_COUNT_TOKENS)
+#: the kinds whose request body is forwarded unread (only the path and the credential change)
+UNREAD_KINDS = (MODELS, PASSTHROUGH, *GEMINI_KINDS)
 
 #: path suffix → kind, longest first (``/messages/count_tokens`` before ``/messages``)
 _SUFFIXES = (
     ("/chat/completions", COMPLETIONS), ("/messages/count_tokens", COUNT_TOKENS), ("/embeddings", EMBEDDINGS),
     ("/responses", RESPONSES), ("/messages", MESSAGES), ("/models", MODELS),
+    (":generateContent", GENERATE_CONTENT), (":streamGenerateContent", GENERATE_CONTENT),
+    (":countTokens", GEMINI_COUNT_TOKENS),
 )
 
 
 _VERSIONED = re.compile(r"/v\d[^/]*/")
+
+#: agentgateway's route type names (an ai policy's ``routes`` values) → endpoint kinds
+ROUTE_KINDS = {"completions": COMPLETIONS, "messages": MESSAGES, "models": MODELS, "passthrough": PASSTHROUGH,
+               "responses": RESPONSES, "embeddings": EMBEDDINGS, "anthropicTokenCount": COUNT_TOKENS,
+               "generateContent": GENERATE_CONTENT, "geminiCountTokens": GEMINI_COUNT_TOKENS}
+
+
+def resolve_route(routes: Sequence[tuple[str, str]], path: str) -> str:
+    """The endpoint kind of ``path`` by a configured routes map (``(suffix, kind)``, longest suffix
+    first): the first suffix that ends the path, else the ``*`` entry's kind, else completions (as
+    agentgateway resolves its ``routes``)."""
+    wildcard = None
+    for suffix, kind in routes:
+        if suffix == "*":
+            wildcard = kind
+        elif path.endswith(suffix):
+            return kind
+    return wildcard or COMPLETIONS
 
 
 def endpoint_kind(path: str) -> str:
@@ -69,13 +96,16 @@ def endpoint_kind(path: str) -> str:
 
 
 def error_dialect(kind: str) -> str:
-    """Whose error JSON a client of this endpoint kind parses: ``anthropic`` or ``openai``."""
+    """Whose error JSON a client of this endpoint kind parses: ``anthropic``, ``gemini`` or ``openai``."""
+    if kind in GEMINI_KINDS:
+        return "gemini"
     return "anthropic" if kind in (MESSAGES, COUNT_TOKENS) else "openai"
 
 
 #: gen_ai.operation.name (OpenTelemetry semantic conventions) per kind
 _OPERATIONS = {COMPLETIONS: "chat", RESPONSES: "chat", MESSAGES: "chat", EMBEDDINGS: "embeddings",
-               COUNT_TOKENS: "count_tokens", MODELS: "list_models", PASSTHROUGH: "passthrough"}
+               COUNT_TOKENS: "count_tokens", MODELS: "list_models", PASSTHROUGH: "passthrough",
+               GENERATE_CONTENT: "generate_content", GEMINI_COUNT_TOKENS: "count_tokens"}
 
 
 def operation_name(kind: str) -> str:
@@ -89,6 +119,12 @@ _SEMCONV = {"openAI": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini"
 
 def semconv_provider(provider: str) -> str:
     return _SEMCONV.get(provider, provider)
+
+
+def _native_gemini_paths(path: str) -> tuple[tuple[str, str], ...]:
+    """Gemini's native methods: ``{method}`` is the client's (generateContent, streamGenerateContent,
+    countTokens), ``{model}`` the request's."""
+    return ((GENERATE_CONTENT, path), (GEMINI_COUNT_TOKENS, path))
 
 
 def _openai_paths(base: str, *kinds: str) -> tuple[tuple[str, str], ...]:
@@ -121,8 +157,9 @@ PROVIDERS: dict[str, ProviderDefaults] = {
     "anthropic": ProviderDefaults("api.anthropic.com", (
         (MESSAGES, "/v1/messages"), (COUNT_TOKENS, "/v1/messages/count_tokens"), (MODELS, "/v1/models")),
         stream_usage_option=False, key_header=b"x-api-key"),
-    "gemini": ProviderDefaults("generativelanguage.googleapis.com",
-                               _openai_paths("/v1beta/openai", COMPLETIONS, EMBEDDINGS, MODELS)),
+    "gemini": ProviderDefaults("generativelanguage.googleapis.com", (
+        *_openai_paths("/v1beta/openai", COMPLETIONS, EMBEDDINGS, MODELS),
+        *_native_gemini_paths("/v1beta/models/{model}:{method}"))),
 }
 
 #: OpenAI-compatible services by name: ``provider: {groq: {model}}`` is ``openAI`` at their host.
@@ -170,11 +207,13 @@ def azure_defaults(resource_name: str, resource_type: str, api_version: str | No
 
 
 def vertex_defaults(project_id: str, region: str | None) -> ProviderDefaults:
-    """Vertex AI's OpenAI-compatible endpoint of a project and region (``global`` when none)."""
+    """Vertex AI's OpenAI-compatible endpoint of a project and region (``global`` when none), and its
+    native Gemini methods under ``publishers/google/models`` (the key stays an OAuth Bearer token)."""
     region = region or "global"
     host = "aiplatform.googleapis.com" if region == "global" else f"{quote(region, safe='')}-aiplatform.googleapis.com"
-    base = f"/v1/projects/{quote(project_id, safe='')}/locations/{quote(region, safe='')}/endpoints/openapi"
-    return ProviderDefaults(host, _openai_paths(base, COMPLETIONS, EMBEDDINGS))
+    location = f"/v1/projects/{quote(project_id, safe='')}/locations/{quote(region, safe='')}"
+    return ProviderDefaults(host, (*_openai_paths(f"{location}/endpoints/openapi", COMPLETIONS, EMBEDDINGS),
+                                   *_native_gemini_paths(f"{location}/publishers/google/models/{{model}}:{{method}}")))
 
 
 def bedrock_defaults(region: str) -> ProviderDefaults:

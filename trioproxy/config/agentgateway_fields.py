@@ -41,14 +41,16 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "Backend": _names("aws backend dynamic internal invalid mcp routeGroup service"),
     "GatewayPolicies": _names("extAuthz extProc oidc transformations") | _kinds_only_in_agentgateway("gateway"),
     "RoutePolicies": _names(
-        "a2a ai backendTunnel buffer extAuthz extProc "
+        "a2a backendTunnel buffer extAuthz extProc "
         "mcpAuthentication mcpAuthorization mcpGuardrails oidc transformations"
     ) | _kinds_only_in_agentgateway("route"),
     "BackendPolicies": _names(
-        "a2a ai backendTunnel extAuthz health http inferenceRouting "
+        "a2a backendTunnel extAuthz health http inferenceRouting "
         "mcpAuthorization mcpGuardrails sessionAffinity tcp transformations"
     ) | _kinds_only_in_agentgateway("backend"),
     "AIBackend": _names("pathPrefix policies tokenize"),
+    "AiPolicy": _names(
+        "promptGuard defaults overrides transformations finalTransformations prompts modelAliases promptCaching"),
     "Provider": _names("copilot custom"),
     "BackendTLS": _names("keyExchangeGroups spiffe"),
     "OpenAIOptions": _names("moderation"),

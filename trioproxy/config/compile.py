@@ -23,7 +23,15 @@ import attrs
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from ..backend_tls import SYSTEM_TRUST, BackendTls, TlsConfigError, build_context, file_fingerprint
-from ..llm_providers import PRESETS, PROVIDERS, ProviderDefaults, azure_defaults, bedrock_defaults, vertex_defaults
+from ..llm_providers import (
+    PRESETS,
+    PROVIDERS,
+    ROUTE_KINDS,
+    ProviderDefaults,
+    azure_defaults,
+    bedrock_defaults,
+    vertex_defaults,
+)
 from ..policies.api_key import ApiKeySpec, CredentialLocation, key_digest
 from ..policies.authorization import AuthorizationSpec, Rule
 from ..policies.basic_auth import BasicAuthSpec, HtpasswdError, parse_htpasswd
@@ -383,6 +391,7 @@ POLICY_COMPILERS: dict[str, Callable[[Any, Reader], Any]] = {
     "request_redirect": _request_redirect,
     "request_mirror": _request_mirror,
     "delay": _delay,
+    "ai": lambda value, r: None,  # its routes map belongs to the ai backends: _backend and _route read it
 }
 
 
@@ -450,8 +459,26 @@ def _provider(provider: d.Provider) -> tuple[str, str | None, ProviderDefaults]:
     return "openAI", provider.open_ai.model if provider.open_ai is not None else None, PROVIDERS["openAI"]
 
 
+def _ai_routes(policy: d.AiPolicy, r: Reader) -> tuple[tuple[str, str], ...]:
+    """An ai policy's routes map as (suffix, endpoint kind), longest suffix first and ``*`` last (as
+    agentgateway orders it: the most specific suffix wins); a kind trioproxy lacks is an error naming it."""
+    routes = []
+    for suffix, kind in policy.routes.items():
+        if kind not in ROUTE_KINDS:
+            r.at(policy, "routes", f"{suffix!r}: route kind {kind!r} is an agentgateway feature that trioproxy "
+                                   "does not implement")
+        elif not suffix:
+            r.at(policy, "routes", "an empty path suffix matches every path: use '*'")
+        else:
+            routes.append((suffix, ROUTE_KINDS[kind]))
+    return tuple(sorted(routes, key=lambda item: (item[0] == "*", -len(item[0]))))
+
+
 def _backend(backend: d.Backend, r: Reader) -> m.Backend:
     policies = compile_policies(backend.policies, r)
+    ai_policy = backend.policies.ai if backend.policies is not None else None
+    if backend.ai is None and ai_policy is not None:
+        r.at(backend.policies, "ai", "an ai policy applies to an ai backend, not a host")
     if backend.ai is None:
         assert backend.host is not None
         return _with_tls(m.Backend(str(backend.host), backend.host, backend.weight, policies), policies.backend_tls)
@@ -466,7 +493,8 @@ def _backend(backend: d.Backend, r: Reader) -> m.Backend:
         tls = policies.backend_tls or (SYSTEM_TRUST if defaults.tls else None)
     return _with_tls(m.Backend(ai.name, target, backend.weight, policies, m.AIBackend(
         ai.name, name, model, ai.path_override, paths, defaults.stream_usage_option, defaults.key_header,
-        ai.provider.bedrock.region if ai.provider.bedrock is not None else None)), tls)
+        ai.provider.bedrock.region if ai.provider.bedrock is not None else None,
+        _ai_routes(ai_policy, r) if ai_policy is not None else ())), tls)
 
 
 def _with_tls(backend: m.Backend, tls: BackendTls | None) -> m.Backend:
@@ -492,6 +520,10 @@ def _route(route: d.Route, listener_key: str, r: Reader) -> m.Route:
     if policies.backend_auth is not None:  # a route's backendAuth is each backend's, unless it has its own
         backends = tuple(b if b.policies.backend_auth is not None else attrs.evolve(
             b, policies=attrs.evolve(b.policies, backend_auth=policies.backend_auth)) for b in backends)
+    if route.policies is not None and route.policies.ai is not None:  # likewise the ai policy's routes map
+        routes = _ai_routes(route.policies.ai, r)
+        backends = tuple(attrs.evolve(b, ai=attrs.evolve(b.ai, routes=routes))
+                         if b.ai is not None and not b.ai.routes else b for b in backends)
     if policies.backend_tls is not None:  # likewise backendTLS (over an ai provider's default TLS)
         backends = tuple(b if b.policies.backend_tls is not None else _with_tls(attrs.evolve(
             b, policies=attrs.evolve(b.policies, backend_tls=policies.backend_tls)), policies.backend_tls)

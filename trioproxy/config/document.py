@@ -490,6 +490,23 @@ class RoutePolicies:
         "Answer with a redirect (Location: the request's URL with scheme, Host or path changed).", default=None)
     request_mirror: RequestMirror | None = field("Send a copy of requests to another backend.", default=None)
     delay: Delay | None = field("Inject latency before forwarding (fault injection).", default=None)
+    ai: AiPolicy | None = field("LLM processing of the route's ai backends that have no ai policy of their own.",
+                                default=None)
+
+
+#: agentgateway's route types (``ai.routes`` values); detect, realtime and rerank are refused when compiled
+RouteKind = Literal["completions", "messages", "models", "passthrough", "responses", "embeddings",
+                    "anthropicTokenCount", "generateContent", "geminiCountTokens", "detect", "realtime", "rerank"]
+
+
+@described
+class AiPolicy:
+    """LLM processing of an ai backend's requests (agentgateway's ``ai`` policy; only ``routes`` here)."""
+
+    routes: dict[str, RouteKind] = field(
+        "Request path suffix → endpoint kind, replacing the built-in choice by path (docs/llm-providers.md, "
+        "\"Endpoints\"): the longest suffix that ends the path wins, \"*\" matches any other path; a path "
+        "matching none is completions.", default={})
 
 
 @described
@@ -500,6 +517,7 @@ class BackendPolicies:
     request_header_modifier: HeaderModifier | None = field(REQUEST_HEADERS, default=None)
     response_header_modifier: HeaderModifier | None = field(RESPONSE_HEADERS, default=None)
     backend_tls: BackendTLS | None = field(BACKEND_TLS, name="backendTLS", default=None)
+    ai: AiPolicy | None = field("LLM processing of this ai backend's requests (its routes map).", default=None)
 
 
 # --- routes and backends -------------------------------------------------------------------------

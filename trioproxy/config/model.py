@@ -25,7 +25,7 @@ from ..policies.direct_response import ConditionalDirectResponse as ConditionalD
 from ..policies.direct_response import DirectResponsePolicy as DirectResponsePolicy
 from ..policies.headers import HeaderModifier as HeaderModifier
 from ..policies.jwt import JwtAuthSpec
-from ..policies.kinds import PHASES, kinds_of
+from ..policies.kinds import PHASES, runtime_kinds_of
 from ..policies.mirror import MirrorSpec
 from ..policies.ratelimit_local import LocalRateLimitSpec
 from ..policies.ratelimit_remote import RemoteRateLimitSpec
@@ -191,7 +191,7 @@ EMPTY_POLICIES = Policies()
 
 #: camelCase kind -> attribute, per phase, in trace order (``policies/kinds.py``'s table)
 TRACE_KINDS: dict[str, tuple[tuple[str, str], ...]] = {
-    phase: tuple((kind.name, kind.attribute) for kind in kinds_of(phase)) for phase in PHASES}
+    phase: tuple((kind.name, kind.attribute) for kind in runtime_kinds_of(phase)) for phase in PHASES}
 
 
 @frozen
@@ -211,6 +211,9 @@ class AIBackend:
     key_header: bytes = b"authorization"
     #: Bedrock: the AWS region its requests are signed for (llm_translate)
     region: str | None = None
+    #: an ``ai`` policy's routes map: (path suffix, endpoint kind), longest suffix first, ``*`` last;
+    #: empty: the kind is chosen by ``llm_providers.endpoint_kind``
+    routes: tuple[tuple[str, str], ...] = ()
 
     def upstream_path(self, kind: str) -> str | None:
         """The path a request of endpoint ``kind`` goes to; None keeps the client's. A chat request

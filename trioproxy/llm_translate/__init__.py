@@ -57,14 +57,15 @@ def openai_compatible(provider: str, provider_path: str | None = None) -> bool:
     return provider != "anthropic" and not speaks_neither(provider, provider_path)
 
 
-def translation_for(provider: str, client_path: str, provider_path: str | None = None,
-                    **options: Any) -> Translation | None:
+def translation_for(provider: str, client_path: str, provider_path: str | None = None, *,
+                    dialect: str | None = None, **options: Any) -> Translation | None:
     """A fresh per-request ``Translation`` when the client's dialect (by ``client_path``) is not the
     ``provider``'s API (``provider_path``: the backend's ``pathOverride``, if any), else None
     (passthrough). ``options``: Bedrock's ``credentials`` and ``region``; ``stream_usage_option``
     (default True): whether an OpenAI-compatible provider takes ``stream_options`` (Mistral refuses
-    it and always reports stream usage)."""
-    dialect = client_dialect(client_path)
+    it and always reports stream usage). ``dialect``: the client's, when a routes map says it (else by
+    ``client_path``)."""
+    dialect = dialect or client_dialect(client_path)
     native = provider == "gemini" and gemini_native(provider_path)
     if dialect == "openai":
         if provider == "anthropic":

@@ -42,7 +42,8 @@ class OpenAIToAnthropic(Translation):
                 text.append(block.get("text", ""))
             elif block.get("type") == "tool_use":
                 calls.append(tool_call(block.get("id", ""), block.get("name", ""), block.get("input", {})))
-        self.use = _usage(obj.get("usage") or {})
+        self.raw = obj.get("usage") or {}
+        self.use = _usage(self.raw)
         return dumps(completion(obj.get("id", ""), obj.get("model", self.model), "".join(text), calls,
                                 STOP_REASONS.get(obj.get("stop_reason") or "end_turn", "stop"), self.use))
 
@@ -168,6 +169,7 @@ class AnthropicToOpenAIStream(StreamTranslator):
         return b""  # ping
 
     def _count(self, use: dict[str, Any]) -> None:
+        self.raw = {**(self.raw or {}), **{k: v for k, v in use.items() if v is not None}}
         if use.get("input_tokens") is not None:
             self.cached = use.get("cache_read_input_tokens") or 0
             self.prompt = use["input_tokens"] + self.cached + (use.get("cache_creation_input_tokens") or 0)

@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 from ..asgi import Header
+from ..llm import Usage, provider_usage
 from .errors import client_error_body
 
 __all__ = ["ProviderRequest", "StreamTranslator", "Translation"]
@@ -24,9 +25,11 @@ class ProviderRequest:
 
 class StreamTranslator:
     """Provider stream bytes in, client SSE bytes out; ``finish`` when the provider's stream ended.
-    ``use``: the usage seen so far, in the client's dialect's shape (None until the provider gave one)."""
+    ``use``: the usage seen so far, in the client's dialect's shape (None until the provider gave one);
+    ``raw``: the provider's own usage object as its stream gave it, what the gateway counts."""
 
     use: dict[str, Any] | None = None
+    raw: dict[str, Any] | None = None
 
     def feed(self, chunk: bytes) -> bytes:
         raise NotImplementedError
@@ -51,19 +54,23 @@ class Translation:
         self.streaming = False
         self.model = ""
         self.use: dict[str, Any] | None = None  # the usage of a whole response, client-shaped
+        self.raw: dict[str, Any] | None = None  # the usage of a whole response, as the provider gave it
         self._stream: StreamTranslator | None = None
 
-    def tokens(self) -> tuple[int, int] | None:
-        """``(prompt, completion)`` tokens of the answer, once translated (whole or streamed): the
-        gateway's accounting reads them here, since a translated stream may carry no usage the client
-        did not ask for."""
-        use = self._stream.use if self._stream is not None else self.use
-        if not isinstance(use, dict):
+    def counted(self) -> Usage | None:
+        """The answer's usage as the gateway counts it, once translated (whole or streamed): read from
+        the provider's own usage object, as its passthrough would be (cached, cache-write and reasoning
+        tokens included), since a translated stream may carry no usage the client did not ask for, and
+        the client's dialect may have no place for some counts (Anthropic's for reasoning tokens)."""
+        raw = self._stream.raw if self._stream is not None else self.raw
+        if not isinstance(raw, dict):
             return None
-        if "prompt_tokens" in use:
-            return int(use.get("prompt_tokens") or 0), int(use.get("completion_tokens") or 0)
-        prompt = (use.get("input_tokens") or 0) + (use.get("cache_read_input_tokens") or 0)
-        return int(prompt), int(use.get("output_tokens") or 0)
+        return provider_usage(raw, self.provider if self.provider in ("anthropic", "gemini", "bedrock") else "openai")
+
+    def tokens(self) -> tuple[int, int] | None:
+        """``(prompt, completion)`` tokens of the answer as counted."""
+        counted = self.counted()
+        return None if counted is None else (counted.prompt_tokens, counted.completion_tokens)
 
     def request(self, body: bytes, model: str | None = None) -> ProviderRequest:
         raise NotImplementedError

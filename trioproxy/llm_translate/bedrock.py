@@ -79,7 +79,8 @@ class OpenAIToBedrock(Translation):
             elif "toolUse" in block:
                 use = block["toolUse"]
                 calls.append(tool_call(use.get("toolUseId", ""), use.get("name", ""), use.get("input") or {}))
-        self.use = _usage(obj.get("usage"))
+        self.raw = obj.get("usage")
+        self.use = _usage(self.raw)
         return dumps(completion("chatcmpl-bedrock", self.model, "".join(text), calls,
                                 STOP_REASONS.get(obj.get("stopReason") or "end_turn", "stop"), self.use))
 
@@ -190,7 +191,8 @@ class BedrockToOpenAIStream(StreamTranslator):
         if event == "messageStop":
             self.reason = str(body.get("stopReason") or "end_turn")
         elif event == "metadata":
-            self.use = _usage(body.get("usage"))
+            self.raw = body.get("usage")
+            self.use = _usage(self.raw)
         return b""
 
 

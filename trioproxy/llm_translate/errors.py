@@ -15,8 +15,13 @@ __all__ = ["TranslationError", "client_error_body"]
 
 def client_error_body(dialect: str, message: str, *, kind: str = "invalid_request_error",
                       param: str | None = None, code: str | None = None) -> bytes:
-    """An error body as the client's SDK parses it: OpenAI's ``{"error": {...}}`` or Anthropic's
-    ``{"type": "error", "error": {...}}``."""
+    """An error body as the client's SDK parses it: OpenAI's ``{"error": {...}}``, Anthropic's
+    ``{"type": "error", "error": {...}}`` or Gemini's ``{"error": {"code", "message", "status"}}``."""
+    if dialect == "gemini":
+        from ..errors import google_status
+
+        status = 400 if kind == "invalid_request_error" else 500
+        return json.dumps({"error": {"code": status, "message": message, "status": google_status(status)}}).encode()
     if dialect == "anthropic":
         return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
     return json.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}}).encode()

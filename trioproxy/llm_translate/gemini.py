@@ -69,7 +69,8 @@ class OpenAIToGemini(Translation):
         if not candidates and (obj.get("promptFeedback") or {}).get("blockReason"):
             reason = "SAFETY"
         finish = "tool_calls" if calls and reason in (None, "STOP") else FINISH_REASONS.get(reason or "STOP", "stop")
-        self.use = _usage(obj.get("usageMetadata"))
+        self.raw = obj.get("usageMetadata")
+        self.use = _usage(self.raw)
         return dumps(completion(obj.get("responseId") or "chatcmpl-gemini", obj.get("modelVersion") or self.model,
                                 "".join(text), calls, finish, self.use))
 
@@ -81,7 +82,8 @@ def _usage(meta: Any) -> dict[str, Any] | None:
     if not isinstance(meta, dict):
         return None
     completion = (meta.get("candidatesTokenCount") or 0) + (meta.get("thoughtsTokenCount") or 0)
-    return usage(meta.get("promptTokenCount") or 0, completion, meta.get("cachedContentTokenCount"))
+    return usage(meta.get("promptTokenCount") or 0, completion, meta.get("cachedContentTokenCount"),
+                 meta.get("thoughtsTokenCount"))
 
 
 def generate_request(chat: Chat) -> dict[str, Any]:
@@ -180,7 +182,8 @@ class GeminiToOpenAIStream(StreamTranslator):
         if obj.get("modelVersion"):
             out.model = obj["modelVersion"]
         if obj.get("usageMetadata"):
-            self.use = _usage(obj["usageMetadata"])
+            self.raw = obj["usageMetadata"]
+            self.use = _usage(self.raw)
         chunks = [out.start()]
         candidates = obj.get("candidates") or []
         candidate = candidates[0] if candidates else {}

@@ -71,6 +71,7 @@ class AnthropicToOpenAI(Translation):
                       "stop_sequence": None, "usage": self._used(obj.get("usage"))})
 
     def _used(self, use: Any) -> dict[str, Any]:
+        self.raw = use if isinstance(use, dict) else None
         self.use = _usage(use)
         return self.use
 
@@ -312,7 +313,8 @@ class OpenAIToAnthropicStream(StreamTranslator):
                                                    "message": str(error.get("message", ""))}}, "error")
         out = self._start(chunk)
         if isinstance(chunk.get("usage"), dict):
-            self.use = _usage(chunk["usage"])
+            self.raw = chunk["usage"]
+            self.use = _usage(self.raw)
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
             if delta.get("content"):

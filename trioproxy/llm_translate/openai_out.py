@@ -16,11 +16,15 @@ def tool_call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
 
 
-def usage(prompt: int, completion: int, cached: int | None = None) -> dict[str, Any]:
+def usage(prompt: int, completion: int, cached: int | None = None, reasoning: int | None = None) -> dict[str, Any]:
+    """OpenAI's usage: ``prompt_tokens`` count the cached ones (``prompt_tokens_details.cached_tokens``),
+    ``completion_tokens`` the reasoning ones (``completion_tokens_details.reasoning_tokens``)."""
     out: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
                            "total_tokens": prompt + completion}
     if cached:
         out["prompt_tokens_details"] = {"cached_tokens": cached}
+    if reasoning:
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning}
     return out
 
 

@@ -13,10 +13,12 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from ..asgi import Header
 from ..errors import ProxyError
 from ..llm import Usage
-from ..llm_providers import COMPLETIONS, error_dialect, fill_model, provider_headers
+from ..llm_providers import COMPLETIONS, GEMINI_KINDS, MESSAGES, error_dialect, fill_model, provider_headers
 from ..trace import BodyCapture
 from . import client_dialect, speaks_neither, translation_for
 from .base import StreamTranslator, Translation
@@ -40,7 +42,8 @@ def prepare(x: Exchange, ai: AIBackend, body: bytes, model: str | None, kind: st
     ``TranslationError`` (a 400 in the client's dialect) for what cannot be translated."""
     path = x.scope["path"]
     refuse_untranslatable(ai, path, kind)
-    translation = translation_for(ai.provider, path, ai.path_override, **_options(ai))
+    translation = translation_for(ai.provider, path, ai.path_override, dialect=_dialect(ai, path, kind),
+                                  **_options(ai))
     if translation is None:
         return None
     request = translation.request(body, model)
@@ -72,10 +75,21 @@ def refuse_untranslatable(ai: AIBackend, path: str, kind: str) -> None:
     """``bedrock`` and native ``gemini`` speak neither client dialect: any request but an OpenAI chat
     completion (the one they are translated from) is refused by its path, in the dialect the gateway
     answers that kind's clients in, rather than passed through (it would only get the provider's own
-    refusal or, unsigned, a 403). Embeddings, Responses, models lists, files... included."""
+    refusal or, unsigned, a 403). Embeddings, Responses, models lists, files... included. Gemini's native
+    API (google-genai's ``:generateContent``...) is native ``gemini``'s own: passed, not refused."""
+    if kind in GEMINI_KINDS and ai.provider == "gemini":
+        return
     if speaks_neither(ai.provider, ai.path_override) and not (
-            kind == COMPLETIONS and client_dialect(path) == "openai"):
+            kind == COMPLETIONS and _dialect(ai, path, kind) == "openai"):
         raise TranslationError("path", f"a request to {path}", ai.provider, error_dialect(kind))
+
+
+def _dialect(ai: AIBackend, path: str, kind: str) -> str:
+    """The client's format: with an ai policy's routes map, the kind it gives the path says it
+    (completions: OpenAI's, messages: Anthropic's); else the path (``client_dialect``)."""
+    if ai.routes:
+        return {COMPLETIONS: "openai", MESSAGES: "anthropic"}.get(kind, "other")
+    return client_dialect(path)
 
 
 def _options(ai: AIBackend) -> dict[str, Any]:
@@ -165,11 +179,10 @@ async def translated_chunks(x: Exchange, response: UpstreamResponse,
 
 
 def usage(translation: Translation) -> Usage | None:
-    """The answer's tokens as the gateway accounts them (read from the translation, since a translated
-    stream carries usage only when the client asked for it)."""
-    tokens = translation.tokens()
-    if tokens is None:
+    """The answer's tokens as the gateway accounts them: the provider's usage, read by the translation
+    (a translated stream carries usage only when the client asked for it), cached, cache-write and
+    reasoning tokens included."""
+    counted = translation.counted()
+    if counted is None:
         return None
-    prompt, completion = tokens
-    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
-                 model=translation.model or None)
+    return attrs.evolve(counted, model=counted.model or translation.model or None)

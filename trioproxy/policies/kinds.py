@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from attrs import frozen
 
-__all__ = ["PHASES", "POLICY_KINDS", "PolicyKind", "kinds_of"]
+__all__ = ["PHASES", "POLICY_KINDS", "PolicyKind", "kinds_of", "runtime_kinds_of"]
 
 #: listener (``gateway``), route and backend, in the order a request meets them
 PHASES: tuple[str, ...] = ("gateway", "route", "backend")
@@ -25,10 +25,15 @@ class PolicyKind:
     phases: frozenset[str]         # where trioproxy takes it
     #: phases where agentgateway has it and trioproxy does not (an error says so, not "did you mean")
     agentgateway_only: frozenset[str] = frozenset()
+    #: read into the backend when the config is compiled (the ``ai`` policy's routes map): no field
+    #: on ``model.Policies``, no stage, not listed in traces
+    backend_setting: bool = False
 
 
-def _kind(name: str, attribute: str, phases: str, agentgateway_only: str = "") -> PolicyKind:
-    return PolicyKind(name, attribute, frozenset(phases.split()), frozenset(agentgateway_only.split()))
+def _kind(name: str, attribute: str, phases: str, agentgateway_only: str = "", *,
+          backend_setting: bool = False) -> PolicyKind:
+    return PolicyKind(name, attribute, frozenset(phases.split()), frozenset(agentgateway_only.split()),
+                      backend_setting)
 
 
 POLICY_KINDS: tuple[PolicyKind, ...] = (
@@ -51,9 +56,15 @@ POLICY_KINDS: tuple[PolicyKind, ...] = (
     _kind("requestRedirect", "request_redirect", "route", agentgateway_only="backend"),
     _kind("requestMirror", "request_mirror", "route"),
     _kind("delay", "delay", "route"),
+    _kind("ai", "ai", "route backend", backend_setting=True),
 )
 
 
 def kinds_of(phase: str) -> tuple[PolicyKind, ...]:
     """The kinds ``phase`` takes, in table order."""
     return tuple(kind for kind in POLICY_KINDS if phase in kind.phases)
+
+
+def runtime_kinds_of(phase: str) -> tuple[PolicyKind, ...]:
+    """The kinds of ``phase`` a compiled ``model.Policies`` holds (not the backend settings)."""
+    return tuple(kind for kind in kinds_of(phase) if not kind.backend_setting)
