@@ -29,9 +29,9 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from . import __version__
 from .asgi import Header
 from .config.model import TracingSpec
+from .version import __version__
 
 PROPAGATOR = TraceContextTextMapPropagator()
 
