@@ -52,9 +52,9 @@ def spans_ms(n: int, ratio: float) -> float:
     for _ in range(n):
         span = otel.start("GET", "/x", HEADERS, time.time_ns())
         if span is not None:
-            client = otel.client_span(span, "GET backend", {"server.port": 8080})
-            otel.traceparent(client)
-            OtelTracing.finish(client, 200, {}, None)
+            with otel.client_span(span, "GET backend", {"server.port": 8080}) as client:
+                client.traceparent()
+                client.status = 200
             OtelTracing.finish(span, 200, {"http.route": "r"}, None)
     otel.processor.force_flush()
     elapsed = time.process_time() - start

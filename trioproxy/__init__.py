@@ -6,14 +6,13 @@ The public API for embedding the gateway (tests do exactly this)::
     info = await nursery.start(trioproxy.serve_gateway, config)
 """
 
-__version__ = "0.1.0"  # first, so that modules imported below can read it
-
 from .config import Config, ConfigError, load_config, parse_config
 from .errors import ProxyError
 from .gateway import Gateway
 from .runtime import Runtime
 from .server import ServerInfo, StartupError, serve_gateway
 from .trace import TraceHub
+from .version import __version__
 
 __all__ = [
     "Config",

@@ -14,13 +14,14 @@ from collections.abc import Iterator, Sequence
 
 import trio
 
-from . import __version__, demo, requests_cli, schema_cli, status_cli, trace_cli
+from . import demo, requests_cli, schema_cli, status_cli, trace_cli
 from .access_log import configure_logging
 from .config import ConfigError, load_config
 from .idp import cli as idp_cli
 from .rls import cli as rls_cli
 from .server import StartupError, log_rejected, run_until_signalled
 from .usage import PREFIX, OneLineParser
+from .version import __version__
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,30 +1,26 @@
 """The data plane: a plain ASGI app per bind, independent of Quart and of the server hosting it.
 
-One request walks these stages, in this fixed order (agentgateway's order):
+An HTTP request walks the shared pipeline (pipeline.py: admission, the listener's stages,
+routing, the route's and the backend's stages), then the steps that are HTTP's own:
 
- 1. admission      header count limit; the listener by Host
- 2. gateway phase  listener policies: localRateLimit (one budget shared by the listener's routes)
- 3. routing        the listener's route table → 404 ``route not found``
- 4. route phase    localRateLimit; requestHeaderModifier; directResponse answers here
- 5. backend        weighted choice; backendAuth, requestHeaderModifier; ``ai`` backends get
-                   their JSON body rewritten (model override, ``stream_options.include_usage``)
- 6. upstream       h11 pool, under backendRequestTimeout and requestTimeout; body streamed
+ 5. backend        ``ai`` backends get their JSON body rewritten (model override,
+                   ``stream_options.include_usage``) or translated to the provider's dialect
+ 6. upstream       h11 pool, under backendRequestTimeout and requestTimeout; body streamed;
+                   ``retry`` repeats the call; the client span around each call
  7. response       response header modifiers and ``x-ratelimit-*``; the body streamed back
-                   chunk by chunk while its ``usage`` is read; token limits charged at the end
+                   chunk by chunk through the response tap (usage read, trace copy, stream
+                   usage taken out); token limits charged at the end
 
 Any stage may raise ``ProxyError``; ``handle`` hands it to ``Exchange.respond_error``, the one
-place errors become responses. Once the request body is read, a watcher task waits for
-``http.disconnect`` and cancels the request's scope, so an abandoned request stops its upstream
-call at once (hypercorn tells a raw ASGI app only through ``receive``).
-
-Tracing: when a ``/debug/trace`` watcher claims the request, ``x.tracer`` records the events of
-each stage (docs/trace-events.md); otherwise it is the ``NullTracer``, whose calls do nothing and
-build no snapshot.
+place errors become responses, and ends the request through ``Pipeline.finish`` (metrics, span,
+access log, trace). Once the request body is read, a watcher task waits for ``http.disconnect``
+and cancels the request's scope, so an abandoned request stops its upstream call at once
+(hypercorn tells a raw ASGI app only through ``receive``). WebSocket upgrades go to websocket.py,
+over the same pipeline.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from math import inf
@@ -35,36 +31,13 @@ import trio
 from . import llm_gemini
 from .asgi import Header, Receive, Scope, Send, serve_lifespan
 from .config.model import Backend, Route
-from .errors import (
-    BackendUnreachable,
-    HeaderTooLarge,
-    ModelList,
-    ProxyError,
-    RequestTimeout,
-    RouteNotFound,
-    UpstreamError,
-    UpstreamTimeout,
-)
+from .errors import ProxyError, RequestTimeout, UpstreamTimeout
 from .exchange import ClientDisconnected, Exchange
-from .history import Summary, subject_of
-from .llm import UsageReader, UsageStripper, prepare_request_body, usage_fields
-from .llm_models import model_list, select_model, transformed_model
-from .llm_providers import (
-    COMPLETIONS,
-    GEMINI_KINDS,
-    MODELS,
-    PASSTHROUGH,
-    UNREAD_KINDS,
-    endpoint_kind,
-    error_dialect,
-    fill_model,
-    operation_name,
-    provider_headers,
-    resolve_route,
-    semconv_provider,
-)
+from .llm import Usage, UsageReader, UsageStripper, prepare_request_body, usage_fields
+from .llm_providers import COMPLETIONS, GEMINI_KINDS, PASSTHROUGH, UNREAD_KINDS, fill_model, provider_headers
 from .llm_translate import stage as translate
-from .otel import OtelTracing
+from .otel import NO_CLIENT_SPAN
+from .pipeline import Pipeline
 from .policies.headers import (
     forwarded_request_headers,
     header_value,
@@ -74,9 +47,8 @@ from .policies.headers import (
 from .policies.ratelimit_local import LocalRateLimiter, most_constrained
 from .policies.retry import MAX_RETRY_BODY, retryable_error, retryable_status
 from .policies.stage import Phase
-from .routing import Request
 from .runtime import CompiledRoute, GatewayState, Runtime
-from .trace import NULL_TRACER, BodyCapture, activation, duration_string
+from .trace import BodyCapture, duration_string
 from .upstream import UpstreamResponse
 from .websocket import WebSocketProxy
 
@@ -84,14 +56,14 @@ __all__ = ["Gateway", "GatewayState", "Runtime"]
 
 
 class Gateway:
-    """The ASGI app serving one bind (port) of the runtime."""
+    """The ASGI app serving one bind (port) of the runtime: HTTP requests through its pipeline to
+    the upstream and back; WebSocket upgrades handed to ``websocket.py``, over the same pipeline."""
 
     def __init__(self, runtime: Runtime, port: int) -> None:
         self.runtime = runtime
         self.port = port
-        self.bind = next(b for b in runtime.state.config.binds if b.port == port)  # its ``key`` labels metrics
-        self.access_log = runtime.access_log
-        self.websocket = WebSocketProxy(self)  # upgrades: docs/protocols.md
+        self.pipeline = Pipeline(runtime, port)
+        self.websocket = WebSocketProxy(self.pipeline)  # upgrades: docs/protocols.md
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -102,25 +74,10 @@ class Gateway:
         elif kind == "websocket":
             await self.websocket(scope, receive, send)
 
-    def open_exchange(self, scope: Scope, receive: Receive, send: Send) -> Exchange:
-        """An exchange with its trace claimed (when someone watches) and its span started: the
-        first step of a request, and of a WebSocket upgrade (whose scope then reads as a GET)."""
-        runtime = self.runtime
-        x = Exchange(scope, receive, send, trio.current_time())
-        if runtime.trace.watchers:
-            x.tracer = runtime.trace.claim(x.arrival, lambda: activation(x)) or NULL_TRACER
-        if runtime.otel is not None:
-            x.span = runtime.otel.start(scope["method"], scope["path"], scope["headers"], time.time_ns())
-        return x
-
-    def count_failure(self, x: Exchange, error: ProxyError) -> None:
-        """A request's or an upgrade's failure, counted when the backend side caused it."""
-        if isinstance(error, UpstreamError):
-            self.runtime.metrics.upstream_error(self.bind.key, x.route.key if x.route else "", type(error).__name__)
-
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         runtime = self.runtime
-        x = self.open_exchange(scope, receive, send)
+        pipeline = self.pipeline
+        x = pipeline.open_exchange(scope, receive, send)
         x.body_idle_timeout = runtime.state.config.frontend.body_idle_timeout
         x.disconnect_monitor = runtime.disconnects
         metrics = runtime.metrics
@@ -131,7 +88,7 @@ class Gateway:
                 try:
                     await self._proxy(x)
                 except ProxyError as error:
-                    self.count_failure(x, error)
+                    pipeline.count_failure(x, error)
                     await x.respond_error(error)
                 except ClientDisconnected:
                     pass
@@ -140,172 +97,14 @@ class Gateway:
         finally:
             x.stop_watching()
             metrics.requests_active -= 1
-            status = 499 if x.disconnected else x.status
             if x.disconnected:
                 x.error = x.error or "client disconnected"
                 x.error_kind = x.error_kind or "ClientDisconnected"
-            self._finished(x, status, trio.current_time() - x.arrival)
-            x.tracer.finish(status, x.error)
-
-    def _finished(self, x: Exchange, status: int, seconds: float) -> None:
-        """Metrics and the access-log line of a finished request (names: docs/observability.md)."""
-        listener = x.listener.key if x.listener else ""
-        gateway = listener.split("/bind/", 1)[0] if listener else ""
-        route = x.route.key if x.route else ""
-        backend = x.backend.name if x.backend else ""
-        method = x.scope["method"]
-        self.runtime.metrics.observe(self.bind.key, gateway, listener, route, backend, method, status,
-                                     x.error_kind or "", seconds)
-        llm = x.llm
-        operation = provider = None
-        if llm is not None:  # gen-ai semantic-convention values, agentgateway's metric labels
-            operation = operation_name(x.llm_kind or PASSTHROUGH)
-            provider = semconv_provider(llm["provider"])
-            if status < 400:
-                self.runtime.metrics.gen_ai(
-                    (operation, provider, llm.get("model") or "", llm.get("responseModel") or "", gateway, listener,
-                     route),
-                    (("input", llm.get("inputTokens")), ("output", llm.get("outputTokens")),
-                     ("cached_input", llm.get("cachedInputTokens")), ("reasoning", llm.get("reasoningTokens"))),
-                    seconds, x.first_chunk - x.arrival if x.first_chunk is not None and llm.get("streaming") else None,
-                    llm.get("outputTokens"))
-
-        def finished() -> dict[str, Any]:  # CEL's view of the finished request (span fields, access log)
-            return {**activation(x), "response": {"code": status}}
-
-        otel = self.runtime.otel
-        if x.span is not None and otel is None:  # tracing turned off by a reload meanwhile
-            OtelTracing.finish(x.span, status, {}, x.error)
-        elif x.span is not None and otel is not None:
-            if llm is not None:  # the semantic conventions' span name: {operation} {model}
-                x.span.update_name(f"{operation} {llm.get('model')}" if llm.get("model") else str(operation))
-            otel.finish_request(x.span, status, {
-                "http.route": route or None, "gen_ai.request.model": llm.get("model") if llm else None,
-                "gen_ai.response.model": llm.get("responseModel") if llm else None,
-                "gen_ai.provider.name": provider,
-                "gen_ai.usage.input_tokens": llm.get("inputTokens") if llm else None,
-                "gen_ai.usage.output_tokens": llm.get("outputTokens") if llm else None,
-                "gen_ai.usage.cache_read.input_tokens": llm.get("cachedInputTokens") if llm else None,
-                "gen_ai.operation.name": operation, "error.type": x.error_kind}, x.error, finished)
-        access = self.access_log
-        own_error = x.error_kind is not None
-        history = self.runtime.history
-        if history.size:  # always on: one tuple per request (history.py)
-            history.record(Summary(
-                time.time(), method, x.scope["path"], x.host, route, backend, status, seconds * 1000.0,
-                llm.get("inputTokens") if llm else None, llm.get("outputTokens") if llm else None,
-                subject_of(x.jwt, x.api_key, x.basic_auth) if x.jwt or x.api_key or x.basic_auth else None,
-                x.error if own_error else None, x.error_kind, llm.get("model") if llm else None))
-        if not access.enabled(status if own_error else 200):
-            return
-        client = x.scope.get("client")
-        fields: dict[str, Any] = {
-            "bind": self.bind.key, "gateway": gateway or None, "listener": listener or None, "route": route or None,
-            "endpoint": str(x.backend.target) if x.backend else None,
-            "src.addr": f"{client[0]}:{client[1]}" if client else None,
-            "http.method": method, "http.host": x.host or None, "http.path": x.scope["path"],
-            "http.version": x.scope.get("http_version", "1.1"), "http.status": status,
-            "duration": f"{seconds * 1000:.1f}ms",
-        }
-        if x.error:
-            fields["error"] = x.error
-        if x.jwt is not None and isinstance(x.jwt.get("sub"), str):
-            fields["jwt.sub"] = x.jwt["sub"]  # as agentgateway; never the token
-        if llm is not None:
-            fields["gen_ai.operation.name"] = operation
-            fields["gen_ai.provider.name"] = provider
-            fields["gen_ai.request.model"] = llm.get("model")
-            fields["gen_ai.response.model"] = llm.get("responseModel")
-            fields["gen_ai.usage.input_tokens"] = llm.get("inputTokens")
-            fields["gen_ai.usage.output_tokens"] = llm.get("outputTokens")
-            fields["gen_ai.usage.cache_read.input_tokens"] = llm.get("cachedInputTokens")
-            fields["gen_ai.usage.cache_creation.input_tokens"] = llm.get("cacheCreationInputTokens")
-            fields["gen_ai.usage.reasoning.output_tokens"] = llm.get("reasoningTokens")
-        if x.limits:
-            fields["ratelimit"] = ",".join(f"{d.remaining}/{d.limit}" for _, d in x.limits)
-        elif x.error_kind == "RateLimited":
-            fields["ratelimit"] = "rejected"
-        if x.span is not None:
-            fields["trace.id"] = OtelTracing.trace_id(x.span)
-        access.record({k: v for k, v in fields.items() if v is not None}, status, own_error, finished)
-
-    async def admit_and_route(self, x: Exchange, method: str) -> tuple[Phase, CompiledRoute]:
-        """Steps 1-3, shared by HTTP requests and WebSocket upgrades (websocket.py): admission,
-        the listener's stages, and route selection (``x.listener``, ``x.route``, ``x.route_match``).
-        Both phases come from the one state read at entry: a reload meanwhile does not mix them."""
-        tr = x.tracer
-        scope = x.scope
-        state = self.runtime.state
-
-        # 1. admission
-        tr.event("requestStarted")
-        tr.snapshot("initial request", x)
-        max_headers = state.config.frontend.max_headers  # frontendPolicies.http.http1MaxHeaders
-        if len(x.headers) > max_headers:
-            raise HeaderTooLarge(f"too many request headers (limit {max_headers})")
-        bind = state.binds.get(self.port)
-        found = bind.listener_for(x.host) if bind is not None else None
-        if found is None:
-            tr.event("routeSelection", severity="warn", selectedRoute=None, evaluatedRoutes=[])
-            raise RouteNotFound()
-        listener, table = found
-        x.listener = listener
-
-        # 2. gateway phase (the listener's stages, in runtime.STAGE_ORDER)
-        gateway = state.listeners[listener.key]
-        tr.policy_selection("gateway", listener.policies)
-        for stage in gateway.request:
-            await stage.request(x)
-        tr.snapshot("gateway policies", x)
-
-        # 3. routing
-        selection = table.select(Request(method, scope["path"], x.host, x.headers, scope.get("query_string", b"")))
-        if tr.active:
-            tr.event("routeSelection", severity="info" if selection.route else "warn",
-                     selectedRoute=selection.route.key if selection.route else None,
-                     evaluatedRoutes=list(selection.evaluated))
-        if selection.route is None:
-            raise RouteNotFound()
-        x.route = selection.route
-        x.route_match = selection.match
-        compiled = state.routes[selection.route.key]
-        if compiled.llm:  # the endpoint asked for, and so the dialect of the gateway's own errors
-            x.llm_kind = kind = endpoint_kind(scope["path"])
-            x.error_dialect = error_dialect(kind)
-        return gateway, compiled
-
-    async def route_and_backend_stages(self, x: Exchange, compiled: CompiledRoute, *,
-                                       by_model: bool = True) -> Backend:
-        """Steps 4-5, shared by HTTP requests and WebSocket upgrades: the route's stages, the
-        backend chosen (by the body's model on an ``llm:`` route, when ``by_model``), and its
-        stages; the backend and its phase are left in ``x.backend`` and ``x.backend_phase``."""
-        tr = x.tracer
-        route = compiled.route
-
-        # 4. route phase
-        tr.policy_selection("route", route.policies)
-        for stage in compiled.phase.request:
-            await stage.request(x)
-        tr.snapshot("route policies", x)
-
-        # 5. backend phase (the llm: format chooses by the body's model)
-        chosen = await self._choose_model(x, compiled) if by_model and route.models else compiled.choose_backend()
-        if chosen is None:
-            raise BackendUnreachable(f"no backend available for route {route.name}")
-        backend, phase = chosen
-        x.backend = backend
-        if backend.ai is not None and backend.ai.routes:  # an ai policy's routes map picks the endpoint kind
-            x.llm_kind = kind = resolve_route(backend.ai.routes, x.scope["path"])
-            x.error_dialect = error_dialect(kind)
-        tr.policy_selection("backend", backend.policies)
-        for stage in phase.request:
-            await stage.request(x)
-        x.backend_phase = phase
-        return backend
+            pipeline.finish(x, 499 if x.disconnected else x.status)
 
     async def _proxy(self, x: Exchange) -> None:
         tr = x.tracer
-        gateway, compiled = await self.admit_and_route(x, x.scope["method"])
+        gateway, compiled = await self.pipeline.admit_and_route(x, x.scope["method"])
 
         # requestTimeout: from arrival, over everything from here to the upstream's response
         # headers (route and backend stages, the LLM body read, the upstream call); not over the
@@ -337,7 +136,7 @@ class Gateway:
         tr = x.tracer
         scope = x.scope
         route = compiled.route
-        backend = await self.route_and_backend_stages(x, compiled)
+        backend = await self.pipeline.route_and_backend_stages(x, compiled)
         if tr.active:
             x.request_capture = BodyCapture(tr.body_limit)
         if backend.ai is not None and (x.llm_request is not None or x.llm_kind not in UNREAD_KINDS):
@@ -464,18 +263,6 @@ class Gateway:
         if ai.key_header != b"authorization" or ai.provider == "anthropic":
             x.headers = provider_headers(x.headers, ai.provider, ai.key_header)
 
-    async def _choose_model(self, x: Exchange, compiled: CompiledRoute) -> tuple[Backend, Phase]:
-        """The ``llm.models`` entry for the request body's model (llm_models.py); 404/400 JSON otherwise.
-        ``GET .../models`` is answered here: the models this port serves."""
-        if x.llm_kind == MODELS and x.scope["method"] in ("GET", "HEAD"):
-            raise ModelList(200, model_list(compiled.route.backends))
-        body = await x.read_body(self.runtime.state.config.frontend.max_buffer_size)
-        path_model = llm_gemini.model_and_method(x.scope["path"], x.llm_kind)[0] if x.llm_kind in GEMINI_KINDS \
-            else None  # google-genai: the model is in the path
-        entry, request = select_model(compiled.route.models, body, path_model)
-        x.llm_request = (body, transformed_model(entry, request))
-        return compiled.route.backends[entry.backend], compiled.phases_by_index[entry.backend]
-
     async def _call_backend(self, x: Exchange, route: Route, backend: Backend, target: bytes,
                             headers: list[Header], body: bytes | AsyncIterator[bytes]) -> UpstreamResponse:
         """The upstream call up to its response headers, under ``backendRequestTimeout``; a route
@@ -495,35 +282,29 @@ class Gateway:
                 body = _then(body, lambda: setattr(backend_scope, "deadline", trio.current_time() + default))
         tr.event("backendCallStart", target=str(backend.target))
         response = None
-        client_span = None
         otel = self.runtime.otel
+        span = NO_CLIENT_SPAN
         if x.span is not None and otel is not None:
-            client_span = otel.client_span(x.span, f"{x.scope['method']} {backend.name}", {
+            span = otel.client_span(x.span, f"{x.scope['method']} {backend.name}", {
                 "http.request.method": x.scope["method"], "server.address": backend.target.host,
                 "server.port": backend.target.port})
-            headers = [h for h in headers if h[0] != b"traceparent"] + [otel.traceparent(client_span)]
+            headers = [h for h in headers if h[0] != b"traceparent"] + [span.traceparent()]
         try:
-            with backend_scope:
-                response = await self.runtime.pool.request(
-                    backend.target, x.scope["method"].encode(), target, headers, body, nursery=x.nursery)
-            if x.disconnected:
-                if response is not None:
-                    await response.aclose()
-                raise ClientDisconnected()
-            if response is None and backend_scope.cancelled_caught:
-                raise UpstreamTimeout()
+            with span:
+                with backend_scope:
+                    response = await self.runtime.pool.request(
+                        backend.target, x.scope["method"].encode(), target, headers, body, nursery=x.nursery)
+                if x.disconnected:
+                    if response is not None:
+                        await response.aclose()
+                    raise ClientDisconnected()
+                if response is None and backend_scope.cancelled_caught:
+                    raise UpstreamTimeout()
+                span.status = response.status if response else 0
         except ProxyError as error:
-            if client_span is not None:
-                OtelTracing.finish(client_span, 502, {}, error.message)
             tr.body("final request", x.request_capture)
             tr.event("backendCallResult", start=now, severity="error", status=None, error=error.message)
             raise
-        except trio.Cancelled:
-            if client_span is not None:
-                OtelTracing.finish(client_span, 504, {}, "request timeout")
-            raise
-        if client_span is not None:
-            OtelTracing.finish(client_span, response.status if response else 0, {}, None)
         assert response is not None
         tr.body("final request", x.request_capture)
         if tr.active:
@@ -532,11 +313,11 @@ class Gateway:
         return response
 
     async def _respond(self, x: Exchange, gateway: Phase, route: Phase, response: UpstreamResponse) -> None:
-        """Response hooks backend → route → listener, then the body streamed back; ``finish``
-        hooks (token charges) run after the client has its whole response."""
+        """Response hooks backend → route → listener, then the body streamed back through the
+        response tap; ``finish`` hooks (token charges) run after the client has its whole response."""
         tr = x.tracer
         backend = x.backend
-        assert backend is not None and x.backend_phase is not None
+        assert backend is not None
         if tr.active:
             now = trio.current_time()
             assert x.upstream_started is not None
@@ -548,35 +329,13 @@ class Gateway:
         if x.translation is not None:  # the provider's answer in the client's dialect (llm_translate)
             headers, translated_body, stream = await translate.respond(
                 x, x.translation, response, headers, self.runtime.state.config.frontend.max_buffer_size)
-        for stage in x.backend_phase.response:
-            headers = stage.response_headers(x, headers)
-        tr.response_snapshot("backend response ready", x, response.status, headers)
-        for stage in route.response:
-            headers = stage.response_headers(x, headers)
-        for stage in gateway.response:
-            headers = stage.response_headers(x, headers)
-        if x.limits:
-            headers += LocalRateLimiter.headers(most_constrained(decision for _, decision in x.limits))
-        if x.extra_response_headers:
-            headers += x.extra_response_headers
-        tr.response_snapshot("final response", x, response.status, headers)
-
+        headers = _response_headers(x, gateway, route, response.status, headers)
         finishers = gateway.finish + route.finish
-        usage_reader = None
         if x.translation is not None:
             await self._send_translated(x, translated_body, stream, response, response.status, headers, finishers)
             return
-        if finishers or backend.ai is not None:
-            usage_reader = UsageReader(header_value(response.headers, b"content-type"),
-                                       content_encoding=header_value(response.headers, b"content-encoding"))
-            if not usage_reader.active:
-                usage_reader = None
-        capture = BodyCapture(tr.body_limit) if tr.active else None
-        stripper = None
-        if (x.llm_strip and response.status < 300 and header_value(response.headers, b"content-encoding") is None
-                and (header_value(response.headers, b"content-type") or b"").startswith(b"text/event-stream")):
-            # The gateway asked for stream usage; the client did not: what it brings is taken out.
-            stripper = UsageStripper()
+        tap = ResponseTap.of(x, response, bool(finishers))
+        if tap is not None and tap.stripper is not None:
             headers = [h for h in headers if h[0] != b"content-length"]
 
         # What came with the headers (often the whole body) leaves in one write with them.
@@ -587,52 +346,28 @@ class Gateway:
         async with x.corked():
             await x.start_response(response.status, headers)
             for chunk in ready:
-                if usage_reader is not None:
-                    usage_reader.feed(chunk)
-                if capture is not None:
-                    capture.feed(chunk)
-                if stripper is not None:
-                    chunk = stripper.feed(chunk)
-                    if not chunk:
-                        continue
+                if tap is not None and not (chunk := tap.feed(chunk)):
+                    continue
                 await x.send_body(chunk)
             if complete:
-                await x.end_body(stripper.finish() if stripper is not None else b"")
+                await x.end_body(tap.end() if tap is not None else b"")
         if not complete:
             async with aclosing(response.body()) as chunks:
                 async for chunk in chunks:
                     if timed and x.first_chunk is None:
                         x.first_chunk = trio.current_time()
-                    if usage_reader is not None:
-                        usage_reader.feed(chunk)
-                    if capture is not None:
-                        capture.feed(chunk)
-                    if stripper is not None:
-                        chunk = stripper.feed(chunk)
-                        if not chunk:
-                            continue
+                    if tap is not None and not (chunk := tap.feed(chunk)):
+                        continue
                     await x.send_body(chunk)
-            await x.end_body(stripper.finish() if stripper is not None else b"")
-
-        if usage_reader is not None:
-            usage = usage_reader.finish()
-            if usage is not None:
-                x.usage = usage
-                llm = x.llm
-                if llm is not None:
-                    llm.update(inputTokens=usage.prompt_tokens, outputTokens=usage.completion_tokens,
-                               totalTokens=usage.total_tokens)
-                    if usage.model:
-                        llm["responseModel"] = usage.model
-                    if usage.cached_input_tokens:
-                        llm["cachedInputTokens"] = usage.cached_input_tokens
-                    if usage.cache_creation_input_tokens:
-                        llm["cacheCreationInputTokens"] = usage.cache_creation_input_tokens
-                    if usage.reasoning_tokens:
-                        llm["reasoningTokens"] = usage.reasoning_tokens
-                for stage in finishers:
-                    await stage.finish(x)
-        tr.body("response", capture)
+            await x.end_body(tap.end() if tap is not None else b"")
+        if tap is None:
+            return
+        usage = tap.usage()
+        if usage is not None:
+            _take_usage(x, usage)
+            for stage in finishers:
+                await stage.finish(x)
+        tr.body("response", tap.capture)
 
     async def _send_translated(self, x: Exchange, body: bytes | None, stream: Any, response: UpstreamResponse,
                                status: int, headers: list[Header], finishers: Sequence[Any]) -> None:
@@ -671,3 +406,87 @@ async def _then(body: AsyncIterator[bytes], done: Callable[[], None]) -> AsyncIt
     async for chunk in body:
         yield chunk
     done()
+
+
+def _response_headers(x: Exchange, gateway: Phase, route: Phase, status: int, headers: list[Header]) -> list[Header]:
+    """Response hooks backend → route → listener, then ``x-ratelimit-*`` and the stages' extra headers."""
+    tr = x.tracer
+    assert x.backend_phase is not None
+    for stage in x.backend_phase.response:
+        headers = stage.response_headers(x, headers)
+    tr.response_snapshot("backend response ready", x, status, headers)
+    for stage in route.response:
+        headers = stage.response_headers(x, headers)
+    for stage in gateway.response:
+        headers = stage.response_headers(x, headers)
+    if x.limits:
+        headers += LocalRateLimiter.headers(most_constrained(decision for _, decision in x.limits))
+    if x.extra_response_headers:
+        headers += x.extra_response_headers
+    tr.response_snapshot("final response", x, status, headers)
+    return headers
+
+
+def _take_usage(x: Exchange, usage: Usage) -> None:
+    """The provider's reported usage: for the ``finish`` hooks (``x.usage``), and in ``x.llm`` for
+    the request's metrics, span and access log."""
+    x.usage = usage
+    llm = x.llm
+    if llm is None:
+        return
+    llm.update(inputTokens=usage.prompt_tokens, outputTokens=usage.completion_tokens, totalTokens=usage.total_tokens)
+    if usage.model:
+        llm["responseModel"] = usage.model
+    if usage.cached_input_tokens:
+        llm["cachedInputTokens"] = usage.cached_input_tokens
+    if usage.cache_creation_input_tokens:
+        llm["cacheCreationInputTokens"] = usage.cache_creation_input_tokens
+    if usage.reasoning_tokens:
+        llm["reasoningTokens"] = usage.reasoning_tokens
+
+
+class ResponseTap:
+    """What reads a response body on its way to the client, chunk by chunk, in one place: the LLM
+    usage (``reader``: for token charges and the request's telemetry), the trace's copy
+    (``capture``), and the usage chunk the gateway asked for and the client did not, taken out
+    (``stripper``). ``of`` gives none when nothing reads the body: the chunks go straight out."""
+
+    __slots__ = ("capture", "reader", "stripper")
+
+    def __init__(self, reader: UsageReader | None, capture: BodyCapture | None, stripper: UsageStripper | None) -> None:
+        self.reader = reader
+        self.capture = capture
+        self.stripper = stripper
+
+    @classmethod
+    def of(cls, x: Exchange, response: UpstreamResponse, finishers: bool) -> ResponseTap | None:
+        """The tap for ``response``: usage read for an ``ai`` backend or a ``finish`` hook, a copy
+        for a trace, stream usage taken out of a successful, unencoded event stream (``x.llm_strip``)."""
+        reader = stripper = None
+        if finishers or (x.backend is not None and x.backend.ai is not None):
+            reader = UsageReader(header_value(response.headers, b"content-type"),
+                                 content_encoding=header_value(response.headers, b"content-encoding"))
+            if not reader.active:
+                reader = None
+        capture = BodyCapture(x.tracer.body_limit) if x.tracer.active else None
+        if (x.llm_strip and response.status < 300 and header_value(response.headers, b"content-encoding") is None
+                and (header_value(response.headers, b"content-type") or b"").startswith(b"text/event-stream")):
+            stripper = UsageStripper()
+        if reader is None and capture is None and stripper is None:
+            return None
+        return cls(reader, capture, stripper)
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Read ``chunk``; what of it goes to the client (empty: nothing)."""
+        if self.reader is not None:
+            self.reader.feed(chunk)
+        if self.capture is not None:
+            self.capture.feed(chunk)
+        return self.stripper.feed(chunk) if self.stripper is not None else chunk
+
+    def end(self) -> bytes:
+        """The body's last bytes for the client (what the stripper held back)."""
+        return self.stripper.finish() if self.stripper is not None else b""
+
+    def usage(self) -> Usage | None:
+        return self.reader.finish() if self.reader is not None else None

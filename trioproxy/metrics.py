@@ -20,6 +20,8 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from .version import __version__
+
 # ``_created`` series double every counter and histogram for a value dashboards never use.
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
@@ -80,8 +82,6 @@ class Metrics:
             "trioproxy_build_info", "Always 1; the labels say which build runs.", ["version", "python"],
             registry=self.registry,
         )
-        from . import __version__
-
         self.build_info.labels(__version__, platform.python_version()).set(1)
         self.config_synchronized = Gauge(
             "trioproxy_config_synchronized", "1 when the config file on disk is the one serving; 0 after a "

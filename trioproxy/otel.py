@@ -18,6 +18,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import trio
 from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -29,13 +30,14 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from . import __version__
 from .asgi import Header
 from .config.model import TracingSpec
+from .errors import ProxyError
+from .version import __version__
 
 PROPAGATOR = TraceContextTextMapPropagator()
 
-__all__ = ["OtelTracing"]
+__all__ = ["NO_CLIENT_SPAN", "ClientSpan", "OtelTracing"]
 
 
 class _CountingExporter(SpanExporter):
@@ -121,9 +123,11 @@ class OtelTracing:
         return self.tracer.start_span(f"{method} {path}", context=context, kind=SpanKind.SERVER,
                                       start_time=start_ns, attributes=attributes)
 
-    def client_span(self, server_span: Any, name: str, attributes: Mapping[str, Any]) -> Any:
+    def client_span(self, server_span: Any, name: str, attributes: Mapping[str, Any]) -> ClientSpan:
+        """The upstream call's span, a child of the request's: ``with`` it around the call."""
         context = otel_trace.set_span_in_context(server_span)
-        return self.tracer.start_span(name, context=context, kind=SpanKind.CLIENT, attributes=dict(attributes))
+        return ClientSpan(self.tracer.start_span(name, context=context, kind=SpanKind.CLIENT,
+                                                 attributes=dict(attributes)))
 
     @staticmethod
     def traceparent(span: Any) -> Header:
@@ -161,3 +165,39 @@ class OtelTracing:
 
     def shutdown(self) -> None:
         self.provider.shutdown()
+
+
+class ClientSpan:
+    """The client span of one upstream call, ended when the ``with`` block around the call exits:
+    with ``status`` (the response's, set in the block once there is one), 502 and the message of
+    the ``ProxyError`` that failed the call, or 504 when the request's deadline cancelled it. A
+    client that left (any other exception) leaves it unended, so unexported, like its call.
+
+    ``NO_CLIENT_SPAN``, for the unsampled request, does nothing: one shared instance, no span."""
+
+    __slots__ = ("span", "status")
+
+    def __init__(self, span: Any) -> None:
+        self.span = span
+        self.status = 0
+
+    def traceparent(self) -> Header:
+        """The header that makes the backend's spans children of this one."""
+        return OtelTracing.traceparent(self.span)
+
+    def __enter__(self) -> ClientSpan:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: object) -> None:
+        span = self.span
+        if span is None:
+            return
+        if error is None:
+            OtelTracing.finish(span, self.status, {}, None)
+        elif isinstance(error, ProxyError):
+            OtelTracing.finish(span, 502, {}, error.message)
+        elif isinstance(error, trio.Cancelled):
+            OtelTracing.finish(span, 504, {}, "request timeout")
+
+
+NO_CLIENT_SPAN = ClientSpan(None)

@@ -8,7 +8,7 @@ rather than a raw byte relay: a raw relay would need hypercorn's protocol intern
 client side, while two message-level ends give, for free, what the gateway must enforce anyway —
 close codes it can read and forward, a per-message size limit, and ping/pong answered on each hop.
 
-One upgrade walks the request-time part of the pipeline (docs/pipeline.md): admission, the
+One upgrade walks the request-time part of the pipeline (pipeline.py, docs/pipeline.md): admission, the
 listener's stages, routing, the route's and the backend's stages (CORS, JWT, authorization, local
 and remote rate limits, header modifiers, backendAuth, directResponse), under ``requestTimeout``
 up to the backend's handshake answer. A stage's answer (401, 403, 429, a direct response) and a
@@ -35,7 +35,7 @@ session once it ends, with status 101.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import trio
 from trio_websocket import ConnectionClosed, ConnectionRejected, WebSocketConnection, wrap_client_stream
@@ -51,11 +51,9 @@ from .errors import (
     error_response,
 )
 from .exchange import Exchange
+from .pipeline import Pipeline
 from .policies.headers import forwarded_request_headers, header_value, without_hop_by_hop
 from .policies.ratelimit_local import LocalRateLimiter, most_constrained
-
-if TYPE_CHECKING:
-    from .gateway import Gateway
 
 #: Seconds without a message either way before both sides are closed (1001 ``idle timeout``).
 WEBSOCKET_IDLE_TIMEOUT = 300.0
@@ -81,18 +79,19 @@ def forwardable_close(code: int | None, *, vanished: int) -> int:
 class WebSocketProxy:
     """The ``websocket`` scopes of one bind: the upgrade through the stages, then the relay."""
 
-    def __init__(self, gateway: Gateway) -> None:
-        self.gateway = gateway
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
         # read at start, as hypercorn's limit for the client's messages is (server.hypercorn_config)
-        self.max_message_size = gateway.runtime.state.config.frontend.websocket_max_message_size
+        self.max_message_size = pipeline.runtime.state.config.frontend.websocket_max_message_size
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         first = await receive()
         if first["type"] != "websocket.connect":  # the client left before the app started
             return
         # Stages, routing and the access log read an HTTP request: the upgrade is a GET.
-        x = self.gateway.open_exchange({**scope, "method": "GET"}, receive, send)
-        metrics = self.gateway.runtime.metrics
+        pipeline = self.pipeline
+        x = pipeline.open_exchange({**scope, "method": "GET"}, receive, send)
+        metrics = pipeline.runtime.metrics
         metrics.requests_active += 1
         try:
             async with trio.open_nursery() as nursery:
@@ -100,22 +99,21 @@ class WebSocketProxy:
                 try:
                     await self._upgrade(x)
                 except ProxyError as error:
-                    self.gateway.count_failure(x, error)
+                    pipeline.count_failure(x, error)
                     await self._deny(x, error)
                 # The session (started in this nursery by the upgrade) ends on a close or idleness.
         finally:
             metrics.requests_active -= 1
-            self.gateway._finished(x, x.status, trio.current_time() - x.arrival)
-            x.tracer.finish(x.status, x.error)
+            pipeline.finish(x, x.status)
 
     # --- the upgrade ------------------------------------------------------------------------
 
     async def _upgrade(self, x: Exchange) -> None:
-        gateway = self.gateway
-        _, compiled = await gateway.admit_and_route(x, "GET")  # an upgrade is a GET
+        pipeline = self.pipeline
+        _, compiled = await pipeline.admit_and_route(x, "GET")  # an upgrade is a GET
         with trio.CancelScope(deadline=compiled.request_deadline(x.arrival)) as request_scope:
             # No body to read: an llm: route's backend is chosen by weight, not by model.
-            backend = await gateway.route_and_backend_stages(x, compiled, by_model=False)
+            backend = await pipeline.route_and_backend_stages(x, compiled, by_model=False)
             if backend.ai is not None:
                 raise BadRequest("bad request: WebSocket upgrade to an ai backend")
             assert x.nursery is not None
@@ -143,7 +141,7 @@ class WebSocketProxy:
         backend = x.backend
         assert backend is not None
         tr = x.tracer
-        pool = self.gateway.runtime.pool
+        pool = self.pipeline.runtime.pool
         host, headers = self._upstream_headers(x)
         tr.snapshot("final request", x, headers=headers)
         scope = x.scope
@@ -192,7 +190,7 @@ class WebSocketProxy:
     async def _handshake(self, nursery: trio.Nursery, stream: trio.abc.Stream, host: str, resource: str,
                          headers: list[Header], scope: Scope) -> WebSocketConnection:
         """The backend's opening handshake (a refusal is raised by the reader task in ``nursery``)."""
-        timeout = self.gateway.runtime.pool.connect_timeout
+        timeout = self.pipeline.runtime.pool.connect_timeout
         try:
             with trio.fail_after(timeout):
                 # trio-websocket reads and writes only the Stream interface: TCP or TLS alike.
@@ -222,7 +220,7 @@ class WebSocketProxy:
 
     def _response_headers(self, x: Exchange, headers: list[Header]) -> list[Header]:
         """Response hooks backend → route → listener, then ``x-ratelimit-*`` and stage extras."""
-        state = self.gateway.runtime.state
+        state = self.pipeline.runtime.state
         assert x.listener is not None and x.route is not None and x.backend_phase is not None
         for phase in (x.backend_phase, state.routes[x.route.key].phase, state.listeners[x.listener.key]):
             for stage in phase.response:
