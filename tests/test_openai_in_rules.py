@@ -121,3 +121,74 @@ def test_a_refusal_names_the_field_and_what_was_sent(request_, text):
         read_chat(request_, "gemini")
     assert raised.value.text == text + " cannot be translated to gemini"
     assert raised.value.field == text.partition(":")[0]
+
+
+def message(**fields):
+    return {"messages": [{"role": "user", "content": "hi", **fields}]}
+
+
+def assistant(**fields):
+    return {"messages": [{"role": "assistant", **fields}]}
+
+
+def tool(**function):
+    return {"messages": [USER], "tools": [{"type": "function", "function": {"name": "f", **function}}]}
+
+
+@pytest.mark.parametrize(("request_", "text"), [
+    ({"messages": "hi"}, "messages: a str"),
+    ({"messages": [USER], "max_completion_tokens": "7"}, "max_completion_tokens: a str"),
+    ({"messages": [USER], "stop": 5}, "stop: a int"),
+    ({"messages": [USER], "stream_options": "x"}, "stream_options: a str"),
+    ({"messages": [USER], "tool_choice": 5}, "tool_choice: a int"),
+    ({"messages": [USER], "user": 5}, "user: a int"),
+    ({"messages": [USER], "temperature": "hot"}, "temperature: a str"),
+    ({"messages": [USER], "top_p": "x"}, "top_p: a str"),
+    ({"messages": [USER], "tools": {}}, "tools: a dict"),
+    ({"messages": [USER], "tools": [5]}, "tools: a int where an object is expected"),
+    ({"messages": [USER], "parallel_tool_calls": "yes"}, "parallel_tool_calls: a str"),
+    ({"messages": [USER], "tools": [{"type": 5}]}, "tools[0].type: a int"),
+    ({"messages": [USER], "tools": [{"type": "function", "function": "f"}]}, "tools[0].function: a str"),
+    (tool(name=5), "tools[0].function.name: a int"),
+    (tool(description=5), "tools[0].function.description: a int"),
+    (tool(parameters="x"), "tools[0].function.parameters: a str"),
+    ({"messages": [{"role": 5}]}, "messages[0].role: a int"),
+    (message(content=5), "messages[0].content: a int"),
+    (message(content=[5]), "messages[0].content: a int where an object is expected"),
+    (message(content=[{"type": 5}]), "messages[0].content[0].type: a int"),
+    (message(content=[{"type": "text", "text": 5}]), "messages[0].content[0].text: a int"),
+    (message(content=[{"type": "image_url", "image_url": "x"}]), "messages[0].content[0].image_url: a str"),
+    (message(content=[{"type": "image_url", "image_url": {"url": 5}}]), "messages[0].content[0].image_url.url: a int"),
+    ({"messages": [{"role": "system", "content": [5]}]}, "messages[0].content: a int where an object is expected"),
+    ({"messages": [{"role": "system", "content": [{"type": 5}]}]}, "messages[0].content[0].type: a int"),
+    ({"messages": [{"role": "system", "content": [{"type": "text", "text": 5}]}]}, "messages[0].content[0].text: a int"),
+    (assistant(tool_calls={}), "messages[0].tool_calls: a dict"),
+    (assistant(tool_calls=[5]), "messages[0].tool_calls: a int where an object is expected"),
+    (assistant(tool_calls=[{"type": 5}]), "messages[0].tool_calls[0].type: a int"),
+    (assistant(tool_calls=[{"function": "f"}]), "messages[0].tool_calls[0].function: a str"),
+    (assistant(tool_calls=[{"function": {"name": 5}}]), "messages[0].tool_calls[0].function.name: a int"),
+    (assistant(tool_calls=[{"function": {"arguments": {}}}]), "messages[0].tool_calls[0].function.arguments: a dict"),
+    (assistant(tool_calls=[{"id": 5, "function": {}}]), "messages[0].tool_calls[0].id: a int"),
+    ({"messages": [{"role": "tool", "tool_call_id": 5}]}, "messages[0].tool_call_id: a int"),
+])
+def test_a_field_of_the_wrong_type_is_refused_in_the_openai_dialect(request_, text):
+    with pytest.raises(TranslationError) as raised:
+        read_chat(request_, "bedrock")
+    assert raised.value.text == text + " cannot be translated to bedrock"
+    assert raised.value.dialect == "openai" and raised.value.provider == "bedrock"
+
+
+def test_empty_texts_names_and_results_stay_empty():
+    chat = read_chat({"messages": [
+        {"role": "system", "content": ""},
+        {"role": "user", "content": [{"type": "text"}, {"type": "image_url", "image_url": {"url": "http://x/i"}}]},
+        {"role": "assistant", "refusal": "no", "content": [{"type": "text", "text": "a"}, {"type": "text"}],
+         "tool_calls": [{"function": {}}]},
+        {"role": "tool", "tool_call_id": "call_2_0"},
+    ]}, "gemini")
+    assert chat.system == [""] and chat.tool_choice is None
+    assert chat.turns == [
+        Turn("user", [Text(""), Image("messages[1].content[1].image_url.url", url="http://x/i")]),
+        Turn("assistant", [Text("a"), ToolCall("call_2_0", "", {})]),
+        Turn("user", [ToolResult("messages[3]", "call_2_0", "", "")]),
+    ]

@@ -41,3 +41,11 @@ def test_finish_gives_a_last_event_without_its_blank_line():
 def test_sse_frames_compact_json_named_or_not():
     assert sse({"a": [1, "é"]}) == 'data: {"a":[1,"é"]}\n\n'.encode()
     assert sse({"a": 1}, "delta") == b'event: delta\ndata: {"a":1}\n\n'
+
+
+def test_an_event_name_without_a_space_and_reading_on_after_finish():
+    reader = SseReader()
+    assert reader.feed(b"event:end\ndata:x\n\n") == [("end", "x")]
+    reader.feed(b"data: partial")
+    assert reader.finish() == [("message", "partial")]
+    assert reader.feed(b"data: y\n\n") == [("message", "y")]  # finish left nothing behind
