@@ -11,7 +11,8 @@ import trio.testing
 
 from trioproxy.errors import BasicAuthenticationBusy, BasicAuthenticationFailed
 from trioproxy.policies import basic_auth
-from trioproxy.policies.basic_auth import BasicAuthSpec, BasicAuthStage
+from trioproxy.policies.basic_auth import BasicAuthSpec
+from trioproxy.policies.stages import BasicAuthStage
 
 from .test_basic_auth import ALICE, BOB, CAROL
 from .test_basic_auth_rules import exchange
@@ -89,12 +90,12 @@ async def test_an_unknown_user_counts_against_the_busy_limit_as_a_known_one_does
 
 def test_the_dummy_hash_is_a_well_formed_hash_of_the_first_users_kind_and_cost():
     cost12 = "$2y$12$" + "a" * 53
-    assert basic_auth._dummy_hash((("a", cost12), ("b", ALICE))) == "$2y$12$" + "." * 53
-    assert basic_auth._dummy_hash((("a", ALICE),)) == ALICE[:7] + "." * 53
-    assert basic_auth._dummy_hash((("c", CAROL),)) == "$apr1$........$" + "." * 22
-    assert basic_auth._dummy_hash((("b", BOB),)) == "{SHA}" + "." * 28
-    assert basic_auth._dummy_hash(()) == "{SHA}" + "." * 28
-    dummy = basic_auth._dummy_hash((("a", ALICE),)).encode()
+    assert basic_auth.dummy_hash((("a", cost12), ("b", ALICE))) == "$2y$12$" + "." * 53
+    assert basic_auth.dummy_hash((("a", ALICE),)) == ALICE[:7] + "." * 53
+    assert basic_auth.dummy_hash((("c", CAROL),)) == "$apr1$........$" + "." * 22
+    assert basic_auth.dummy_hash((("b", BOB),)) == "{SHA}" + "." * 28
+    assert basic_auth.dummy_hash(()) == "{SHA}" + "." * 28
+    dummy = basic_auth.dummy_hash((("a", ALICE),)).encode()
     assert len(dummy) == len(ALICE) == 60
     assert bcrypt.checkpw(b"wonderland", dummy) is False  # bcrypt computes it (a malformed one raises)
 
