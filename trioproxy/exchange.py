@@ -202,6 +202,12 @@ class Exchange:
             assert self.nursery is not None
             self.nursery.cancel_scope.cancel()
 
+    def answered(self) -> None:
+        """An LLM stream's last event (``[DONE]``, ``message_stop``...) reached the client: the answer
+        is complete, and a close from now on is the client leaving (the OpenAI SDK closes on
+        ``[DONE]``), not a disconnect that would cancel the request before its end and its charge."""
+        self.finished = True
+
     def has_body(self) -> bool:
         return self._first_body is not None or self._declares_body
 
