@@ -144,3 +144,13 @@ async def test_translated_stream_closed_after_done_is_served_and_charged(autojum
         status, prompt = await _leave_after(gw, backend, "/v1/chat/completions", DONE)
         assert (status, prompt) == (200, 11)
         assert await _charged(gw) == 30
+
+
+async def test_translated_stream_left_mid_way_is_499_and_charged(autojump_clock: trio.abc.Clock) -> None:
+    """The Anthropic stream's ``message_start`` counted 11 input and 1 output tokens: charged, though
+    the client left before the end."""
+    backend = Stream(ANTHROPIC_EVENTS.split(b"event: content_block_stop")[0])
+    async with memory_gateway(ANTHROPIC, {"b.test:80": backend}) as gw:
+        status, prompt = await _leave_after(gw, backend, "/v1/chat/completions", b"hello")
+        assert (status, prompt) == (499, 11)
+        assert await _charged(gw) == 12
