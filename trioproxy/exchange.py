@@ -64,6 +64,7 @@ class Exchange:
         "_declares_body",
         "_first_body",
         "_watched_fd",
+        "answer_sent",
         "api_key",
         "arrival",
         "backend",
@@ -144,6 +145,7 @@ class Exchange:
         self.status = 0
         self.started = False
         self.finished = False
+        self.answer_sent = False  # an LLM stream's last event went out (``answered``)
         self.disconnected = False
         self.error: str | None = None
         self.error_kind: str | None = None  # the ProxyError class of the gateway's own answer
@@ -197,10 +199,20 @@ class Exchange:
                 return
 
     def _client_gone(self) -> None:
-        if not self.finished:  # after a complete response a close is just the client leaving
+        if self.finished:  # after a complete response a close is just the client leaving
+            return
+        # After an answer's last event too (its status stays), but the rest of the provider's message
+        # is not worth waiting for: the request ends now, its usage charged (gateway.py, ``_charge``).
+        if not self.answer_sent:
             self.disconnected = True
-            assert self.nursery is not None
-            self.nursery.cancel_scope.cancel()
+        assert self.nursery is not None
+        self.nursery.cancel_scope.cancel()
+
+    def answered(self) -> None:
+        """An LLM stream's last event (``[DONE]``, ``message_stop``...) reached the client: the answer
+        is complete, and a close from now on is the client leaving with it (the OpenAI SDK closes on
+        ``[DONE]``), not a disconnect (499)."""
+        self.answer_sent = True
 
     def has_body(self) -> bool:
         return self._first_body is not None or self._declares_body

@@ -343,31 +343,33 @@ class Gateway:
         timed = backend.ai is not None  # time to first token (gen_ai_server_* metrics)
         if timed and any(ready):
             x.first_chunk = trio.current_time()
-        async with x.corked():
-            await x.start_response(response.status, headers)
-            for chunk in ready:
-                if tap is not None and not (chunk := tap.feed(chunk)):
-                    continue
-                await x.send_body(chunk)
-            if complete:
-                await x.end_body(tap.end() if tap is not None else b"")
-        if not complete:
-            async with aclosing(response.body()) as chunks:
-                async for chunk in chunks:
-                    if timed and x.first_chunk is None:
-                        x.first_chunk = trio.current_time()
+        try:
+            async with x.corked():
+                await x.start_response(response.status, headers)
+                for chunk in ready:
                     if tap is not None and not (chunk := tap.feed(chunk)):
                         continue
                     await x.send_body(chunk)
-            await x.end_body(tap.end() if tap is not None else b"")
-        if tap is None:
-            return
-        usage = tap.usage()
-        if usage is not None:
-            _take_usage(x, usage)
-            for stage in finishers:
-                await stage.finish(x)
-        tr.body("response", tap.capture)
+                if complete:
+                    await x.end_body(tap.end() if tap is not None else b"")
+            if not complete:
+                if tap is not None and tap.ended:
+                    x.answered()
+                async with aclosing(response.body()) as chunks:
+                    async for chunk in chunks:
+                        if timed and x.first_chunk is None:
+                            x.first_chunk = trio.current_time()
+                        if tap is None:
+                            await x.send_body(chunk)
+                        elif chunk := tap.feed(chunk):
+                            await x.send_body(chunk)
+                            if tap.ended:
+                                x.answered()
+                await x.end_body(tap.end() if tap is not None else b"")
+        finally:
+            if tap is not None:
+                await _charge(x, tap.usage(), finishers)
+                tr.body("response", tap.capture)
 
     async def _send_translated(self, x: Exchange, body: bytes | None, stream: Any, response: UpstreamResponse,
                                status: int, headers: list[Header], finishers: Sequence[Any]) -> None:
@@ -383,22 +385,51 @@ class Gateway:
                 await x.send_body(body)
                 await x.end_body()
         if stream is not None:
-            async with aclosing(translate.translated_chunks(x, response, stream)) as chunks:
-                async for chunk in chunks:
-                    if x.first_chunk is None:  # time to first token (gen_ai_server_* metrics)
-                        x.first_chunk = trio.current_time()
-                    if capture is not None:
-                        capture.feed(chunk)
-                    await x.send_body(chunk)
-            await x.end_body()
-        usage = translate.usage(x.translation)
-        if usage is not None:
-            x.usage = usage
-            if x.llm is not None:  # cached, cache-write and reasoning tokens too, as for passthrough
-                x.llm.update(usage_fields(usage))
-            for stage in finishers:
-                await stage.finish(x)
-        x.tracer.body("response", capture)
+            try:
+                async with aclosing(translate.translated_chunks(x, response, stream)) as chunks:
+                    async for chunk in chunks:
+                        if x.first_chunk is None:  # time to first token (gen_ai_server_* metrics)
+                            x.first_chunk = trio.current_time()
+                        if capture is not None:
+                            capture.feed(chunk)
+                        await x.send_body(chunk)
+                        if stream.done:  # the client's terminator went out (message_stop, [DONE])
+                            x.answered()
+                await x.end_body()
+            finally:
+                await _charge_translated(x, finishers, capture)
+            return
+        await _charge_translated(x, finishers, capture)
+
+
+async def _charge_translated(x: Exchange, finishers: Sequence[Any], capture: BodyCapture | None) -> None:
+    """The usage the translation counted (a translated stream may not carry it), charged."""
+    usage = translate.usage(x.translation)
+    if usage is not None and x.llm is not None:  # cached, cache-write and reasoning tokens too, as for passthrough
+        x.llm.update(usage_fields(usage))
+    await _charge(x, usage, finishers, take=False)
+    x.tracer.body("response", capture)
+
+
+#: how long the ``finish`` hooks may take once the client left (a remote limiter's call)
+FINISH_DEADLINE = 2.0
+
+
+async def _charge(x: Exchange, usage: Usage | None, finishers: Sequence[Any], *, take: bool = True) -> None:
+    """The answer's usage charged by the ``finish`` hooks (token rate limits), once per request, even
+    when the client left mid-stream (499): the provider spent the tokens it reported. Shielded, so a
+    cancelled request still charges, and bounded, so a slow hook cannot hold the request's end."""
+    if usage is None:
+        return
+    if take:
+        _take_usage(x, usage)
+    else:
+        x.usage = usage
+    if not finishers:
+        return
+    with trio.CancelScope(shield=True, deadline=trio.current_time() + FINISH_DEADLINE):
+        for stage in finishers:
+            await stage.finish(x)
 
 
 async def _then(body: AsyncIterator[bytes], done: Callable[[], None]) -> AsyncIterator[bytes]:
@@ -487,6 +518,12 @@ class ResponseTap:
     def end(self) -> bytes:
         """The body's last bytes for the client (what the stripper held back)."""
         return self.stripper.finish() if self.stripper is not None else b""
+
+    @property
+    def ended(self) -> bool:
+        """The answer's last event went through (``UsageReader.ended``)."""
+        reader = self.reader
+        return reader is not None and reader.ended
 
     def usage(self) -> Usage | None:
         return self.reader.finish() if self.reader is not None else None

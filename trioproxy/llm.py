@@ -214,6 +214,10 @@ _USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
 #: what the usage reader looks for: OpenAI's and Anthropic's ``usage``, Gemini's ``usageMetadata``
 _READ_USAGE = re.compile(rb'"usage(?:Metadata)?"\s*:\s*\{')
 _NEWLINE = re.compile(rb"\r\n?|\n")
+#: the ``event:`` lines of the events that end a stream's answer: Anthropic's, the Responses API's
+#: (a tuple: a line may be a bytearray, which does not hash)
+_END_EVENTS = tuple(b"event:" + space + name for space in (b" ", b"") for name in (
+    b"message_stop", b"response.completed", b"response.incomplete", b"response.failed"))
 
 
 class _SseUsage:
@@ -225,12 +229,19 @@ class _SseUsage:
 
     Holds at most the current partial line and the data lines of the current event, each
     event bounded by ``max_event``; an over-long event is skipped, not buffered.
+
+    ``ended``: the event that ends the answer was read (OpenAI's ``[DONE]``, Anthropic's
+    ``message_stop``, the Responses API's ``response.completed``, Gemini's chunk with a
+    ``finishReason``): a client may close once it has it, with its whole answer.
     """
 
-    __slots__ = ("parts", "_max", "_partial", "_data", "_size", "_skip_lf", "_drop_line", "_drop_event")
+    __slots__ = ("parts", "ended", "_max", "_partial", "_data", "_size", "_skip_lf", "_drop_line", "_drop_event",
+                 "_end_event")
 
     def __init__(self, max_event: int) -> None:
         self.parts: _Parts | None = None
+        self.ended = False
+        self._end_event = False  # the current event's ``event:`` line names an answer's end
         self._max = max_event
         self._partial = b""  # incomplete last line
         self._data: list[bytes] = []  # data lines of the current event
@@ -281,20 +292,30 @@ class _SseUsage:
                 self._data.clear()
             else:
                 self._data.append(value)
-        # Other fields (event:, id:, retry:) and comments do not matter here.
+        elif line in _END_EVENTS:
+            self._end_event = True
+        # Other fields (id:, retry:) and comments do not matter here.
 
     def _dispatch(self) -> None:
         data = self._data
         self._data, self._size, self._drop_event = [], 0, False
+        if self._end_event:
+            self._end_event = False
+            self.ended = True
         if not data:
             return
         text = data[0] if len(data) == 1 else b"\n".join(data)
-        if _READ_USAGE.search(text) is None:  # also skips [DONE]
+        if _READ_USAGE.search(text) is None:
+            if text == b"[DONE]":
+                self.ended = True
             return
         try:
-            parts = _usage_parts(json.loads(text))
+            obj = json.loads(text)
+            parts = _usage_parts(obj)
         except ValueError:
             return
+        if isinstance(obj, dict) and _gemini_finished(obj):
+            self.ended = True
         if parts is None:
             return
         old = self.parts
@@ -318,10 +339,17 @@ class _SseUsage:
         return _usage(self.parts) if self.parts is not None else None
 
 
+def _gemini_finished(obj: dict[str, Any]) -> bool:
+    """A Gemini stream's chunk with a candidate's ``finishReason``: its last (it carries the usage)."""
+    candidates = obj.get("candidates")
+    return isinstance(candidates, list) and any(isinstance(c, dict) and c.get("finishReason") for c in candidates)
+
+
 class _JsonUsage:
     """Buffers a JSON body up to ``max_body`` bytes and parses it once at the end."""
 
     __slots__ = ("_max", "_chunks", "_size")
+    ended = False  # a whole body has no logical end before its last byte
 
     def __init__(self, max_body: int) -> None:
         self._max = max_body
@@ -388,6 +416,12 @@ class UsageReader:
     def active(self) -> bool:
         """False when this response cannot carry readable usage (feeding is then a no-op)."""
         return self._parser is not None
+
+    @property
+    def ended(self) -> bool:
+        """An event stream's answer is complete (its last event read): see ``_SseUsage``."""
+        parser = self._parser
+        return parser is not None and parser.ended
 
     def feed(self, chunk: bytes) -> None:
         parser = self._parser

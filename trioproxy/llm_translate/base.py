@@ -26,10 +26,13 @@ class ProviderRequest:
 class StreamTranslator:
     """Provider stream bytes in, client SSE bytes out; ``finish`` when the provider's stream ended.
     ``use``: the usage seen so far, in the client's dialect's shape (None until the provider gave one);
-    ``raw``: the provider's own usage object as its stream gave it, what the gateway counts."""
+    ``raw``: the provider's own usage object as its stream gave it, what the gateway counts;
+    ``done``: ``feed`` gave the client's stream its end (``[DONE]``, ``message_stop``): a client may
+    close once it has that, with its whole answer."""
 
     use: dict[str, Any] | None = None
     raw: dict[str, Any] | None = None
+    done = False
 
     def feed(self, chunk: bytes) -> bytes:
         raise NotImplementedError
