@@ -82,7 +82,6 @@ from .h2_frames import (
     hpack_int,
     hpack_literal,
 )
-from .protos import rls_pb2
 
 METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 PATH = METHOD.encode()
@@ -102,6 +101,8 @@ def header_block(authority: bytes, timeout_ms: int) -> bytes:
 
 def encode_request(domain: str, descriptors: Sequence[tuple[Sequence[tuple[str, str]], int | None]]) -> bytes:
     """``descriptors``: ``(entries, hits)``; hits None: one hit; 0: only look; n: add n (tokens)."""
+    from .protos import rls_pb2  # late: a gateway without remote limits never loads protobuf (docs/reliability.md RSS)
+
     request = rls_pb2.RateLimitRequest(domain=domain)
     for entries, hits in descriptors:
         d = request.descriptors.add()
@@ -695,6 +696,8 @@ class WireRlsClient:
         body = call.body
         if len(body) < 5 or body[0] != 0:
             raise RlsCallFailed("INTERNAL: bad or compressed response message")
+        from .protos import rls_pb2  # late, as in encode_request
+
         return rls_pb2.RateLimitResponse.FromString(bytes(body[5:5 + int.from_bytes(body[1:5], "big")]))
 
     def close(self) -> None:
