@@ -28,10 +28,10 @@ from bench.llm_load import BODY
 from bench.llm_mock import KEEP_ALIVE_RESPONSE
 from trioproxy.asgi import CLIENT_FD
 from trioproxy.config import parse_config
-from trioproxy.front_door import FrontDoor
-from trioproxy.gateway import Gateway
-from trioproxy.runtime import Runtime
-from trioproxy.upstream import UpstreamPool
+from trioproxy.frontend.front_door import FrontDoor
+from trioproxy.proxy.gateway import Gateway
+from trioproxy.proxy.runtime import Runtime
+from trioproxy.upstream.pool import UpstreamPool
 
 CONFIG = """binds:
 - port: 3000

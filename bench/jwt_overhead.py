@@ -137,7 +137,7 @@ def part_verify(rounds: int) -> list[dict]:
         ProviderSpec,
         parse_jwks,
     )
-    from trioproxy.policies.stages import JwtAuthStage
+    from trioproxy.proxy.stages import JwtAuthStage
 
     out = []
     for kind in ("RS256", "ES256", "EdDSA"):

@@ -1,5 +1,5 @@
 """CPU per request of LLM translation beside passthrough, at the level of the pure functions the gateway
-calls (trioproxy/llm_translate/): what a translated request adds to the gateway's own per-request cost.
+calls (trioproxy/llm/translate/): what a translated request adds to the gateway's own per-request cost.
 
 For each case, one "request" is what the gateway does with the bodies of one exchange:
 
@@ -26,8 +26,8 @@ from pathlib import Path
 
 from bench.harness import run_main, write_report
 from fixtures.mock_bedrock import event as bedrock_event
-from trioproxy.llm import UsageReader, prepare_request_body
-from trioproxy.llm_translate import AnthropicToOpenAI, OpenAIToAnthropic, OpenAIToBedrock, OpenAIToGemini
+from trioproxy.llm.translate import AnthropicToOpenAI, OpenAIToAnthropic, OpenAIToBedrock, OpenAIToGemini
+from trioproxy.llm.usage import UsageReader, prepare_request_body
 
 WORDS = [f"word{i} " for i in range(60)]
 TOOLS = [{"type": "function", "function": {"name": n, "description": "look something up", "parameters": {

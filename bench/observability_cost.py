@@ -20,9 +20,9 @@ import time
 
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from trioproxy.access_log import AccessLog, configure_logging
 from trioproxy.config.model import TracingSpec
-from trioproxy.otel import OtelTracing
+from trioproxy.telemetry.access_log import AccessLog, configure_logging
+from trioproxy.telemetry.otel import OtelTracing
 
 FIELDS = {"bind": "bind/3000", "gateway": "default/default", "listener": "default/default/bind/3000/listener0",
           "route": "default/default/bind/3000/listener0/default/echo", "endpoint": "127.0.0.1:8080",

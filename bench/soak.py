@@ -8,7 +8,7 @@ and end (after an idle settle).
 
     python -m bench.soak                 # 300 s
     python -m bench.soak --duration 30
-    python -m bench.soak --short         # ~8 s smoke test (tests/test_bench_smoke.py style)
+    python -m bench.soak --short         # ~8 s smoke test (tests/e2e/test_bench_smoke.py style)
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import trio
 
 from fixtures.echo_backend import EchoBackend
 from trioproxy.config import parse_config
-from trioproxy.server import ServerInfo, serve_gateway
+from trioproxy.frontend.server import ServerInfo, serve_gateway
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK_SERVERS = {"ADMIN_ADDR": "127.0.0.1:0", "STATS_ADDR": "127.0.0.1:0", "READINESS_ADDR": "127.0.0.1:0"}

@@ -1,6 +1,6 @@
 """The static config of the real Envoy the project runs: one HTTP/1.1 listener routing everything to one
 backend, optionally through Envoy's global ``ratelimit`` filter. One builder for the interop test
-(tests/test_ratelimit_envoy.py) and the peer of bench/proxy_compare.py, so both run the same Envoy.
+(tests/compat/test_ratelimit_envoy.py) and the peer of bench/proxy_compare.py, so both run the same Envoy.
 
 The config is JSON text: Envoy reads ``-c file.yaml`` as YAML, of which JSON is a subset."""
 

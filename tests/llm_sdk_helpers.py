@@ -1,5 +1,5 @@
 """A gateway in front of the strict provider mock (fixtures/mock_openai.py), for tests that use the
-official ``openai`` and ``anthropic`` SDKs as clients (tests/test_llm_sdk_*.py).
+official ``openai`` and ``anthropic`` SDKs as clients (tests/compat/test_llm_sdk_*.py).
 
 The routes carry a token budget, so a test can compare the tokens an SDK reports with what the
 limiter charged: ``LlmGateway.charged()`` is how far ``x-ratelimit-remaining`` fell since the last

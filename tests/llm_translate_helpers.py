@@ -12,7 +12,7 @@ from anthropic.types import Message, RawMessageStreamEvent
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from trioproxy.llm_translate.sse import SseReader
+from trioproxy.llm.translate.sse import SseReader
 
 _EVENT = pydantic.TypeAdapter(RawMessageStreamEvent)
 

@@ -29,12 +29,12 @@ import trio.testing
 
 from trioproxy.config import parse_config
 from trioproxy.config.model import Address
-from trioproxy.front_door import FrontDoor
-from trioproxy.gateway import Gateway
-from trioproxy.http1 import Http1Connection, Http1Server
-from trioproxy.runtime import Runtime
-from trioproxy.server import hypercorn_config
-from trioproxy.upstream import UpstreamPool
+from trioproxy.frontend.front_door import FrontDoor
+from trioproxy.frontend.http1 import Http1Connection, Http1Server
+from trioproxy.frontend.server import hypercorn_config
+from trioproxy.proxy.gateway import Gateway
+from trioproxy.proxy.runtime import Runtime
+from trioproxy.upstream.pool import UpstreamPool
 
 Header = tuple[bytes, bytes]
 MemoryPair = trio.StapledStream[trio.testing.MemorySendStream, trio.testing.MemoryReceiveStream]

@@ -12,8 +12,9 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import expect, sync_playwright
 
+from tests.e2e.test_webui_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, Page
+
 from .admin_helpers import GatewayProcess
-from .test_webui_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, Page
 
 OUT = ROOT / "docs" / "images"
 # The tests' gateway plus a listener-wide budget and a two-entry route limit, to show more rows.

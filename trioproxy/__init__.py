@@ -8,10 +8,10 @@ The public API for embedding the gateway (tests do exactly this)::
 
 from .config import Config, ConfigError, load_config, parse_config
 from .errors import ProxyError
-from .gateway import Gateway
-from .runtime import Runtime
-from .server import ServerInfo, StartupError, serve_gateway
-from .trace import TraceHub
+from .frontend.server import ServerInfo, StartupError, serve_gateway
+from .proxy.gateway import Gateway
+from .proxy.runtime import Runtime
+from .telemetry.trace import TraceHub
 from .version import __version__
 
 __all__ = [

@@ -1,7 +1,7 @@
 """The one key table of the trace viewer (key → named command), mitmproxy-style.
 
 Handlers are looked up by command name in ``tui.app``; the help legend is generated from this
-table, so a binding cannot exist without being documented (``tests/test_tui_keys.py``).
+table, so a binding cannot exist without being documented (``tests/unit/tui/test_tui_keys.py``).
 """
 
 from __future__ import annotations

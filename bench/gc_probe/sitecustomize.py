@@ -1,7 +1,7 @@
 """Loaded by a gateway that ``bench/llm_load.py --gateway-gc`` starts (this directory is put first
 on its PYTHONPATH): how its cyclic garbage collector runs, and what its pauses were.
 
-``TRIOPROXY_BENCH_GC``: ``periodic`` leaves ``trioproxy/gc_tuning.py`` as shipped (off, a full
+``TRIOPROXY_BENCH_GC``: ``periodic`` leaves ``trioproxy/frontend/gc_tuning.py`` as shipped (off, a full
 collection every 5 minutes); ``automatic`` freezes the startup objects but leaves CPython's
 collector running by allocation counts (what the gateway did before); ``off`` never collects.
 ``TRIOPROXY_BENCH_GC_LOG``: a JSON file rewritten after each collection, per generation
@@ -20,7 +20,7 @@ import time
 
 import trio
 
-from trioproxy import gc_tuning
+from trioproxy.frontend import gc_tuning
 
 MODE = os.environ.get("TRIOPROXY_BENCH_GC", "periodic")
 LOG = os.environ.get("TRIOPROXY_BENCH_GC_LOG")

@@ -17,7 +17,7 @@ from quart import Quart, request
 
 from ..cel import CelError, compile_expression
 from ..config.dump import config_dump
-from ..runtime import Runtime
+from ..proxy.runtime import Runtime
 
 PERCENTILES = (0.5, 0.9, 0.99)
 

@@ -17,10 +17,10 @@ from quart import Response, abort, redirect, request
 from quart.typing import ResponseReturnValue
 from quart_trio import QuartTrio
 
-from ..access_log import level_name, parse_level
 from ..asgi import ASGIApp
 from ..config.dump import config_dump
-from ..runtime import Runtime
+from ..proxy.runtime import Runtime
+from ..telemetry.access_log import level_name, parse_level
 from .api import register_api
 from .auth import require_token
 from .requests_api import serve_requests

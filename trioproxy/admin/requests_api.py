@@ -16,7 +16,7 @@ import trio
 
 from ..asgi import send_text
 from ..cel import CelError, compile_expression
-from ..history import History, Summary
+from ..telemetry.history import History, Summary
 
 MAX_LIMIT = 1_000_000
 KEEPALIVE = 1.0

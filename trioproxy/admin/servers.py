@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from ..asgi import ASGIApp, Receive, Scope, Send, send_text, serve_lifespan
-from ..metrics import Metrics
+from ..telemetry.metrics import Metrics
 
 
 def stats_app(metrics: Metrics, add: Callable[[bytes], Awaitable[bytes]] | None = None) -> ASGIApp:

@@ -21,8 +21,8 @@ import trio
 
 from ..asgi import send_text
 from ..cel import CelError, compile_expression
-from ..metrics import Metrics
-from ..trace import REDACTED, TooManyWatchers, TraceHub, Watcher
+from ..telemetry.metrics import Metrics
+from ..telemetry.trace import REDACTED, TooManyWatchers, TraceHub, Watcher
 
 T = TypeVar("T")
 

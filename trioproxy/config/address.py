@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from attrs import frozen
 
-from ..backend_tls import SYSTEM_TRUST, BackendTls
+from .backend_tls import SYSTEM_TRUST, BackendTls
 
 __all__ = ["Address", "TlsAddress"]
 

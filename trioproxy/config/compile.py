@@ -22,8 +22,7 @@ from typing import Any
 import attrs
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from ..backend_tls import SYSTEM_TRUST, BackendTls, TlsConfigError, build_context, file_fingerprint
-from ..llm_providers import (
+from ..llm.providers import (
     PRESETS,
     PROVIDERS,
     ROUTE_KINDS,
@@ -52,6 +51,7 @@ from ..policies.retry import RetrySpec
 from ..policies.url_rewrite import RedirectSpec, UrlRewriteSpec
 from . import document as d
 from . import model as m
+from .backend_tls import SYSTEM_TRUST, BackendTls, TlsConfigError, build_context, file_fingerprint
 from .describe import SIMPLE_ENV, Origin, Reader
 from .scalars import parse_duration, parse_server_address
 
@@ -561,7 +561,7 @@ def _listener(listener: d.Listener, port: int, r: Reader) -> m.Listener:
 
 def _listener_tls(listener: d.Listener, r: Reader) -> m.ListenerTls | None:
     """The listener's TLS files, checked now (readable, a matching chain and key, a CA bundle)."""
-    from ..listener_tls import TlsFileError, server_context
+    from .listener_tls import TlsFileError, server_context
 
     value = listener.tls
     if value is None:
@@ -630,7 +630,7 @@ def _made(cls: type, **fields: Any) -> Any:
 
 def _llm(llm: d.Llm, r: Reader) -> m.Bind:
     """``llm:`` → one bind, one listener, one route whose ``ai`` backends are chosen by model."""
-    from ..llm_models import specificity, validate_pattern
+    from ..llm.models import specificity, validate_pattern
 
     port = llm.port if llm.port is not None else DEFAULT_LLM_PORT
     listener_key = f"default/default/bind/{port}/listener0"

@@ -13,7 +13,6 @@ from typing import Any, Literal
 import attrs
 from attrs import frozen
 
-from ..backend_tls import BackendTls
 from ..policies.api_key import ApiKeySpec
 from ..policies.authorization import AuthorizationSpec
 from ..policies.backend_auth import BackendAuth as BackendAuth
@@ -34,6 +33,7 @@ from ..policies.timeout import TimeoutPolicy as TimeoutPolicy
 from ..policies.url_rewrite import RedirectSpec, UrlRewriteSpec
 from .address import Address as Address
 from .address import TlsAddress as TlsAddress
+from .backend_tls import BackendTls
 
 PathKind = Literal["exact", "pathPrefix", "regex"]
 MatchKind = Literal["exact", "regex"]

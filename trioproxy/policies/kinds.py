@@ -3,7 +3,7 @@
 One row per kind a config can set, in the order traces and ``/config_dump`` list them: its wire
 name, the attribute it has on ``document.*Policies`` and ``model.Policies``, and the phases it is
 accepted in. From it: ``model.TRACE_KINDS``, the ``agentgateway_fields`` entries for the phases
-trioproxy leaves out, and the checks (tests/test_policy_kinds.py) that the typed phase classes,
+trioproxy leaves out, and the checks (tests/unit/policies/test_policy_kinds.py) that the typed phase classes,
 ``compile.POLICY_COMPILERS`` and ``stages.STAGE_ORDER`` cover exactly these kinds. How to add
 one: docs/pipeline.md, "Adding a policy kind".
 """

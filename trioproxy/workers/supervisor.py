@@ -33,9 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ..admin.servers import stats_app
 from ..config.model import Config
 from ..config.scalars import parse_workers
-from ..history import Summary
-from ..runtime import Runtime
-from ..server import (
+from ..frontend.server import (
     ServerInfo,
     StartupError,
     bind_sockets,
@@ -44,8 +42,10 @@ from ..server import (
     register_gateway,
     serve_own_servers,
 )
-from ..server import watch_config as server_watch_config
+from ..frontend.server import watch_config as server_watch_config
+from ..proxy.runtime import Runtime
 from ..settle import POLL_SECONDS, SettledFile
+from ..telemetry.history import Summary
 from .control import Control
 from .metrics_merge import merge
 from .shared_limits import SharedLimits

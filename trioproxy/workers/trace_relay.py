@@ -20,7 +20,7 @@ from typing import Any
 import trio
 
 from ..cel import CelError, compile_expression
-from ..trace import Follower, TraceHub, Tracer, Watcher
+from ..telemetry.trace import Follower, TraceHub, Tracer, Watcher
 from . import shared_memory
 
 _MAGIC = b"TPTRACE1"

@@ -22,15 +22,15 @@ from typing import Any
 import trio
 from prometheus_client import Counter
 
-from .. import gc_tuning
-from ..access_log import configure_logging
 from ..config.model import Config
-from ..connections import DEFAULT_MAX_CONNECTIONS, raise_nofile_limit
-from ..front_door import FrontDoor
-from ..gateway import Gateway
-from ..runtime import Runtime
-from ..server import connection_counter, count_reject, listener_tls_contexts, serve_app
-from ..trace import Watcher
+from ..frontend import gc_tuning
+from ..frontend.connections import DEFAULT_MAX_CONNECTIONS, raise_nofile_limit
+from ..frontend.front_door import FrontDoor
+from ..frontend.server import connection_counter, count_reject, listener_tls_contexts, serve_app
+from ..proxy.gateway import Gateway
+from ..proxy.runtime import Runtime
+from ..telemetry.access_log import configure_logging
+from ..telemetry.trace import Watcher
 from .control import Control
 from .shared_limits import SharedLimits
 from .trace_relay import TraceTable, WorkerTraceHub, forward_events

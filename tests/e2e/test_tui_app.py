@@ -1,0 +1,207 @@
+"""The viewer driven through prompt-toolkit's pipe input, as a terminal would drive it."""
+
+import asyncio
+import base64
+import io
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from prompt_toolkit.data_structures import Size
+from prompt_toolkit.input import create_pipe_input
+from prompt_toolkit.output import DummyOutput
+from prompt_toolkit.output.vt100 import Vt100_Output
+
+from tests.fake_trace_gateway import FakeGateway, canned_events
+from trioproxy.tui.app import TraceApp
+from trioproxy.tui.state import TraceView
+
+UP, DOWN, TAB, ESC = "\x1b[A", "\x1b[B", "\t", "\x1b"
+
+
+async def _aiter(events, gate=None):
+    """Yield ``events``; with ``gate=(i, reached, release)`` pause before event i."""
+    for i, event in enumerate(events):
+        if gate is not None and i == gate[0]:
+            gate[1].set()
+            await gate[2].wait()
+        yield event
+
+
+def drive(source, keys, *, view=None, output=None, before_keys=None):
+    """Run the app, wait until the source is done (or ``before_keys`` is set), type ``keys``."""
+
+    async def scenario():
+        with create_pipe_input() as inp:
+            app = TraceApp(source, view, input=inp, output=output or DummyOutput())
+            task = asyncio.create_task(app.run())
+            await asyncio.wait_for((before_keys or app.source_done).wait(), 10)
+            for key in keys:
+                inp.send_text(key)
+            rc = await asyncio.wait_for(task, 10)
+            return app, rc
+
+    return asyncio.run(scenario())
+
+
+def test_keys_switch_modes_focus_and_quit():
+    events = canned_events("POST", "/v1/chat", body=b"hi")
+    app, rc = drive(_aiter(events), ["s", "d", "e", TAB, DOWN, DOWN, TAB, UP, UP, "f", "q"])
+    assert rc == 0
+    assert [c for c, _ in app.history] == [
+        "view.snapshot", "view.diff", "view.event", "pane.next", "cursor.down", "cursor.down",
+        "pane.next", "cursor.up", "cursor.up", "view.format", "app.quit"]
+    assert [t for _, t in app.history][:3] == ["Snapshot", "Snapshot Diff", "Raw Event"]
+    view = app.view
+    assert view.complete and view.status_line() == "stream complete, press q to exit"
+    assert view.details_scroll == 0  # scrolled down twice in details, then reset by moving rows
+    assert view.selected_row == len(events) - 3 and not view.follow_rows
+    assert view.fmt == "json"
+
+
+def test_escape_quits():
+    app, rc = drive(_aiter(canned_events()), [ESC])
+    assert rc == 0 and app.history[-1][0] == "app.quit"
+
+
+def test_selection_follows_live_stream_and_waiting_status():
+    events = canned_events()
+    half = len(events) // 2
+
+    async def scenario():
+        reached, release = asyncio.Event(), asyncio.Event()
+        with create_pipe_input() as inp:
+            app = TraceApp(_aiter(events, (half, reached, release)), input=inp, output=DummyOutput())
+            assert app.view.status_line() == "waiting for trace data"
+            task = asyncio.create_task(app.run())
+            await reached.wait()  # the pump has folded every event before the gate
+            assert app.view.selected_row == half - 1
+            assert app.view.status_line() == f"{half} events"
+            release.set()
+            await app.source_done.wait()
+            assert app.view.selected_row == len(events) - 1
+            inp.send_text("q")
+            return await task
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 10)) == 0
+
+
+def test_source_error_is_shown_in_status_line():
+    async def failing():
+        yield canned_events()[0]
+        raise RuntimeError("admin server went away")
+
+    app, rc = drive(failing(), ["q"])
+    assert app.view.error == "admin server went away"
+    assert app.view.status_line() == "admin server went away"
+    assert len(app.view.trace.rows) == 1
+
+
+def test_screen_and_osc52_copy():
+    buf = io.StringIO()
+    out = Vt100_Output(buf, lambda: Size(rows=40, columns=160), term="xterm")
+    app, rc = drive(_aiter(canned_events()), ["s", "c", "q"], output=out)
+    screen = buf.getvalue()
+    for text in ("Events", "Snapshot", "Request Done", "request finished status=200", "Help", "tab switch pane"):
+        assert text in screen, text
+    osc = screen.split("\x1b]52;c;", 1)[1].split("\x07", 1)[0]
+    copied = base64.b64decode(osc).decode()
+    assert copied == app.view.details_text() and "stage: final response" in copied
+
+
+def test_follow_view_shows_request_list():
+    buf = io.StringIO()
+    out = Vt100_Output(buf, lambda: Size(rows=40, columns=160), term="xterm")
+    events = canned_events("GET", "/first") + canned_events("DELETE", "/second", status=404)
+    app, rc = drive(_aiter(events), [TAB, TAB, UP, "q"], view=TraceView(show_requests=True), output=out)
+    assert app.view.focus == "requests" and app.view.selected_request == 0
+    screen = buf.getvalue()
+    assert "Requests" in screen and "/second" in screen and "DELETE" in screen
+
+
+# -- end to end in a real terminal (tmux) ---------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Tmux:
+    """One private tmux server (own socket), so the test never touches the user's sessions."""
+
+    def __init__(self, command: str) -> None:
+        self.socket = f"trioproxy-test-{uuid.uuid4().hex[:8]}"
+        self._tmux("new-session", "-d", "-x", "160", "-y", "40", "-s", "t", command)
+
+    def _tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, *args], check=True, capture_output=True,
+                              text=True).stdout
+
+    def keys(self, *keys: str) -> None:
+        self._tmux("send-keys", "-t", "t", *keys)
+
+    def screen(self) -> str:
+        return self._tmux("capture-pane", "-p", "-t", "t")
+
+    def wait_for(self, predicate, what: str, timeout: float = 10.0) -> str:
+        """Poll the screen (bounded) until ``predicate(screen)``; fail with the last screen."""
+        deadline = time.monotonic() + timeout
+        while True:
+            screen = self.screen()
+            if predicate(screen):
+                return screen
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; screen:\n{screen}")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+
+
+def _details(screen: str) -> list[str]:
+    """Right-hand pane text: what follows the border between the two frames of the top line."""
+    lines = screen.splitlines()
+    split = lines[0].index("┐┌") + 2
+    return [line[split:] for line in lines]
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+def test_tmux_end_to_end_inject(tmp_path):
+    with FakeGateway() as gw:
+        cmd = [sys.executable, "-m", "trioproxy.cli.trace_cli", "--local", "--proxy-admin-port", str(gw.admin_port),
+               "--port", str(gw.listener_port), "--", "http://api.example.com/v1/chat", "-d", "hi there"]
+        script = (f"cd {shlex.quote(str(ROOT))} && PYTHONPATH=. TERM=xterm-256color {shlex.join(cmd)}; "
+                  "echo TRACE-EXIT=$?; exec sleep 60")
+        tmux = Tmux(f"sh -c {shlex.quote(script)}")
+        try:
+            screen = tmux.wait_for(lambda s: "stream complete, press q to exit" in s, "the trace")
+            assert "Raw Event" in screen and "Request Done" in screen and "request finished status=200" in screen
+            assert 'Route           selected "default/default/bind/3000/listener0/' in screen
+            assert "type: requestFinished" in screen  # follows the newest row
+            assert gw.traced[0]["headers"]["host"] == "api.example.com" and gw.traced[0]["body"] == b"hi there"
+
+            tmux.keys("s")
+            screen = tmux.wait_for(lambda s: " Snapshot " in s and "stage: final response" in s, "snapshot")
+            assert "hello from backend" in screen  # decoded response body
+            tmux.keys("d")
+            tmux.wait_for(lambda s: "Snapshot Diff" in s and "final response → response body" in s, "diff")
+            tmux.keys("e")
+            tmux.wait_for(lambda s: "type: requestFinished" in s, "raw event again")
+
+            tmux.keys("Up", "Up")  # two rows up: the response snapshot 'final response'
+            tmux.wait_for(lambda s: "stage: final response" in "\n".join(_details(s)), "row selection")
+
+            before = _details(tmux.screen())
+            tmux.keys("Tab", "Down", "Down", "Down")  # arrows now scroll the details pane
+            tmux.wait_for(lambda s: _details(s)[1:5] != before[1:5], "details scroll")
+            tmux.keys("Tab", "Up")
+            tmux.wait_for(lambda s: "stage: backend response ready" in "\n".join(_details(s)), "row up")
+
+            tmux.keys("q")
+            screen = tmux.wait_for(lambda s: "TRACE-EXIT=" in s, "exit")
+            assert "TRACE-EXIT=0" in screen and "Traceback" not in screen
+        finally:
+            tmux.close()

@@ -1,0 +1,47 @@
+"""``--workers 2``: ``/debug/trace?follow=true`` on the supervisor keeps every request of a
+back-to-back run, whichever worker served it (the follower re-arms when a worker's claim arrives)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import trio
+
+from tests.conftest import free_port
+from tests.e2e.test_workers import fresh_get, launch, routes  # noqa: F401  (fixture)
+
+N = 20
+
+
+async def test_follow_stream_keeps_every_request_across_workers(launch, backend, nursery):  # noqa: F811
+    port = free_port()
+    gw = await launch(routes(port, backend.port), bind_port=port)
+    paths: list[str] = []
+    ready, done = trio.Event(), trio.Event()
+
+    async def follow() -> None:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(30, read=None)) as client:
+            async with client.stream("POST", f"{gw.admin_url}/debug/trace", params={"follow": "true"}) as response:
+                assert response.status_code == 200
+                async for line in response.aiter_lines():
+                    if line == ": ready":
+                        ready.set()
+                    elif line.startswith("data: "):
+                        message = json.loads(line[6:])["message"]
+                        if message["type"] == "requestSnapshot" and message["stage"] == "initial request":
+                            paths.append(message["requestState"]["request"]["path"])
+                            if len(paths) == N:
+                                done.set()
+                                return
+
+    nursery.start_soon(follow)
+    with trio.fail_after(60):
+        await ready.wait()
+        for i in range(N):
+            assert (await fresh_get(f"{gw.url}/w{i}")).status_code == 200
+        with trio.move_on_after(20):
+            await done.wait()
+    assert paths == [f"/w{i}" for i in range(N)]
+    spread = await gw.per_worker()
+    assert all(spread[w] > 0 for w in ("0", "1")), spread

@@ -1,0 +1,1 @@
+"""Checks of the repository as a whole: README, docs, CI script, packaging, the import graph."""

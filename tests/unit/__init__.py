@@ -1,0 +1,1 @@
+"""In-process tests, one folder per package of trioproxy/ (base: its top-level modules)."""

@@ -1,0 +1,429 @@
+"""HTTP/1.1 on a plain data-plane bind: one loop per client connection around h11, calling the
+gateway's ASGI app inline.
+
+Why not hypercorn here: its HTTP/1.1 path takes every request through four layers (``TCPServer``,
+``ProtocolWrapper``, ``H11Protocol``, ``HTTPStream``), a new task per request fed through a memory
+channel, and a lock around every write. This loop does what those layers did for the gateway and
+nothing more (the instructions it saves per request: docs/protocols.md, bench/README.md):
+
+- **framing**: h11's state machine parses each request (head, Content-Length or chunked body,
+  keep-alive, HTTP/1.0) and frames each response, as the upstream pool uses it. One h11 connection
+  per request: the bytes after a request (pipelined ones) are carried to the next.
+- **the ASGI scope hypercorn builds** (``type``, ``http_version``, ``method``, ``scheme``, ``path``,
+  ``raw_path``, ``query_string``, ``headers``, ``client``, ``server``), with the app run in the
+  connection's own task. ``receive`` reads the socket when the app asks for body; once the body is
+  read it waits for the client's close and reports ``http.disconnect``, as hypercorn's does.
+  ``send`` never raises for a client that left: the app learns it from ``receive``, or from
+  ``disconnect_monitor.py`` watching the socket the scope hands it (``asgi.CLIENT_FD``).
+- **what connections.py adds to hypercorn**, the same here: the head size limit however the bytes
+  arrive (431), the head timeout from a head's first byte (408), the idle timeout between requests
+  (close), a client's EOF while idle frees the socket at once, ``100 Continue`` only when the app
+  first reads the body, a reason phrase on every status line, and ``asgi.CORK``.
+- **everything else goes to hypercorn**: a request head carrying ``Upgrade`` (WebSocket, h2c) or the
+  HTTP/2 preface (h2c prior knowledge) hands the connection, with every byte read so far, to
+  hypercorn's connection task (``connections.py``), which serves it from then on.
+
+A stream without a socket (``trio.testing`` memory streams) is served too, through trio's stream
+calls and without ``CLIENT_FD``: tests/memory_harness.py drives the whole gateway that way, under a
+virtual clock (docs/testing.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import select
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import unquote
+
+import h11
+import trio
+
+from .. import direct_io
+from ..asgi import CLIENT_FD, CORK, Cork, Scope
+from ..upstream.pool import is_readable
+
+log = logging.getLogger("trioproxy")
+
+MAX_RECV = 65536
+#: bytes a client may send ahead (pipelined) while its request is served; past it nothing more is read
+MAX_AHEAD = 65536
+HEAD_END = re.compile(rb"\n\r?\n")  # where h11 ends a head too
+BLANK_LINES = re.compile(rb"[\r\n]*")  # h11 skips these before a head
+HANDOFF = re.compile(rb"\nupgrade[ \t]*:", re.IGNORECASE)
+PREFACE = b"PRI * HTTP/2.0"
+ASGI_VERSION = {"spec_version": "2.1", "version": "3.0"}
+REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
+
+HEAD_TIMEOUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\ncontent-length: 21\r\n"
+                b"connection: close\r\n\r\nrequest head timeout\n")
+HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain\r\n"
+                  b"content-length: 32\r\nconnection: close\r\n\r\nrequest header fields too large\n")
+DISCONNECT = {"type": "http.disconnect"}
+
+
+def suppress_body(method: str, status: int) -> bool:
+    """A response that carries no body whatever the app sends (RFC 9110 §6.4.1)."""
+    return method == "HEAD" or status < 200 or status in (204, 304)
+
+
+def error_answer(status: int, what: str) -> bytes:
+    """The server's own answer, then a close: plain text naming the fault (docs/reliability.md),
+    never h11's message, which can quote the client's bytes as a Python repr."""
+    phrase = REASONS.get(status, b"Error")
+    body = phrase.lower() + b": " + what.encode() + b"\n"
+    return (b"HTTP/1.1 %d %s\r\ncontent-type: text/plain\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+            % (status, phrase, len(body), body))
+
+
+class PrefixedStream(trio.abc.HalfCloseableStream):
+    """A socket stream whose first reads return bytes already read from it (the hand-off)."""
+
+    def __init__(self, stream: trio.abc.HalfCloseableStream, prefix: bytes) -> None:
+        self.stream = stream
+        self.socket = getattr(stream, "socket", None)  # hypercorn reads the peer's address from it
+        self._prefix = prefix
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        if self._prefix:
+            await trio.lowlevel.checkpoint()
+            data, self._prefix = self._prefix, b""
+            return data
+        return await self.stream.receive_some(max_bytes)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.stream.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        await self.stream.send_eof()
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+class Http1Server:
+    """What the connections of one bind share: the app, the limits, and the shutdown signal."""
+
+    def __init__(self, app: Any, *, idle_timeout: float, header_timeout: float, max_head: int,
+                 handoff: Callable[[trio.abc.Stream], Awaitable[None]]) -> None:
+        self.app = app
+        self.idle_timeout = idle_timeout  # from a response's end (or the accept) to the next head's end
+        self.header_timeout = header_timeout  # from a head's first byte to its end
+        self.max_head = max_head
+        self.handoff = handoff  # hypercorn's connection task, for what this loop does not serve
+        self.terminated = False
+        self._waiting: set[trio.CancelScope] = set()  # connections idle between requests
+
+    def terminate(self) -> None:
+        """Shutting down: idle connections close now, busy ones after their response."""
+        self.terminated = True
+        for scope in self._waiting:
+            scope.cancel()
+
+    async def __call__(self, stream: trio.SocketStream) -> None:
+        await Http1Connection(self, stream).run()
+
+
+class Http1Connection:
+    """One client connection: read a head, run the app, repeat while the connection may be kept."""
+
+    __slots__ = ("server", "stream", "fd", "client", "address", "buffer", "parser", "method", "status", "headers",
+                 "head_sent", "complete", "body_done", "gone", "broken", "ahead", "continue_owed", "corked", "served",
+                 "_stashed")
+
+    parser: h11.Connection  # this request's h11 state
+    method: str
+    status: int | None  # None until ``http.response.start``
+    headers: list[tuple[bytes, bytes]]
+    broken: int
+
+    def __init__(self, server: Http1Server, stream: trio.abc.HalfCloseableStream, *,
+                 client: tuple[str, int] | None = None) -> None:
+        self.server = server
+        self.stream = stream
+        if isinstance(stream, trio.SocketStream):
+            sock = stream.socket
+            self.fd = sock.fileno()
+            self.client = _address(sock.getpeername())
+            self.address = _address(sock.getsockname())
+        else:  # a stream without a socket (tests/memory_harness.py): trio's stream calls, ``client`` given
+            self.fd = -1
+            self.client = client
+            self.address = None
+        self.buffer = bytearray()  # bytes read and not yet given to a request's h11 connection
+        self.corked: list[bytes] | None = None
+        self.gone = False  # the client left (EOF, reset, a failed write)
+        self.served = False  # a first request arrives with the connection; later ones are awaited
+
+    async def run(self) -> None:
+        try:
+            while await self._serve_one():
+                pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass  # the client reset the connection: nothing to answer
+
+    # --- one request ------------------------------------------------------------------------
+
+    async def _serve_one(self) -> bool:
+        """Serve the next request; False when the connection is to close."""
+        head = await self._read_head()
+        if head is None:
+            return False
+        conn = self.parser = h11.Connection(h11.SERVER, max_incomplete_event_size=self.server.max_head)
+        conn.receive_data(head)
+        try:
+            request = conn.next_event()
+        except h11.RemoteProtocolError as error:
+            await self._write(error_answer(error.error_status_hint, "malformed request head"))
+            return False
+        if type(request) is not h11.Request:  # pragma: no cover - a complete head is a request or an error
+            return False
+        self.method = method = request.method.decode("ascii").upper()
+        self.status = None
+        self.headers = []
+        self.head_sent = self.complete = self.body_done = self.gone = False
+        self.broken = 0  # the status h11 suggests for a malformed body
+        self.ahead = 0
+        self.continue_owed = conn.they_are_waiting_for_100_continue
+        self._stashed: Any = None
+        path, _, query = request.target.partition(b"?")
+        scope: Scope = {
+            "type": "http", "asgi": ASGI_VERSION, "http_version": request.http_version.decode(),
+            "method": method, "scheme": "http", "path": unquote(path.decode("ascii")), "raw_path": path,
+            "query_string": query, "root_path": "", "headers": list(request.headers),
+            "client": self.client, "server": self.address,
+            # CLIENT_FD: one request at a time per socket, so the gateway may watch it for the
+            # client's close itself (disconnect_monitor.py) instead of waiting in ``receive``.
+            "extensions": {CORK: self._cork, CLIENT_FD: self.fd} if self.fd >= 0 else {CORK: self._cork},
+        }
+        try:
+            await self.server.app(scope, self.receive, self.send)
+        except Exception:
+            log.exception("Error in ASGI Framework")
+        if self.gone:
+            return False
+        if not self.head_sent:
+            # No answer: an app error, or the client left (the app was told by the disconnect
+            # monitor, not through ``receive``): a client that closed gets nothing.
+            if self.fd < 0 or not peer_closed(self.fd):
+                await self._write(error_answer(500, "the request was not answered"))
+            return False
+        while conn.their_state is h11.SEND_BODY:  # a body the app did not ask for (none, or already here)
+            event = self._next_event()
+            if event is None or event is h11.NEED_DATA:
+                break  # still on the wire: the connection closes instead of reading it
+        if not self.complete or conn.our_state is not h11.DONE or conn.their_state is not h11.DONE \
+                or self.server.terminated:
+            return False  # a truncated answer, a body left unread, connection: close, or shutdown
+        self.buffer = bytearray(conn.trailing_data[0])  # what the client sent after this request
+        self.served = True
+        return True
+
+    async def _read_head(self) -> bytes | None:
+        """The next request head (and any bytes after it), or None: the client left, the idle or
+        head timeout passed, the head was too large, or the connection was handed to hypercorn."""
+        server = self.server
+        buffer = self.buffer
+        now = trio.current_time()
+        idle_deadline = now + server.idle_timeout
+        head_deadline = math.inf
+        searched = 0
+        while True:
+            if buffer:
+                start = BLANK_LINES.match(buffer).end()  # type: ignore[union-attr]  # matches empty
+                if head_deadline == math.inf:
+                    head_deadline = now + server.header_timeout
+                end = HEAD_END.search(buffer, max(start, searched - 2))
+                if (end.end() if end else len(buffer)) > server.max_head:
+                    await self._write(HEAD_TOO_LARGE)
+                    return None
+                if end is not None:
+                    head = bytes(buffer)
+                    if head.startswith(PREFACE, start) or HANDOFF.search(head, start, end.end()):
+                        await server.handoff(PrefixedStream(self.stream, head))
+                        return None
+                    return head
+                searched = len(buffer)
+            if server.terminated and not buffer:
+                return None
+            with trio.CancelScope(deadline=min(idle_deadline, head_deadline)) as wait:
+                if not buffer:
+                    server._waiting.add(wait)
+                try:
+                    data = await self._read(wait_first=self.served or bool(buffer))
+                finally:
+                    server._waiting.discard(wait)
+            if wait.cancelled_caught:
+                if not buffer and not server.terminated and is_readable(self.stream):
+                    # A request (or the client's close) arrived as the idle time ran out: take it.
+                    idle_deadline = trio.current_time() + server.idle_timeout
+                    continue
+                if buffer and not server.terminated:
+                    await self._write(HEAD_TIMEOUT)
+                return None
+            if not data:
+                return None
+            now = trio.current_time()
+            buffer += data
+
+    # --- ASGI receive -----------------------------------------------------------------------
+
+    async def receive(self) -> dict[str, Any]:
+        if self.body_done:
+            return await self._wait_disconnect()
+        if self.continue_owed:
+            self.continue_owed = False
+            if not self.head_sent:
+                await self._write(self.parser.send(h11.InformationalResponse(status_code=100, headers=[],
+                                                                          reason=b"Continue")) or b"")
+        while True:
+            event = self._next_event()
+            kind = type(event)
+            if kind is h11.Data:
+                data = bytes(event.data)
+                following = self._next_event()  # a body that arrived whole is one message
+                if type(following) is h11.EndOfMessage:
+                    self.body_done = True
+                    return {"type": "http.request", "body": data, "more_body": False}
+                self._stashed = following
+                return {"type": "http.request", "body": data, "more_body": True}
+            if kind is h11.EndOfMessage:
+                self.body_done = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            if event is h11.NEED_DATA:
+                data = await self._read(wait_first=False)
+                if not data:
+                    self.gone = True
+                    return DISCONNECT
+                self.parser.receive_data(data)
+                continue
+            # A malformed body (h11 raised): answered here, as hypercorn does, and the connection
+            # ends; to the app it is a client that left.
+            if self.broken and not self.head_sent:
+                await self._write(error_answer(self.broken, "malformed request body"))
+            self.gone = True
+            return DISCONNECT
+
+    def _next_event(self) -> Any:
+        event, self._stashed = self._stashed, None
+        if event is not None:
+            return event
+        try:
+            return self.parser.next_event()
+        except h11.RemoteProtocolError as error:
+            self.broken = error.error_status_hint
+            return None
+
+    async def _wait_disconnect(self) -> dict[str, Any]:
+        """After the body: the client's close, while bytes it sends ahead wait for their turn."""
+        while not self.gone:
+            if self.ahead > MAX_AHEAD:
+                await trio.sleep_forever()  # read no more until this request is answered
+            data = await self._read(wait_first=True)
+            if not data:
+                self.gone = True
+                break
+            self.ahead += len(data)
+            self.parser.receive_data(data)
+        return DISCONNECT
+
+    # --- ASGI send --------------------------------------------------------------------------
+
+    async def send(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            if self.status is not None:
+                raise RuntimeError("http.response.start sent twice")
+            self.status = int(message["status"])
+            self.headers = message.get("headers", [])
+            return
+        if kind != "http.response.body" or self.status is None or self.complete:
+            raise RuntimeError(f"unexpected ASGI message {kind!r} in this state")
+        conn = self.parser
+        parts: list[bytes] = []
+        if not self.head_sent:
+            parts.append(self._head(conn))
+            self.head_sent = True
+        body = message.get("body", b"")
+        if body and not suppress_body(self.method, self.status):
+            parts.append(conn.send(h11.Data(data=body)) or b"")
+        if not message.get("more_body", False):
+            parts.append(conn.send(h11.EndOfMessage()) or b"")
+            self.complete = True
+        data = b"".join(parts)
+        if self.corked is not None:
+            self.corked.append(data)
+        else:
+            await self._write(data)
+
+    def _head(self, conn: h11.Connection) -> bytes:
+        status = self.status
+        assert status is not None
+        reason = REASONS.get(status, b"")
+        try:  # h11 validates the headers when the event is made, before the connection sees it
+            event = h11.Response(status_code=status, headers=self.headers, reason=reason)
+        except h11.LocalProtocolError:
+            # What hypercorn does before h11 sees them: surrounding whitespace goes.
+            headers = [(bytes(name).strip(), bytes(value).strip()) for name, value in self.headers]
+            event = h11.Response(status_code=status, headers=headers, reason=reason)
+        data: bytes = conn.send(event) or b""
+        return data
+
+    # --- the socket (direct_io.py) ------------------------------------------------------------
+    # One task reads at a time here (the head loop, then the app's body reads, then its
+    # disconnect watch), and one writes (the app's task).
+
+    async def _read(self, *, wait_first: bool) -> bytes:
+        """The client's next bytes; ``b""`` once it closed or reset the connection."""
+        fd = self.fd
+        try:
+            if fd < 0:
+                return bytes(await self.stream.receive_some(MAX_RECV))
+            return await direct_io.receive(fd, MAX_RECV, wait_first=wait_first)
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            return b""
+
+    async def _write(self, data: bytes) -> None:
+        """All of ``data``: at once when the socket takes it (a response usually fits), else by
+        ``send_all``. A client gone is recorded, never raised (the app learns it from ``receive``)."""
+        if self.gone or not data:
+            return
+        try:
+            sent = direct_io.send_now(self.fd, data) if self.fd >= 0 else 0
+            if sent < len(data):
+                await self.stream.send_all(memoryview(data)[sent:])
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self.gone = True
+
+    def _cork(self) -> Cork:
+        return Cork(self)
+
+    async def uncork(self) -> None:
+        """``asgi.Corkable``: what the app sent while corked, in one write."""
+        pending, self.corked = self.corked, None
+        if pending:
+            await self._write(b"".join(pending))
+
+
+def peer_closed(fd: int) -> bool:
+    """The client closed (or half-closed) its side, or reset: ``poll`` says so without reading
+    (bytes it sent ahead stay unread)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLRDHUP)  # POLLHUP and POLLERR are always reported
+    try:
+        return bool(poller.poll(0))
+    except OSError:  # pragma: no cover
+        return True
+
+
+def _address(name: Any) -> tuple[str, int] | None:
+    """hypercorn's ``parse_socket_addr`` for TCP: (host, port)."""
+    if isinstance(name, tuple) and len(name) >= 2:
+        return name[0], name[1]
+    return None

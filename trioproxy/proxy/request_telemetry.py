@@ -1,0 +1,141 @@
+"""What a finished request leaves behind, apart from its answer: its metrics, its server span, and
+its access-log line with its history entry (names: docs/observability.md).
+
+Three functions, one per sink, called by the pipeline (``pipeline.Pipeline.finish``) once a request
+or a WebSocket session has ended: the request path itself does no telemetry beyond that call and
+the client span around its upstream call (``otel.ClientSpan``). They read the finished exchange
+and allocate nothing the sink does not keep: this runs for every request.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..llm.providers import PASSTHROUGH, operation_name, semconv_provider
+from ..telemetry.history import History, Summary, subject_of
+from ..telemetry.otel import OtelTracing
+from ..telemetry.trace import activation
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..telemetry.access_log import AccessLog
+    from ..telemetry.metrics import Metrics
+    from .exchange import Exchange
+
+__all__ = ["end_server_span", "log_request", "observe_request"]
+
+_NO_LLM: dict[str, Any] = {}  # read only
+
+
+def _gen_ai_names(x: Exchange, llm: dict[str, Any]) -> tuple[str, str]:
+    """gen-ai semantic-convention values: (operation, provider), as agentgateway's metric labels."""
+    return operation_name(x.llm_kind or PASSTHROUGH), semconv_provider(llm["provider"])
+
+
+def _names(x: Exchange) -> tuple[str, str, str]:
+    """(gateway, listener, route) keys, empty when the request did not get that far."""
+    listener = x.listener.key if x.listener else ""
+    return listener.split("/bind/", 1)[0] if listener else "", listener, x.route.key if x.route else ""
+
+
+def _finished(x: Exchange, status: int) -> Callable[[], dict[str, Any]]:
+    """CEL's view of the finished request (span and log fields), built only if a field asks."""
+    return lambda: {**activation(x), "response": {"code": status}}
+
+
+def observe_request(metrics: Metrics, bind: str, x: Exchange, status: int, seconds: float) -> None:
+    """``trioproxy_requests`` and its duration; an LLM call that succeeded adds its token usage,
+    duration and, when streamed, its time to first token."""
+    gateway, listener, route = _names(x)
+    metrics.observe(bind, gateway, listener, route, x.backend.name if x.backend else "", x.scope["method"], status,
+                    x.error_kind or "", seconds)
+    llm = x.llm
+    if llm is None or status >= 400:
+        return
+    operation, provider = _gen_ai_names(x, llm)
+    first_token = x.first_chunk - x.arrival if x.first_chunk is not None and llm.get("streaming") else None
+    metrics.gen_ai(
+        (operation, provider, llm.get("model") or "", llm.get("responseModel") or "", gateway, listener, route),
+        (("input", llm.get("inputTokens")), ("output", llm.get("outputTokens")),
+         ("cached_input", llm.get("cachedInputTokens")), ("reasoning", llm.get("reasoningTokens"))),
+        seconds, first_token, llm.get("outputTokens"))
+
+
+def end_server_span(otel: OtelTracing | None, x: Exchange, status: int) -> None:
+    """End the request's server span (``x.span``, not None): named ``{operation} {model}`` for an
+    LLM call, as the semantic conventions name it, with the route and the call's gen-ai values."""
+    span = x.span
+    if otel is None:  # tracing turned off by a reload meanwhile
+        OtelTracing.finish(span, status, {}, x.error)
+        return
+    attributes: dict[str, Any] = {"http.route": (x.route.key if x.route else "") or None}
+    llm = x.llm
+    if llm is not None:
+        operation, provider = _gen_ai_names(x, llm)
+        model = llm.get("model")
+        span.update_name(f"{operation} {model}" if model else operation)
+        attributes.update({
+            "gen_ai.request.model": model, "gen_ai.response.model": llm.get("responseModel"),
+            "gen_ai.provider.name": provider, "gen_ai.usage.input_tokens": llm.get("inputTokens"),
+            "gen_ai.usage.output_tokens": llm.get("outputTokens"),
+            "gen_ai.usage.cache_read.input_tokens": llm.get("cachedInputTokens"), "gen_ai.operation.name": operation})
+    attributes["error.type"] = x.error_kind
+    otel.finish_request(span, status, attributes, x.error, _finished(x, status))
+
+
+def log_request(access: AccessLog, history: History, bind: str, x: Exchange, status: int, seconds: float) -> None:
+    """The request's summary in the history (always on, one tuple) and its access-log line, when
+    the log's level lets it through (the gateway's own 5xx answers at ``warning``)."""
+    own_error = x.error_kind is not None
+    if history.size:
+        history.record(_summary(x, status, seconds, own_error))
+    if access.enabled(status if own_error else 200):
+        access.record(_access_fields(bind, x, status, seconds), status, own_error, _finished(x, status))
+
+
+def _summary(x: Exchange, status: int, seconds: float, own_error: bool) -> Summary:
+    llm = x.llm or _NO_LLM
+    return Summary(
+        time.time(), x.scope["method"], x.scope["path"], x.host, x.route.key if x.route else "",
+        x.backend.name if x.backend else "", status, seconds * 1000.0, llm.get("inputTokens"),
+        llm.get("outputTokens"), subject_of(x.jwt, x.api_key, x.basic_auth) if x.jwt or x.api_key or x.basic_auth else None,
+        x.error if own_error else None, x.error_kind, llm.get("model"))
+
+
+def _access_fields(bind: str, x: Exchange, status: int, seconds: float) -> dict[str, Any]:
+    """The line's fields, agentgateway's names; those without a value are left out."""
+    gateway, listener, route = _names(x)
+    client = x.scope.get("client")
+    fields: dict[str, Any] = {
+        "bind": bind, "gateway": gateway or None, "listener": listener or None, "route": route or None,
+        "endpoint": str(x.backend.target) if x.backend else None,
+        "src.addr": f"{client[0]}:{client[1]}" if client else None,
+        "http.method": x.scope["method"], "http.host": x.host or None, "http.path": x.scope["path"],
+        "http.version": x.scope.get("http_version", "1.1"), "http.status": status,
+        "duration": f"{seconds * 1000:.1f}ms", "error": x.error or None,
+    }
+    if x.jwt is not None and isinstance(x.jwt.get("sub"), str):
+        fields["jwt.sub"] = x.jwt["sub"]  # as agentgateway; never the token
+    if x.llm is not None:
+        _add_gen_ai_fields(fields, x, x.llm)
+    if x.limits:
+        fields["ratelimit"] = ",".join(f"{d.remaining}/{d.limit}" for _, d in x.limits)
+    elif x.error_kind == "RateLimited":
+        fields["ratelimit"] = "rejected"
+    if x.span is not None:
+        fields["trace.id"] = OtelTracing.trace_id(x.span)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _add_gen_ai_fields(fields: dict[str, Any], x: Exchange, llm: dict[str, Any]) -> None:
+    operation, provider = _gen_ai_names(x, llm)
+    fields.update({
+        "gen_ai.operation.name": operation, "gen_ai.provider.name": provider,
+        "gen_ai.request.model": llm.get("model"), "gen_ai.response.model": llm.get("responseModel"),
+        "gen_ai.usage.input_tokens": llm.get("inputTokens"), "gen_ai.usage.output_tokens": llm.get("outputTokens"),
+        "gen_ai.usage.cache_read.input_tokens": llm.get("cachedInputTokens"),
+        "gen_ai.usage.cache_creation.input_tokens": llm.get("cacheCreationInputTokens"),
+        "gen_ai.usage.reasoning.output_tokens": llm.get("reasoningTokens"),
+    })

@@ -1,0 +1,194 @@
+"""What a config compiles into, and the state shared by every bind of one gateway process."""
+
+from __future__ import annotations
+
+import bisect
+import random
+import threading
+from collections.abc import Awaitable, Callable, Iterable
+from itertools import accumulate
+from math import inf
+
+from prometheus_client.metrics_core import Metric
+
+from ..config.model import Backend, Config, Listener, Route
+from ..policies.jwks import JwksRegistry
+from ..policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
+from ..redaction import DEFAULT as REDACT_BY_DEFAULT
+from ..redaction import Redaction
+from ..telemetry.access_log import AccessLog
+from ..telemetry.history import History
+from ..telemetry.metrics import Metrics
+from ..telemetry.otel import OtelTracing
+from ..telemetry.trace import TraceHub
+from ..upstream.pool import UpstreamPool
+from .disconnect_monitor import DisconnectMonitor
+from .disconnect_monitor import available as disconnect_monitor_available
+from .mirror_sender import MirrorSender
+from .routing import BindTable
+from .stage import Phase
+from .stages import STAGE_ORDER as STAGE_ORDER
+from .stages import LimiterFactory as LimiterFactory
+from .stages import StageCompiler as StageCompiler
+from .stages import compile_phase, local_limiter
+
+
+class CompiledRoute:
+    """A route plus its phases and what choosing among its backends needs, computed once."""
+
+    __slots__ = ("backend_phases", "backends", "cumulative", "limiter", "llm", "phase", "phases_by_index",
+                 "request_timeout", "route")
+
+    def __init__(self, route: Route, phase: Phase, backend_phases: tuple[Phase, ...],
+                 limiter: LocalRateLimiter | None = None) -> None:
+        self.route = route
+        self.phase = phase
+        #: a route to LLM providers: endpoint kinds, and the gateway's errors in the provider's dialect
+        self.llm = bool(route.models) or any(b.ai is not None for b in route.backends)
+        self.phases_by_index = backend_phases  # route.backends[i]'s phase (the llm: format picks by model)
+        chosen = [(b, p) for b, p in zip(route.backends, backend_phases) if b.weight > 0]
+        self.backends = tuple(b for b, _ in chosen)
+        self.backend_phases = tuple(p for _, p in chosen)
+        self.cumulative = list(accumulate(b.weight for b in self.backends))
+        self.limiter = limiter
+        timeout = route.policies.timeout
+        self.request_timeout = timeout.request_timeout if timeout and timeout.request_timeout else None
+
+    def request_deadline(self, arrival: float) -> float:
+        """When ``requestTimeout``, counted from the request's arrival, runs out; ``inf`` without one."""
+        return arrival + self.request_timeout if self.request_timeout is not None else inf
+
+    def choose_backend(self) -> tuple[Backend, Phase] | None:
+        """A backend by weight, with its compiled phase."""
+        if not self.backends:
+            return None
+        if len(self.backends) == 1:
+            return self.backends[0], self.backend_phases[0]
+        i = bisect.bisect_right(self.cumulative, random.randrange(self.cumulative[-1]))
+        return self.backends[i], self.backend_phases[i]
+
+
+class GatewayState:
+    """Everything compiled from one ``Config``; replaced whole on reload."""
+
+    def __init__(self, config: Config, previous: GatewayState | None = None,
+                 jwks: JwksRegistry | None = None,
+                 count_decision: Callable[[str, str, str], None] = lambda policy, key, result: None,
+                 limiter_factory: LimiterFactory = local_limiter) -> None:
+        self.config = config
+        self.limiter_factory = limiter_factory
+        compiler = StageCompiler(jwks if jwks is not None else JwksRegistry(),
+                                 previous.limiters if previous is not None else {}, count_decision, limiter_factory)
+        self.binds = {bind.port: BindTable(bind) for bind in config.binds}
+        self.listeners: dict[str, Phase] = {}
+        self.routes: dict[str, CompiledRoute] = {}
+        for bind in config.binds:
+            for listener in bind.listeners:
+                self.listeners[listener.key] = compile_phase("gateway", listener.policies, listener.key, compiler)
+                for route in listener.routes:
+                    phase = compile_phase("route", route.policies, route.key, compiler)
+                    backends = tuple(compile_phase("backend", b.policies, f"{route.key}/backend/{i}", compiler)
+                                     for i, b in enumerate(route.backends))
+                    entry = compiler.limiters.get(route.key)
+                    self.routes[route.key] = CompiledRoute(route, phase, backends, entry[1] if entry else None)
+        # listener or route key -> (specs, limiter): kept for the next reload and the admin API
+        self.limiters: dict[str, tuple[tuple[LocalRateLimitSpec, ...], LocalRateLimiter]] = compiler.limiters
+
+    def listener_limiter(self, listener: Listener) -> LocalRateLimiter | None:
+        entry = self.limiters.get(listener.key)
+        return entry[1] if entry is not None else None
+
+
+def credential_redaction(config: Config) -> Redaction:
+    """The usual credential names, plus each header and query parameter an ``apiKey`` or
+    ``basicAuth`` policy of ``config`` reads its credentials from (cookies are redacted whole), and
+    each header the config itself puts a credential in: an ``ai`` backend's key header (Azure's
+    ``api-key``: ``backendAuth`` or the client's Bearer moved there) and a header modifier's value
+    read from ``$VAR``."""
+    headers: set[bytes] = set()
+    params: set[str] = set()
+    for bind in config.binds:
+        for listener in bind.listeners:
+            backends = [backend for route in listener.routes for backend in route.backends]
+            headers.update(backend.ai.key_header for backend in backends if backend.ai is not None)
+            for policies in (listener.policies, *(route.policies for route in listener.routes),
+                             *(backend.policies for backend in backends)):
+                for modifier in (policies.request_header_modifier, policies.response_header_modifier):
+                    if modifier is not None:
+                        headers.update(modifier.from_env)
+                for auth in (policies.api_key, policies.basic_auth):
+                    where = auth.location if auth is not None else None
+                    if where is not None and where.kind == "header":
+                        headers.add(where.name.lower().encode("latin-1"))
+                    elif where is not None and where.kind == "queryParameter":
+                        params.add(where.name.lower())
+    return REDACT_BY_DEFAULT.also(frozenset(headers), frozenset(params))
+
+
+class Runtime:
+    """Shared by every bind of one gateway process: current state, upstream pool, metrics, tracing."""
+
+    def __init__(self, config: Config, *, pool: UpstreamPool | None = None, metrics: Metrics | None = None,
+                 trace: TraceHub | None = None, limiter_factory: LimiterFactory = local_limiter) -> None:
+        self.pool = pool or UpstreamPool()
+        self.metrics = metrics or Metrics(open_upstream_connections=lambda: self.pool.open_connections)
+        #: remote JWKS by URL, kept across reloads; its ``run`` task lives in the root nursery
+        self.jwks = JwksRegistry(self.metrics.registry)
+        #: requestMirror copies; its ``run`` task lives in the root nursery
+        self.mirrors = MirrorSender(self.pool)
+        #: the metric families the admin API summarises: this process's, unless a supervisor sums its
+        #: workers' (workers/supervisor.py)
+        self.metric_families: Callable[[], Awaitable[Iterable[Metric]]] = self._own_metric_families
+        self.state = GatewayState(config, jwks=self.jwks, count_decision=self.metrics.ratelimit_decision,
+                                  limiter_factory=limiter_factory)
+        self.trace = trace or TraceHub()
+        self.trace.on_drop = self.metrics.trace_events_dropped.inc
+        self._tune_pool(config)
+        self.access_log = AccessLog()
+        #: the last requests' summaries (``/api/requests``); a supervisor's gets its workers'
+        self.history = History(config.history.size)
+        self.otel: OtelTracing | None = None
+        self._observability(config)
+        self.reload_errors: list[str] = []  # problems of the last rejected reload, [] after a good one
+        self.config_file: str | None = None  # the watched file; None: a built-in config (the demo)
+        #: client disconnects of requests whose server gives the socket (asgi.CLIENT_FD); Linux
+        self.disconnects = DisconnectMonitor() if disconnect_monitor_available() else None
+
+    async def _own_metric_families(self) -> Iterable[Metric]:
+        return self.metrics.registry.collect()
+
+    def apply(self, config: Config) -> None:
+        """Swap in a new config; requests in flight finish on the state they started with."""
+        self.state = GatewayState(config, self.state, self.jwks, self.metrics.ratelimit_decision,
+                                  self.state.limiter_factory)
+        self.reload_errors = []
+        self._observability(config)
+        self._tune_pool(config)
+
+    def _tune_pool(self, config: Config) -> None:
+        """``config.backend``: the pool's connect timeout and idle limits (read at each connect)."""
+        spec = config.backend
+        self.pool.connect_timeout = spec.connect_timeout
+        self.pool.idle_timeout = spec.pool_idle_timeout
+        self.pool.max_idle_per_target = spec.pool_max_idle
+
+    def _observability(self, config: Config) -> None:
+        """The access-log filter and fields, the span exporter (kept when unchanged) and what traces
+        redact, of ``config``."""
+        self.access_log.configure(config.logging)
+        self.history.resize(config.history.size)
+        self.trace.redaction = credential_redaction(config)
+        spec = config.tracing
+        if self.otel is not None and self.otel.spec == spec:
+            return
+        old, self.otel = self.otel, None
+        if spec is not None:
+            self.otel = OtelTracing(spec, on_export_failure=self.metrics.otlp_export_failures.inc)
+        if old is not None:  # flushing may wait on the collector: never on the event loop
+            threading.Thread(target=old.shutdown, name="otlp-shutdown", daemon=True).start()
+
+    def close(self) -> None:
+        """Flush and stop the span exporter (at exit)."""
+        if self.otel is not None:
+            self.otel.shutdown()
+            self.otel = None
