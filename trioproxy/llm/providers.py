@@ -9,7 +9,7 @@ store) and, per endpoint kind, its upstream path: the request's path picks the k
 and not its chat one. ``hostOverride`` replaces the host (plain HTTP unless a backendTLS policy
 applies) and keeps the client's path, ``pathOverride`` replaces the path whatever the kind.
 ``bedrock`` (Converse) is reached only through translation. Formats are not translated here:
-llm_translate/ does it when the kind is chat completions or Messages and the client's dialect is
+llm/translate/ does it when the kind is chat completions or Messages and the client's dialect is
 not the provider's.
 
 The credential: ``backendAuth`` (or the client) puts it in ``Authorization: Bearer``;

@@ -102,7 +102,7 @@ class Pipeline:
         listener, table = found
         x.listener = listener
 
-        # 2. gateway phase (the listener's stages, in runtime.STAGE_ORDER)
+        # 2. gateway phase (the listener's stages, in stages.STAGE_ORDER)
         gateway = state.listeners[listener.key]
         tr.policy_selection("gateway", listener.policies)
         for stage in gateway.request:
