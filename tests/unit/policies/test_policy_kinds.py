@@ -57,3 +57,14 @@ def test_a_kind_agentgateway_has_in_a_phase_trioproxy_leaves_out_gets_the_not_im
     assert left_out <= UNIMPLEMENTED.get(cls, frozenset())
     assert not {kind.name for kind in kinds_of(phase)} & UNIMPLEMENTED.get(cls, frozenset())
     assert not any(phase in kind.phases and phase in kind.agentgateway_only for kind in POLICY_KINDS)
+
+
+def test_a_row_puts_each_word_in_its_place():
+    """``_kind`` as the table's rows call it, run inside the test: the table itself is built at
+    import, where mutation testing cannot reach it."""
+    from trioproxy.policies.kinds import PolicyKind, _kind
+
+    assert _kind("stamp", "stamp_it", "route backend") == PolicyKind(
+        "stamp", "stamp_it", frozenset({"route", "backend"}), frozenset(), False)
+    assert _kind("x", "x", "gateway", agentgateway_only="route backend", backend_setting=True) == PolicyKind(
+        "x", "x", frozenset({"gateway"}), frozenset({"route", "backend"}), True)
