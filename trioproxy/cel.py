@@ -350,6 +350,8 @@ def build_activation(
     backend: Mapping[str, Any] | None = None,
     api_key: Mapping[str, Any] | None = None,
     basic_auth: Mapping[str, Any] | None = None,
+    key: Mapping[str, Any] | None = None,
+    team: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The CEL variables of one request, with agentgateway's names.
 
@@ -357,7 +359,8 @@ def build_activation(
     part before ``?``, ``request.pathAndQuery`` the whole, ``request.uri`` the complete
     URI.  Header names are lowercased (they normally are already) and repeated headers
     are joined with ``","``; bytes are decoded as latin-1 (HTTP's octet semantics).
-    ``jwt``/``basicAuth``/``apiKey``/``llm`` are empty maps when absent, so ``has(jwt.sub)`` is false; ``response``
+    ``jwt``/``basicAuth``/``apiKey``/``key``/``team``/``llm`` are empty maps when absent (``key`` and
+    ``team``: the runtime key that authenticated the request and its team, docs/keys.md), so ``has(jwt.sub)`` is false; ``response``
     and ``backend`` are present only when given.
 
     Cheap on purpose (plain dicts, no copies of the claim maps); the engine converts only
@@ -385,6 +388,8 @@ def build_activation(
         "jwt": jwt if jwt is not None else {},
         "basicAuth": basic_auth if basic_auth is not None else {},
         "apiKey": api_key if api_key is not None else {},
+        "key": key if key is not None else {},
+        "team": team if team is not None else {},
         "llm": llm if llm is not None else {},
     }
     if response is not None:

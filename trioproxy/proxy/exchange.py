@@ -82,6 +82,10 @@ class Exchange:
         "headers",
         "host",
         "jwt",
+        "key",
+        "principal",
+        "reservation",
+        "team",
         "limits",
         "listener",
         "llm",
@@ -126,6 +130,10 @@ class Exchange:
         self.jwt: dict[str, Any] | None = None  # claims of a validated token (CEL ``jwt``)
         self.api_key: dict[str, Any] | None = None  # an apiKey's metadata, key redacted (CEL ``apiKey``)
         self.basic_auth: dict[str, Any] | None = None  # {"username"} of verified Basic credentials (CEL ``basicAuth``)
+        self.principal: Any = None  # the runtime key (and team) that authenticated the request (keys/)
+        self.key: dict[str, Any] | None = None  # CEL ``key``: the runtime key's id, name, team, metadata
+        self.team: dict[str, Any] | None = None  # CEL ``team``: its team's id, name, metadata
+        self.reservation: Any = None  # the budget reserved before the upstream call, settled at the end
         self.usage: Any = None  # the LLM response's usage once its body was read (for finish hooks)
         self.remote_charges: list[Any] = []  # (remoteRateLimit stage, tokens descriptors) to charge after
         self.extra_response_headers: list[Header] = []  # added by stages (cors), also to error answers

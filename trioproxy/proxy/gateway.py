@@ -44,7 +44,7 @@ from ..policies.retry import MAX_RETRY_BODY, retryable_error, retryable_status
 from ..telemetry.otel import NO_CLIENT_SPAN
 from ..telemetry.trace import BodyCapture, duration_string
 from ..upstream.pool import UpstreamResponse
-from . import llm_gemini
+from . import keys_stage, llm_gemini
 from . import llm_stage as translate
 from .exchange import ClientDisconnected, Exchange
 from .pipeline import Pipeline
@@ -144,6 +144,8 @@ class Gateway:
             body: bytes | AsyncIterator[bytes] = llm_body
             framing: Header | None = (b"content-length", str(len(llm_body)).encode()) if llm_body or x.has_body() else None
         else:
+            if x.principal is not None:  # a runtime key: the request counts against its limits
+                await self._admit(x, None, None, None, None)
             if backend.ai is not None:  # models list, files, batches...: the body is not read, only forwarded
                 self._llm_passthrough(x, backend)
             await x.peek_body()  # HTTP/2: is there a body without content-length?
@@ -221,6 +223,9 @@ class Gateway:
         else:
             original, override = await x.read_body(self.runtime.state.config.frontend.max_buffer_size), None
         kind = x.llm_kind or COMPLETIONS
+        if x.principal is not None:  # a runtime key: its models and budgets (keys_stage.py)
+            path_model = llm_gemini.model_and_method(x.scope["path"], kind)[0] if kind in GEMINI_KINDS else None
+            await self._admit(x, original, ai.provider, override or ai.model or path_model, path_model)
         if kind in GEMINI_KINDS and ai.provider in llm_gemini.NATIVE_PROVIDERS:  # llm: format, google-genai
             llm_gemini.prepare(x, ai, kind, override)
             return original
@@ -244,6 +249,16 @@ class Gateway:
             x.request_capture = BodyCapture(x.request_capture.limit)
             x.request_capture.feed(body)
         return body
+
+    async def _admit(self, x: Exchange, body: bytes | None, provider: str | None, provider_model: str | None,
+                     path_model: str | None) -> None:
+        """A keyed request's model check and budget reservation, once its body is known."""
+        runtime = self.runtime
+        settings = runtime.state.config.keys
+        await keys_stage.admit(x, runtime.keys, body, provider=provider, provider_model=provider_model,
+                               path_model=path_model, cost_estimate=runtime.cost_estimate,
+                               default_max_tokens=settings.default_max_tokens,
+                               fail_open=settings.failure_mode == "open")
 
     @staticmethod
     def _llm_passthrough(x: Exchange, backend: Backend) -> None:

@@ -34,7 +34,7 @@ from ..errors import BackendUnreachable, HeaderTooLarge, ModelList, ProxyError, 
 from ..llm.models import model_list, select_model, transformed_model
 from ..llm.providers import GEMINI_KINDS, MODELS, endpoint_kind, error_dialect, resolve_route
 from ..telemetry.trace import NULL_TRACER, activation
-from . import llm_gemini
+from . import keys_stage, llm_gemini
 from .exchange import Exchange
 from .request_telemetry import end_server_span, log_request, observe_request
 from .routing import Request
@@ -74,6 +74,8 @@ class Pipeline:
         (names: docs/observability.md), then its trace."""
         seconds = trio.current_time() - x.arrival
         runtime = self.runtime
+        if x.reservation is not None:  # a runtime key's budget: the real usage replaces the estimate
+            keys_stage.settle(x, runtime.keys, status, seconds)
         observe_request(runtime.metrics, self.bind.key, x, status, seconds)
         if x.span is not None:
             end_server_span(runtime.otel, x, status)

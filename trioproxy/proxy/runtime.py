@@ -6,6 +6,7 @@ import bisect
 import random
 import threading
 from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 from itertools import accumulate
 from math import inf
 
@@ -74,11 +75,14 @@ class GatewayState:
     def __init__(self, config: Config, previous: GatewayState | None = None,
                  jwks: JwksRegistry | None = None,
                  count_decision: Callable[[str, str, str], None] = lambda policy, key, result: None,
-                 limiter_factory: LimiterFactory = local_limiter) -> None:
+                 limiter_factory: LimiterFactory = local_limiter,
+                 runtime_keys: Callable[[], Any] | None = None) -> None:
         self.config = config
         self.limiter_factory = limiter_factory
+        self.runtime_keys = runtime_keys
         compiler = StageCompiler(jwks if jwks is not None else JwksRegistry(),
-                                 previous.limiters if previous is not None else {}, count_decision, limiter_factory)
+                                 previous.limiters if previous is not None else {}, count_decision, limiter_factory,
+                                 runtime_keys)
         self.binds = {bind.port: BindTable(bind) for bind in config.binds}
         self.listeners: dict[str, Phase] = {}
         self.routes: dict[str, CompiledRoute] = {}
@@ -140,7 +144,7 @@ class Runtime:
         #: workers' (workers/supervisor.py)
         self.metric_families: Callable[[], Awaitable[Iterable[Metric]]] = self._own_metric_families
         self.state = GatewayState(config, jwks=self.jwks, count_decision=self.metrics.ratelimit_decision,
-                                  limiter_factory=limiter_factory)
+                                  limiter_factory=limiter_factory, runtime_keys=lambda: self.keys)
         self.trace = trace or TraceHub()
         self.trace.on_drop = self.metrics.trace_events_dropped.inc
         self._tune_pool(config)
@@ -160,7 +164,7 @@ class Runtime:
     def apply(self, config: Config) -> None:
         """Swap in a new config; requests in flight finish on the state they started with."""
         self.state = GatewayState(config, self.state, self.jwks, self.metrics.ratelimit_decision,
-                                  self.state.limiter_factory)
+                                  self.state.limiter_factory, self.state.runtime_keys)
         self.reload_errors = []
         self._observability(config)
         self._tune_pool(config)

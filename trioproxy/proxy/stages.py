@@ -47,6 +47,7 @@ from ..policies.ratelimit_remote import RemoteRateLimitPolicy, RemoteRateLimitSp
 from ..policies.retry import RetrySpec
 from ..policies.url_rewrite import RedirectSpec, UrlRewriteSpec, redirect_location, rewrite_authority, rewrite_prefix
 from ..redaction import REDACTED
+from ..keys.service import KeyRefused
 from ..rls.wire_client import RlsCallFailed, client_for
 from ..telemetry.trace import activation
 from .after_response import AFTER_RESPONSE, AfterResponse
@@ -219,14 +220,20 @@ class BasicAuthStage(Stage):
 
 
 class ApiKeyStage(Stage):
-    """Sets ``x.api_key`` (CEL ``apiKey``) for a known key; after jwtAuth, before authorization."""
+    """Sets ``x.api_key`` (CEL ``apiKey``) for a known key; after jwtAuth, before authorization.
+
+    With ``runtimeKeys``, a key not in the config is looked up among the runtime keys
+    (docs/keys.md): a known one also sets ``x.principal`` and CEL ``key``/``team``; the budget is
+    reserved later, once the body is known (keys_stage.py)."""
 
     kind = "apiKey"
-    __slots__ = ("keys", "spec")
+    __slots__ = ("keys", "runtime_keys", "spec")
 
-    def __init__(self, spec: ApiKeySpec) -> None:
+    def __init__(self, spec: ApiKeySpec, runtime_keys: Callable[[], Any] | None = None) -> None:
         self.spec = spec
         self.keys: Mapping[str, dict[str, str]] = {digest: dict(metadata) for digest, metadata in spec.keys}
+        #: the runtime's KeyService, when the spec takes runtime keys
+        self.runtime_keys = runtime_keys if spec.runtime_keys else None
 
     async def request(self, x: Exchange) -> None:
         spec = self.spec
@@ -240,6 +247,8 @@ class ApiKeyStage(Stage):
                 tr.event("policy", kind="apiKey", result="skipped", reason=f"no API key ({spec.mode} mode)")
             return
         metadata = self.keys.get(key_digest(key))
+        if metadata is None and self.runtime_keys is not None:
+            metadata = await self._runtime_key(x, key)
         if metadata is None:
             if spec.mode == "permissive":
                 tr.event("policy", severity="warn", kind="apiKey", result="skipped",
@@ -252,6 +261,24 @@ class ApiKeyStage(Stage):
         if tr:
             tr.event("policy", severity="success", kind="apiKey", result="authenticated", metadata=metadata)
             tr.snapshot("apiKey", x)  # the request as it now is: the key gone
+
+    async def _runtime_key(self, x: Exchange, secret: str) -> dict[str, str] | None:
+        """The runtime key's metadata (None: not a runtime key); 401 for a revoked, expired or rotated
+        one, whatever the mode (the key was meant, and is no longer good); 503 when the store is
+        down and the key is not in the service's cache."""
+        assert self.runtime_keys is not None
+        service = self.runtime_keys()
+        try:
+            principal = await service.authenticate(secret)
+        except KeyRefused as refused:
+            if refused.reason == "invalid api key":
+                return None
+            x.tracer.event("policy", severity="warn", kind="apiKey", result="rejected", reason=refused.reason)
+            raise ApiKeyAuthenticationFailed(refused.reason) from None
+        x.principal = principal
+        x.key = principal.key.cel()
+        x.team = principal.team.cel() if principal.team is not None else None
+        return {**principal.key.metadata, "name": principal.key.name, "id": principal.key.id}
 
 
 class AuthorizationStage(Stage):
@@ -498,8 +525,11 @@ class StageCompiler:
     def __init__(self, jwks: JwksRegistry,
                  previous_limiters: Mapping[str, tuple[tuple[LocalRateLimitSpec, ...], LocalRateLimiter]],
                  count_decision: Callable[[str, str, str], None],
-                 limiter_factory: LimiterFactory = local_limiter) -> None:
+                 limiter_factory: LimiterFactory = local_limiter,
+                 runtime_keys: Callable[[], Any] | None = None) -> None:
         self.jwks = jwks
+        #: the runtime's KeyService, made when first asked for (apiKey ``runtimeKeys``)
+        self.runtime_keys = runtime_keys
         self.limiter_factory = limiter_factory
         self.previous_limiters = previous_limiters
         self.count_decision = count_decision
@@ -530,6 +560,11 @@ def of_spec(attribute: str, build: Callable[[Any], Stage]) -> StageFactory:
 
     factory.__qualname__ = f"of_spec({attribute!r})"
     return factory
+
+
+def api_key_stage(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
+    spec: ApiKeySpec | None = policies.api_key
+    return ApiKeyStage(spec, c.runtime_keys) if spec is not None else None
 
 
 def jwt_auth_stage(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
@@ -572,7 +607,7 @@ STAGE_ORDER: list[tuple[str, StageFactory]] = [
     ("clientRateLimit", client_rate_limit_stage),          # localRateLimit perClientAddress: before any password check
     ("jwtAuth", jwt_auth_stage),                           # sets x.jwt, removes the token
     ("basicAuth", of_spec("basic_auth", BasicAuthStage)),  # sets x.basic_auth, removes the credentials
-    ("apiKey", of_spec("api_key", ApiKeyStage)),           # sets x.api_key, removes the key
+    ("apiKey", api_key_stage),                             # sets x.api_key (and a runtime key), removes the key
     ("authorization", of_spec("authorization", lambda spec: AuthorizationStage(AuthorizationPolicy(spec)))),
     ("retry", of_spec("retry", RetryStage)),               # marks the request retryable (the gateway retries)
     ("localRateLimit", local_rate_limit_stage_of),         # only authenticated requests spend budget

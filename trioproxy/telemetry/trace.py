@@ -74,6 +74,10 @@ class Traced(Protocol):
     def api_key(self) -> dict[str, Any] | None: ...
     @property
     def basic_auth(self) -> dict[str, Any] | None: ...
+    @property
+    def key(self) -> dict[str, Any] | None: ...
+    @property
+    def team(self) -> dict[str, Any] | None: ...
 
     def uri(self) -> str: ...
 
@@ -133,7 +137,7 @@ def activation(x: Traced) -> dict[str, Any]:
         method=scope["method"], path=x.uri(), host=x.host, headers=x.headers,
         scheme=scope.get("scheme", "http"), version=f"HTTP/{scope.get('http_version', '1.1')}",
         source_address=client[0], source_port=client[1], llm=x.llm, jwt=x.jwt, api_key=x.api_key,
-        basic_auth=x.basic_auth,
+        basic_auth=x.basic_auth, key=x.key, team=x.team,
     )
 
 
@@ -169,6 +173,10 @@ def request_state(x: Traced, *, headers: list[Header] | None = None, response: d
         state["basicAuth"] = x.basic_auth
     if x.api_key is not None:
         state["apiKey"] = x.api_key
+    if x.key is not None:
+        state["key"] = x.key
+    if x.team is not None:
+        state["team"] = x.team
     if response is not None:
         state["response"] = response
     if proxy is not None:

@@ -1,0 +1,151 @@
+"""Runtime keys on the request path (docs/keys.md): the model check and the budget reserved before
+the upstream call, and the settlement after it.
+
+The ``apiKey`` stage (stages.py) authenticates a runtime key and leaves its ``Principal`` in
+``x.principal``. Once the body is known (its model, its size, its ``max_tokens``), ``admit``
+refuses a model outside the key's or team's list (403, in the client's dialect) and reserves the
+request's estimate against every limited window of the key and its team (429 ``budget exceeded``
+with when it resets). ``settle`` runs once at the end of every admitted request, whatever its end
+(answered, refused upstream, timed out, client gone): the real usage replaces the estimate. It
+does no I/O: the service batches settlements (keys/service.py).
+
+The estimate: prompt bytes ÷ 3 (a generous count of tokens for any tokenizer: English runs about
+4 bytes a token) plus the completion the request allows (``max_tokens`` and its dialects'
+spellings) or ``config.keys.defaultMaxTokens``; priced by the model's catalog entry when there is
+one. A request therefore holds its worst case while it runs, so N concurrent requests against a
+nearly spent budget overspend by at most one request's real usage beyond its estimate.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import KeyStoreUnavailable, ModelNotAllowed
+
+if TYPE_CHECKING:
+    from ..keys.service import KeyService
+    from .exchange import Exchange
+
+__all__ = ["admit", "estimate_tokens", "model_allowed", "requested_model", "settle"]
+
+#: the completion-size fields of each dialect: OpenAI chat (old and new), Responses, Anthropic; Gemini's
+#: is under ``generationConfig``
+_MAX_FIELDS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+
+#: (provider, model, prompt tokens, completion tokens) -> USD, or None for a model without a price
+CostEstimate = Callable[[str | None, str | None, int, int], float | None]
+
+
+def _body_object(body: bytes | None) -> dict[str, Any] | None:
+    if not body:
+        return None
+    try:
+        obj = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def model_allowed(patterns: tuple[str, ...] | list[str], model: str) -> bool:
+    """An empty list allows every model; ``openai/*`` allows every name under ``openai/``."""
+    if not patterns:
+        return True
+    for pattern in patterns:
+        if pattern == model or pattern == "*" or (pattern.endswith("/*") and model.startswith(pattern[:-1])):
+            return True
+    return False
+
+
+def _refusal(principal: Any, model: str) -> str | None:
+    """Who refuses ``model``: ``key K`` or ``team T``; None when both allow it."""
+    key = principal.key
+    if not model_allowed(key.models, model):
+        return f"key {key.name or key.id}"
+    team = principal.team
+    if team is not None and not model_allowed(getattr(team, "models", ()), model):
+        return f"team {team.name or team.id}"
+    return None
+
+
+def requested_model(obj: dict[str, Any] | None, fallback: str | None) -> str | None:
+    """The model the client asked for: the body's ``model``, else the one in the path (Gemini)."""
+    model = obj.get("model") if obj is not None else None
+    return model if isinstance(model, str) and model else fallback
+
+
+def _max_tokens(obj: dict[str, Any]) -> int | None:
+    for name in _MAX_FIELDS:
+        value = obj.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    config = obj.get("generationConfig")
+    if isinstance(config, dict):
+        value = config.get("maxOutputTokens")
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None
+
+
+def estimate_tokens(body: bytes | None, obj: dict[str, Any] | None, default_max_tokens: int) -> tuple[int, int]:
+    """(prompt, completion) tokens a request may use at most, by the rule in the module docstring."""
+    prompt = -(-len(body or b"") // 3)
+    completion = _max_tokens(obj) if obj is not None else None
+    return prompt, default_max_tokens if completion is None else completion
+
+
+async def admit(x: Exchange, service: KeyService, body: bytes | None, *, provider: str | None,
+                provider_model: str | None, path_model: str | None, cost_estimate: CostEstimate | None,
+                default_max_tokens: int, fail_open: bool) -> None:
+    """The model check and the reservation of one keyed request (no-op without a runtime key).
+
+    ``body`` is the client's (None: not an LLM request); the model checked is the one the client
+    asked for (the body's, else ``path_model``), the one priced is the provider's
+    (``provider_model``, else the asked one)."""
+    principal = x.principal
+    if principal is None:
+        return
+    tr = x.tracer
+    obj = _body_object(body) if body is not None else None
+    asked = requested_model(obj, path_model)
+    refused_by = _refusal(principal, asked) if asked is not None else None
+    if refused_by is not None:
+        tr.event("policy", severity="warn", kind="keys", result="denied", reason=f"model '{asked}' not allowed")
+        raise ModelNotAllowed(f"model '{asked}' is not allowed for {refused_by}")
+    if body is None:  # not an LLM request: the request counts, no tokens
+        prompt = completion = 0
+    else:
+        prompt, completion = estimate_tokens(body, obj, default_max_tokens)
+    cost = cost_estimate(provider, provider_model or asked, prompt, completion) \
+        if cost_estimate is not None and body is not None else None
+    try:
+        x.reservation = await service.reserve(principal, tokens=prompt + completion, cost=cost)
+    except KeyStoreUnavailable:
+        if not fail_open:
+            raise
+        tr.event("policy", severity="warn", kind="keys", result="unmetered",
+                 reason="key store unavailable (failureMode: open)")
+        return
+    if tr:
+        tr.event("policy", kind="keys", result="reserved", key=principal.key.id,
+                 tokens=prompt + completion, cost=cost)
+
+
+def settle(x: Exchange, service: KeyService, status: int, duration: float, log_payloads: bool = False) -> None:
+    """The admitted request's real usage (0 when it never reached a provider) replacing its estimate."""
+    reservation = x.reservation
+    if reservation is None:
+        return
+    x.reservation = None  # once
+    usage = x.usage
+    llm = x.llm or {}
+    tokens = getattr(usage, "total_tokens", None) or 0
+    input_tokens = getattr(usage, "prompt_tokens", None) or 0
+    output_tokens = getattr(usage, "completion_tokens", None) or 0
+    cost = llm.get("cost") or 0.0
+    service.settle(reservation, tokens=tokens, cost=cost, model=llm.get("model") or llm.get("requestModel"),
+                   provider=llm.get("provider"), status=status,
+                   log={"latencyMs": round(duration * 1000, 3), "inputTokens": input_tokens,
+                        "outputTokens": output_tokens, "path": x.scope["path"],
+                        "route": x.route.key if x.route is not None else None})
