@@ -12,6 +12,7 @@ from math import inf
 from prometheus_client.metrics_core import Metric
 
 from ..config.model import Backend, Config, Listener, Route
+from ..llm.pricing import PriceCatalog
 from ..policies.jwks import JwksRegistry
 from ..policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
 from ..redaction import DEFAULT as REDACT_BY_DEFAULT
@@ -77,6 +78,8 @@ class GatewayState:
                  limiter_factory: LimiterFactory = local_limiter) -> None:
         self.config = config
         self.limiter_factory = limiter_factory
+        #: the bundled model prices with ``config.prices`` over them (docs/pricing.md)
+        self.prices = PriceCatalog.bundled().with_overrides(config.prices)
         compiler = StageCompiler(jwks if jwks is not None else JwksRegistry(),
                                  previous.limiters if previous is not None else {}, count_decision, limiter_factory)
         self.binds = {bind.port: BindTable(bind) for bind in config.binds}
