@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from ..llm.pricing import MissingPrice, PriceCatalog
 from ..llm.providers import (
     PRESETS,
     PROVIDERS,
@@ -718,7 +719,23 @@ def compile_document(document: d.Document, env: Mapping[str, str], r: Reader) ->
                     history=m.HistorySpec(**_given(size=servers.history.size)) if servers and servers.history
                     else m.HistorySpec(),
                     backend=_backend_connections(servers.backend if servers else None),
-                    workers=servers.workers if servers and servers.workers is not None else 1)
+                    workers=servers.workers if servers and servers.workers is not None else 1,
+                    prices=_prices(servers.prices, r) if servers and servers.prices else ())
+
+
+def _prices(prices: Mapping[str, d.ModelPrice], r: Reader) -> tuple[tuple[str, m.PriceOverride], ...]:
+    """``config.prices``, checked against the bundled catalog it changes (docs/pricing.md)."""
+    out = []
+    for name, price in prices.items():
+        override = m.PriceOverride(input=price.input, output=price.output, cached_input=price.cached_input,
+                                   reasoning=price.reasoning, cache_write=price.cache_write)
+        try:
+            PriceCatalog.bundled().with_overrides([(name, override)])
+        except MissingPrice as error:
+            r.at(price, error.field, f"required: the bundled price catalog has no {name!r} (docs/pricing.md)")
+            continue
+        out.append((name, override))
+    return tuple(out)
 
 
 def _given(**values: Any) -> dict[str, Any]:

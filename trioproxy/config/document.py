@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from .describe import NOT_SUPPORTED, Integer, Items, Text, described, field
+from .describe import NOT_SUPPORTED, Integer, Items, Scalar, Text, described, field
 from .model import Address
 from .scalars import (
     CEL,
@@ -876,6 +876,31 @@ class History:
         "How many finished requests are kept (default 1000; 0: no history).", default=None)
 
 
+def _usd(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError() from None
+    if not 0 <= value < float("inf"):
+        raise ValueError(f"expected a number of USD from 0, got {text!r}")
+    return value
+
+
+Usd = Annotated[float, Scalar("USD", _usd, {"type": "number", "minimum": 0}, "a number of USD from 0")]
+
+
+@described
+class ModelPrice:
+    """A model's price in USD per million tokens (docs/pricing.md); each field set replaces the bundled
+    catalog's, a model the catalog lacks needs input and output. trioproxy only."""
+
+    input: Usd | None = field("Input (prompt) tokens not read from a cache.", default=None)
+    output: Usd | None = field("Output (completion) tokens.", default=None)
+    cached_input: Usd | None = field("Input tokens read from the provider's cache (default: input).", default=None)
+    reasoning: Usd | None = field("Output tokens spent reasoning (default: output).", default=None)
+    cache_write: Usd | None = field("Input tokens written to the provider's cache (default: input).", default=None)
+
+
 @described
 class Servers:
     """The gateway's own servers; env ADMIN_ADDR, STATS_ADDR, READINESS_ADDR, ADMIN_TOKEN override them."""
@@ -898,6 +923,9 @@ class Servers:
         "Worker processes serving the binds: a number, or auto for one per CPU (default 1: one process);"
         " --workers overrides it. Admin, stats and readiness stay in the supervisor (docs/workers.md).",
         default=None)
+    prices: dict[str, ModelPrice] = field(
+        "Model prices over the bundled catalog, USD per million tokens: model name (`gpt-4o`, or with a "
+        "provider: `bedrock/amazon.nova-pro-v1:0`) -> fields (docs/pricing.md). trioproxy only.", default={})
 
 
 @described

@@ -63,6 +63,18 @@ class HistorySpec:
 
 
 @frozen
+class PriceOverride:
+    """One ``config.prices`` entry: USD per million tokens, each field set over the catalog's entry
+    (``llm/pricing.py``); ``None``: the catalog's value."""
+
+    input: float | None = None
+    output: float | None = None
+    cached_input: float | None = None
+    reasoning: float | None = None
+    cache_write: float | None = None
+
+
+@frozen
 class TracingSpec:
     """``config.tracing``: where spans go and how many requests start one."""
 
@@ -307,6 +319,8 @@ class Config:
     logging: LoggingSpec | None = None
     tracing: TracingSpec | None = None
     history: HistorySpec = HistorySpec()
+    #: ``config.prices``: model name -> override of the price catalog, in the file's order
+    prices: tuple[tuple[str, PriceOverride], ...] = ()
     frontend: FrontendSpec = FrontendSpec()
     backend: BackendConnectionSpec = BackendConnectionSpec()
     gateway_names: tuple[str, ...] = ("default",)

@@ -31,6 +31,7 @@ import trio
 from ..asgi import Header, Receive, Scope, Send, serve_lifespan
 from ..config.model import Backend, Route
 from ..errors import ProxyError, RequestTimeout, UpstreamTimeout
+from ..llm.pricing import PriceCatalog
 from ..llm.providers import COMPLETIONS, GEMINI_KINDS, PASSTHROUGH, UNREAD_KINDS, fill_model, provider_headers
 from ..llm.usage import Usage, UsageReader, UsageStripper, prepare_request_body, usage_fields
 from ..policies.headers import (
@@ -383,7 +384,7 @@ class Gateway:
                 await x.end_body(tap.end() if tap is not None else b"")
         finally:
             if tap is not None:
-                await _charge(x, tap.usage(), finishers)
+                await _charge(x, tap.usage(), finishers, self.runtime.state.prices)
                 tr.body("response", tap.capture)
 
     async def _send_translated(self, x: Exchange, body: bytes | None, stream: Any, response: UpstreamResponse,
@@ -412,17 +413,18 @@ class Gateway:
                             x.answered()
                 await x.end_body()
             finally:
-                await _charge_translated(x, finishers, capture)
+                await _charge_translated(x, finishers, capture, self.runtime.state.prices)
             return
-        await _charge_translated(x, finishers, capture)
+        await _charge_translated(x, finishers, capture, self.runtime.state.prices)
 
 
-async def _charge_translated(x: Exchange, finishers: Sequence[Any], capture: BodyCapture | None) -> None:
+async def _charge_translated(x: Exchange, finishers: Sequence[Any], capture: BodyCapture | None,
+                             prices: PriceCatalog) -> None:
     """The usage the translation counted (a translated stream may not carry it), charged."""
     usage = translate.usage(x.translation)
     if usage is not None and x.llm is not None:  # cached, cache-write and reasoning tokens too, as for passthrough
         x.llm.update(usage_fields(usage))
-    await _charge(x, usage, finishers, take=False)
+    await _charge(x, usage, finishers, prices, take=False)
     x.tracer.body("response", capture)
 
 
@@ -430,16 +432,19 @@ async def _charge_translated(x: Exchange, finishers: Sequence[Any], capture: Bod
 FINISH_DEADLINE = 2.0
 
 
-async def _charge(x: Exchange, usage: Usage | None, finishers: Sequence[Any], *, take: bool = True) -> None:
-    """The answer's usage charged by the ``finish`` hooks (token rate limits), once per request, even
-    when the client left mid-stream (499): the provider spent the tokens it reported. Shielded, so a
-    cancelled request still charges, and bounded, so a slow hook cannot hold the request's end."""
+async def _charge(x: Exchange, usage: Usage | None, finishers: Sequence[Any], prices: PriceCatalog, *,
+                  take: bool = True) -> None:
+    """The answer's usage priced (``llm.cost``) and charged by the ``finish`` hooks (token rate
+    limits), once per request, even when the client left mid-stream (499): the provider spent the
+    tokens it reported. Shielded, so a cancelled request still charges, and bounded, so a slow hook
+    cannot hold the request's end."""
     if usage is None:
         return
     if take:
         _take_usage(x, usage)
     else:
         x.usage = usage
+    _price_usage(x, usage, prices)
     if not finishers:
         return
     with trio.CancelScope(shield=True, deadline=trio.current_time() + FINISH_DEADLINE):
@@ -489,6 +494,27 @@ def _take_usage(x: Exchange, usage: Usage) -> None:
         llm["cacheCreationInputTokens"] = usage.cache_creation_input_tokens
     if usage.reasoning_tokens:
         llm["reasoningTokens"] = usage.reasoning_tokens
+
+
+def _price_usage(x: Exchange, usage: Usage, prices: PriceCatalog) -> None:
+    """``llm.cost``: the answer's cost in USD at the price of the model the provider answered with
+    (else the one asked for), ``None`` when the catalog has no price for either (docs/pricing.md);
+    the trace's ``llmUsage`` event reports it with the tokens."""
+    llm = x.llm
+    if llm is None:
+        return
+    provider = llm.get("provider")
+    cost = None
+    priced = usage.model or llm.get("model")
+    for model in (usage.model, llm.get("model")):
+        if model:
+            cost = prices.cost(provider, model, usage)
+            if cost is not None:
+                priced = model
+                break
+    llm["cost"] = cost
+    if x.tracer.active:
+        x.tracer.event("llmUsage", provider=provider, model=priced, cost=cost, **usage_fields(usage))
 
 
 class ResponseTap:

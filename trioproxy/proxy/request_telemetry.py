@@ -52,9 +52,14 @@ def observe_request(metrics: Metrics, bind: str, x: Exchange, status: int, secon
     metrics.observe(bind, gateway, listener, route, x.backend.name if x.backend else "", x.scope["method"], status,
                     x.error_kind or "", seconds)
     llm = x.llm
-    if llm is None or status >= 400:
+    if llm is None:
         return
     operation, provider = _gen_ai_names(x, llm)
+    cost = llm.get("cost")
+    if cost is not None:  # spent even when the client left mid-stream (499)
+        metrics.cost(route, provider, llm.get("responseModel") or llm.get("model") or "", cost)
+    if status >= 400:
+        return
     first_token = x.first_chunk - x.arrival if x.first_chunk is not None and llm.get("streaming") else None
     metrics.gen_ai(
         (operation, provider, llm.get("model") or "", llm.get("responseModel") or "", gateway, listener, route),
@@ -80,7 +85,8 @@ def end_server_span(otel: OtelTracing | None, x: Exchange, status: int) -> None:
             "gen_ai.request.model": model, "gen_ai.response.model": llm.get("responseModel"),
             "gen_ai.provider.name": provider, "gen_ai.usage.input_tokens": llm.get("inputTokens"),
             "gen_ai.usage.output_tokens": llm.get("outputTokens"),
-            "gen_ai.usage.cache_read.input_tokens": llm.get("cachedInputTokens"), "gen_ai.operation.name": operation})
+            "gen_ai.usage.cache_read.input_tokens": llm.get("cachedInputTokens"), "gen_ai.operation.name": operation,
+            "gen_ai.usage.cost": llm.get("cost")})
     attributes["error.type"] = x.error_kind
     otel.finish_request(span, status, attributes, x.error, _finished(x, status))
 
@@ -101,7 +107,7 @@ def _summary(x: Exchange, status: int, seconds: float, own_error: bool) -> Summa
         time.time(), x.scope["method"], x.scope["path"], x.host, x.route.key if x.route else "",
         x.backend.name if x.backend else "", status, seconds * 1000.0, llm.get("inputTokens"),
         llm.get("outputTokens"), subject_of(x.jwt, x.api_key, x.basic_auth) if x.jwt or x.api_key or x.basic_auth else None,
-        x.error if own_error else None, x.error_kind, llm.get("model"))
+        x.error if own_error else None, x.error_kind, llm.get("model"), llm.get("cost"))
 
 
 def _access_fields(bind: str, x: Exchange, status: int, seconds: float) -> dict[str, Any]:
@@ -138,4 +144,5 @@ def _add_gen_ai_fields(fields: dict[str, Any], x: Exchange, llm: dict[str, Any])
         "gen_ai.usage.cache_read.input_tokens": llm.get("cachedInputTokens"),
         "gen_ai.usage.cache_creation.input_tokens": llm.get("cacheCreationInputTokens"),
         "gen_ai.usage.reasoning.output_tokens": llm.get("reasoningTokens"),
+        "gen_ai.usage.cost": llm.get("cost"),  # USD (docs/pricing.md)
     })

@@ -13,6 +13,7 @@ from math import inf
 from prometheus_client.metrics_core import Metric
 
 from ..config.model import Backend, Config, Listener, Route
+from ..llm.pricing import PriceCatalog
 from ..policies.jwks import JwksRegistry
 from ..policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
 from ..redaction import DEFAULT as REDACT_BY_DEFAULT
@@ -80,6 +81,8 @@ class GatewayState:
         self.config = config
         self.limiter_factory = limiter_factory
         self.runtime_keys = runtime_keys
+        #: the bundled model prices with ``config.prices`` over them (docs/pricing.md)
+        self.prices = PriceCatalog.bundled().with_overrides(config.prices)
         compiler = StageCompiler(jwks if jwks is not None else JwksRegistry(),
                                  previous.limiters if previous is not None else {}, count_decision, limiter_factory,
                                  runtime_keys)

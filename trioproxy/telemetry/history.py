@@ -39,6 +39,7 @@ class Summary(NamedTuple):
     reason: str | None
     error_kind: str | None
     model: str | None
+    cost: float | None = None  # USD (docs/pricing.md); None: no usage, or a model without a price
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape of ``/api/requests`` (camelCase, as the rest of the admin API)."""
@@ -46,14 +47,14 @@ class Summary(NamedTuple):
             "time": self.time, "method": self.method, "path": self.path, "host": self.host,
             "route": self.route or None, "backend": self.backend or None, "status": self.status,
             "durationMs": round(self.duration_ms, 3), "inputTokens": self.input_tokens,
-            "outputTokens": self.output_tokens, "model": self.model, "subject": self.subject,
+            "outputTokens": self.output_tokens, "model": self.model, "cost": self.cost, "subject": self.subject,
             "reason": self.reason, "errorKind": self.error_kind,
         }
 
     def activation(self) -> dict[str, Any]:
         """CEL's view, with the trace filter's roots (cel.ALLOWED_ROOTS): ``request.method``,
         ``request.path``, ``request.route``, ``response.code``, ``response.reason``, ``backend.name``,
-        ``llm.inputTokens`` ... (docs/history.md)."""
+        ``llm.inputTokens``, ``llm.cost`` ... (docs/history.md)."""
         return {
             "request": {"method": self.method, "path": self.path.split("?", 1)[0], "pathAndQuery": self.path,
                         "host": self.host, "route": self.route, "subject": self.subject or "",
@@ -62,7 +63,7 @@ class Summary(NamedTuple):
                          "errorKind": self.error_kind or ""},
             "backend": {"name": self.backend},
             "llm": {k: v for k, v in (("inputTokens", self.input_tokens), ("outputTokens", self.output_tokens),
-                                      ("requestModel", self.model)) if v is not None},
+                                      ("requestModel", self.model), ("cost", self.cost)) if v is not None},
         }
 
 

@@ -74,6 +74,11 @@ class Metrics:
             "streamed LLM answer (gen_ai.server.time_per_output_token).", GEN_AI_LABELS, buckets=TPOT_BUCKETS,
             registry=self.registry,
         )
+        self.gen_ai_cost = Counter(
+            "trioproxy_gen_ai_cost_usd", "USD spent on LLM calls, from each answer's usage at the price "
+            "catalog's prices (docs/pricing.md); calls of a model without a price are not counted.",
+            ["route", "provider", "model"], registry=self.registry,
+        )
         self.ratelimit_decisions = Counter(
             "trioproxy_ratelimit_decisions", "Rate-limit decisions, by policy kind, where it is attached and result.",
             ["policy", "key", "result"], registry=self.registry,
@@ -133,6 +138,7 @@ class Metrics:
         self._requests: dict[tuple[str, ...], tuple[Callable[[], None], Callable[[float], None]]] = {}
         self._decisions: dict[tuple[str, str, str], Callable[[], None]] = {}
         self._tokens: dict[tuple[object, ...], Callable[[float], None]] = {}
+        self._costs: dict[tuple[str, str, str], Callable[[float], None]] = {}
 
     def observe(self, bind: str, gateway: str, listener: str, route: str, backend: str, method: str, status: int,
                 reason: str, seconds: float) -> None:
@@ -166,6 +172,14 @@ class Metrics:
             self._observer(self.time_to_first_token, labels)(first_token)
             if output_tokens is not None and output_tokens > 1:
                 self._observer(self.time_per_output_token, labels)((seconds - first_token) / (output_tokens - 1))
+
+    def cost(self, route: str, provider: str, model: str, usd: float) -> None:
+        """``trioproxy_gen_ai_cost_usd_total``: one LLM call's cost (the child cached per labels)."""
+        labels = (route, provider, model)
+        inc = self._costs.get(labels)
+        if inc is None:
+            inc = self._costs[labels] = self.gen_ai_cost.labels(*labels).inc
+        inc(usd)
 
     def _observer(self, histogram: Histogram, labels: tuple[str, ...]) -> Callable[[float], None]:
         """The cached child's ``observe``, as ``observe`` caches the request counters."""

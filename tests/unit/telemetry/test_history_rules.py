@@ -13,7 +13,7 @@ from trioproxy.telemetry.history import DEFAULT_SIZE, History, Summary, subject_
 def summary(n: int = 0, **fields) -> Summary:
     values = dict(time=1700000000.0 + n, method="POST", path="/v1/chat?x=1", host="h", route="r", backend="b",
                   status=200 + n, duration_ms=1.23456, input_tokens=3, output_tokens=4, subject="alice",
-                  reason="why", error_kind="kind", model="m")
+                  reason="why", error_kind="kind", model="m", cost=0.0125)
     values.update(fields)
     return Summary(**values)
 
@@ -21,12 +21,14 @@ def summary(n: int = 0, **fields) -> Summary:
 def test_as_dict_is_the_admin_api_shape():
     assert summary().as_dict() == {
         "time": 1700000000.0, "method": "POST", "path": "/v1/chat?x=1", "host": "h", "route": "r", "backend": "b",
-        "status": 200, "durationMs": 1.235, "inputTokens": 3, "outputTokens": 4, "model": "m", "subject": "alice",
-        "reason": "why", "errorKind": "kind"}
+        "status": 200, "durationMs": 1.235, "inputTokens": 3, "outputTokens": 4, "model": "m", "cost": 0.0125,
+        "subject": "alice", "reason": "why", "errorKind": "kind"}
     empty = summary(route="", backend="", input_tokens=None, output_tokens=None, model=None, subject=None,
-                    reason=None, error_kind=None).as_dict()
-    assert (empty["route"], empty["backend"], empty["inputTokens"], empty["model"], empty["reason"]) == (
-        None, None, None, None, None)
+                    reason=None, error_kind=None, cost=None).as_dict()
+    assert (empty["route"], empty["backend"], empty["inputTokens"], empty["model"], empty["reason"], empty["cost"]) == (
+        None, None, None, None, None, None)
+    # a summary made without a cost (older callers) has none
+    assert Summary(*tuple(summary())[:14]).cost is None
 
 
 def test_activation_is_the_cel_view():
@@ -35,9 +37,9 @@ def test_activation_is_the_cel_view():
                     "subject": "alice", "time": 1700000000.0},
         "response": {"code": 200, "durationMs": 1.23456, "reason": "why", "errorKind": "kind"},
         "backend": {"name": "b"},
-        "llm": {"inputTokens": 3, "outputTokens": 4, "requestModel": "m"}}
+        "llm": {"inputTokens": 3, "outputTokens": 4, "requestModel": "m", "cost": 0.0125}}
     bare = summary(path="/a?b?c", subject=None, reason=None, error_kind=None, input_tokens=None, output_tokens=0,
-                   model=None).activation()
+                   model=None, cost=None).activation()
     assert bare["request"]["path"] == "/a" and bare["request"]["subject"] == ""
     assert bare["response"]["reason"] == "" and bare["response"]["errorKind"] == ""
     assert bare["llm"] == {"outputTokens": 0}
