@@ -257,7 +257,7 @@ class Gateway:
         runtime = self.runtime
         settings = runtime.state.config.keys
         await keys_stage.admit(x, runtime.keys, body, provider=provider, provider_model=provider_model,
-                               path_model=path_model, cost_estimate=runtime.cost_estimate,
+                               path_model=path_model, prices=runtime.state.prices,
                                default_max_tokens=settings.default_max_tokens,
                                fail_open=settings.failure_mode == "open")
 

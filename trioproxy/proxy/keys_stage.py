@@ -19,23 +19,32 @@ nearly spent budget overspend by at most one request's real usage beyond its est
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import KeyStoreUnavailable, ModelNotAllowed
+from ..llm.pricing import PriceCatalog
 
 if TYPE_CHECKING:
     from ..keys.service import KeyService
     from .exchange import Exchange
 
-__all__ = ["admit", "estimate_tokens", "model_allowed", "requested_model", "settle"]
+__all__ = ["admit", "cost_estimate", "estimate_tokens", "requested_model", "settle"]
 
 #: the completion-size fields of each dialect: OpenAI chat (old and new), Responses, Anthropic; Gemini's
 #: is under ``generationConfig``
 _MAX_FIELDS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 
-#: (provider, model, prompt tokens, completion tokens) -> USD, or None for a model without a price
-CostEstimate = Callable[[str | None, str | None, int, int], float | None]
+
+
+def cost_estimate(prices: PriceCatalog, provider: str | None, model: str | None, prompt: int,
+                  completion: int) -> float | None:
+    """The estimate's price: its prompt at the input price, its completion at the output price
+    (the dearest case: no cache discount); None for a model without a price (its cost budget is
+    then charged only what the answer's usage costs, which is nothing)."""
+    price = prices.price(provider, model)
+    if price is None:
+        return None
+    return (prompt * price.input + completion * price.output) / 1_000_000
 
 
 def _body_object(body: bytes | None) -> dict[str, Any] | None:
@@ -46,27 +55,6 @@ def _body_object(body: bytes | None) -> dict[str, Any] | None:
     except (ValueError, UnicodeDecodeError):
         return None
     return obj if isinstance(obj, dict) else None
-
-
-def model_allowed(patterns: tuple[str, ...] | list[str], model: str) -> bool:
-    """An empty list allows every model; ``openai/*`` allows every name under ``openai/``."""
-    if not patterns:
-        return True
-    for pattern in patterns:
-        if pattern == model or pattern == "*" or (pattern.endswith("/*") and model.startswith(pattern[:-1])):
-            return True
-    return False
-
-
-def _refusal(principal: Any, model: str) -> str | None:
-    """Who refuses ``model``: ``key K`` or ``team T``; None when both allow it."""
-    key = principal.key
-    if not model_allowed(key.models, model):
-        return f"key {key.name or key.id}"
-    team = principal.team
-    if team is not None and not model_allowed(getattr(team, "models", ()), model):
-        return f"team {team.name or team.id}"
-    return None
 
 
 def requested_model(obj: dict[str, Any] | None, fallback: str | None) -> str | None:
@@ -96,7 +84,7 @@ def estimate_tokens(body: bytes | None, obj: dict[str, Any] | None, default_max_
 
 
 async def admit(x: Exchange, service: KeyService, body: bytes | None, *, provider: str | None,
-                provider_model: str | None, path_model: str | None, cost_estimate: CostEstimate | None,
+                provider_model: str | None, path_model: str | None, prices: PriceCatalog | None,
                 default_max_tokens: int, fail_open: bool) -> None:
     """The model check and the reservation of one keyed request (no-op without a runtime key).
 
@@ -109,16 +97,15 @@ async def admit(x: Exchange, service: KeyService, body: bytes | None, *, provide
     tr = x.tracer
     obj = _body_object(body) if body is not None else None
     asked = requested_model(obj, path_model)
-    refused_by = _refusal(principal, asked) if asked is not None else None
-    if refused_by is not None:
+    if asked is not None and not principal.key.allows_model(asked):
         tr.event("policy", severity="warn", kind="keys", result="denied", reason=f"model '{asked}' not allowed")
-        raise ModelNotAllowed(f"model '{asked}' is not allowed for {refused_by}")
+        raise ModelNotAllowed(asked, principal.key.name or principal.key.id)
     if body is None:  # not an LLM request: the request counts, no tokens
         prompt = completion = 0
     else:
         prompt, completion = estimate_tokens(body, obj, default_max_tokens)
-    cost = cost_estimate(provider, provider_model or asked, prompt, completion) \
-        if cost_estimate is not None and body is not None else None
+    cost = cost_estimate(prices, provider, provider_model or asked, prompt, completion) \
+        if prices is not None and body is not None else None
     try:
         x.reservation = await service.reserve(principal, tokens=prompt + completion, cost=cost)
     except KeyStoreUnavailable:

@@ -22,6 +22,7 @@ from ..cel import compile_expression
 from ..config.model import Policies
 from ..errors import (
     ApiKeyAuthenticationFailed,
+    KeyRefused,
     AuthenticationFailed,
     AuthorizationDenied,
     BasicAuthenticationBusy,
@@ -47,7 +48,6 @@ from ..policies.ratelimit_remote import RemoteRateLimitPolicy, RemoteRateLimitSp
 from ..policies.retry import RetrySpec
 from ..policies.url_rewrite import RedirectSpec, UrlRewriteSpec, redirect_location, rewrite_authority, rewrite_prefix
 from ..redaction import REDACTED
-from ..keys.service import KeyRefused
 from ..rls.wire_client import RlsCallFailed, client_for
 from ..telemetry.trace import activation
 from .after_response import AFTER_RESPONSE, AfterResponse
