@@ -21,7 +21,7 @@ from ..rls import cli as rls_cli
 from ..telemetry.access_log import configure_logging
 from ..usage import PREFIX, OneLineParser
 from ..version import __version__
-from . import demo, requests_cli, schema_cli, status_cli, trace_cli
+from . import demo, keys_cli, requests_cli, schema_cli, status_cli, trace_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="on SIGINT/SIGTERM, how long requests in flight may take to finish (default 10)")
     parser.add_argument("--workers", metavar="N|auto",
                         help="worker processes serving the binds (default: config.workers, else 1); docs/workers.md")
+    parser.add_argument("--store", metavar="PATH|URL",
+                        help="the key store: a SQLite file or postgresql://... (overrides config.store); docs/keys.md")
     parser.add_argument("--log-level", metavar="LEVEL",
                         help="trace|debug|info|warn|error (default info, or LOG_LEVEL); LOG_FORMAT=text|json")
     parser.add_argument("--version", action="version", version=f"trioproxy {__version__}")
@@ -55,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
         "requests", help="show the last requests a gateway handled (its history)",
         description=requests_cli.DESCRIPTION, epilog=requests_cli.EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter))
+    keys_cli.configure_parser(commands.add_parser(
+        "keys", help="runtime API keys, teams, spend and the request log (keys create|list|...)",
+        description=keys_cli.DESCRIPTION, epilog=keys_cli.EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter))
     demo_parser = commands.add_parser("demo", help="run the gateway with a bundled demo backend (Ctrl-C stops both)",
                                       description=demo.__doc__.splitlines()[0] if demo.__doc__ else None)
     demo.configure_parser(demo_parser)
