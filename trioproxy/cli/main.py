@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
 from collections.abc import Iterator, Sequence
 
@@ -16,6 +17,7 @@ import trio
 
 from ..config import ConfigError, load_config
 from ..frontend.server import StartupError, log_rejected, run_until_signalled
+from ..proxy.keys_host import STORE_ENV
 from ..idp import cli as idp_cli
 from ..rls import cli as rls_cli
 from ..telemetry.access_log import configure_logging
@@ -90,6 +92,13 @@ def _config_warnings_as_lines() -> Iterator[None]:
 def _run_gateway(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if not args.config:
         parser.error("--config FILE is required")
+    if args.store is not None:
+        if not args.store.strip():
+            parser.error("--store: expected a SQLite file or a postgresql:// URL")
+        # An environment variable, so worker processes and every reload of the config see it too
+        # (proxy/keys_host.py); a file is taken relative to where the command runs.
+        store = args.store.strip()
+        os.environ[STORE_ENV] = store if "://" in store else os.path.abspath(store)
     try:
         with _config_warnings_as_lines():
             config = load_config(args.config)
