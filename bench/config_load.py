@@ -35,6 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 ROOT = Path(__file__).resolve().parent.parent
 
 OLD_COMMIT = "51298de"
@@ -176,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     if before:
         print(f"after / before: {after / before:.2f}")
     if old_config is not None:
-        same = old_config == new_config
+        # config.store (issue 30) is resolved to a path even when absent; the old loader has no such field
+        same = old_config == attrs.evolve(new_config, store=old_config.store)
         print(f"same Config from both loaders: {'yes' if same else 'NO'}")
         if not same:
             notes.append("the two loaders built different configs")

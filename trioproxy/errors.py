@@ -10,6 +10,10 @@
     ├── BasicAuthenticationFailed   401 basic authentication failure: <reason>
     ├── BasicAuthenticationBusy     503 basic authentication busy (too many password checks waiting)
     ├── ApiKeyAuthenticationFailed  401 api key authentication failure: <reason>
+    │   └── KeyRefused              401 a runtime key refused (invalid api key, key revoked, key expired, key rotated)
+    ├── ModelNotAllowed             403 model 'x' is not allowed for key K
+    ├── BudgetExceeded              429 budget exceeded: key K's tokens per day (N); resets at ... (retry-after)
+    ├── KeyStoreUnavailable         503 key store unavailable
     ├── AuthorizationDenied         403 authorization failed
     ├── CsrfValidationFailed        403 CSRF validation failed
     ├── RateLimited                 429 rate limit exceeded
@@ -106,6 +110,74 @@ class ApiKeyAuthenticationFailed(ProxyError):
 
     def __init__(self, reason: str) -> None:
         super().__init__(f"api key authentication failure: {reason}")
+
+
+class KeyRefused(ApiKeyAuthenticationFailed):
+    """A runtime key (``trioproxy/keys``) refused: ``reason`` is ``invalid api key``, ``key revoked``,
+    ``key expired`` or ``key rotated`` (an old secret past its rotation grace period)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class ModelNotAllowed(ProxyError):
+    """A runtime key asked for a model outside its ``models`` list."""
+
+    status = 403
+    default_message = "model is not allowed"
+
+    def __init__(self, model: str, key: str) -> None:
+        self.model = model
+        self.key = key
+        super().__init__(f"model {model!r} is not allowed for key {key}")
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _utc(when: float) -> str:
+    import datetime
+
+    moment = datetime.datetime.fromtimestamp(when, datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + (f".{moment.microsecond // 1000:03d}" if moment.microsecond else "") + "Z"
+
+
+class BudgetExceeded(ProxyError):
+    """A runtime key's or its team's limit is reached in one window (``trioproxy/keys/limits.py``).
+
+    ``subject`` is what owns the limit as a client reads it (``key alice-laptop``, ``team research``);
+    ``resets_at`` (epoch seconds) is None for the ``total`` window, which never resets. The answer
+    carries ``retry-after`` (whole seconds until the window resets)."""
+
+    status = 429
+    default_message = "budget exceeded"
+
+    def __init__(self, subject: str, metric: str, window: str, limit: float, resets_at: float | None,
+                 *, now: float | None = None) -> None:
+        import math
+        import time
+
+        self.subject, self.metric, self.window, self.limit, self.resets_at = subject, metric, window, limit, resets_at
+        what = f"{metric} in total" if window == "total" else f"{metric} per {window}"
+        message = f"budget exceeded: {subject}'s {what} ({_number(limit)})"
+        headers: list[Header] = []
+        if resets_at is None:
+            message += "; it does not reset"
+        else:
+            message += f"; resets at {_utc(resets_at)}"
+            wait = max(1, math.ceil(resets_at - (time.time() if now is None else now)))
+            headers.append((b"retry-after", str(wait).encode()))
+        super().__init__(message, headers=headers)
+
+
+class KeyStoreUnavailable(ProxyError):
+    """The key store (SQLite file or PostgreSQL) cannot be read or written; with ``failureMode:
+    closed`` (the default) the request is refused with this."""
+
+    status = 503
+    default_message = "key store unavailable"
 
 
 class AuthorizationDenied(ProxyError):

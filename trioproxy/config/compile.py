@@ -345,7 +345,10 @@ def _api_key(value: d.ApiKeyAuth, r: Reader) -> ApiKeySpec:
                 r.at(entry, "keyHash", f"expected sha256:<64 hex digits>, got {entry.key_hash!r}")
             digest = hexdigest
         keys.append((digest, tuple(entry.metadata.items())))
-    return ApiKeySpec(tuple(keys), value.mode, _location(value.location) or CredentialLocation())
+    if not keys and not value.runtime_keys:
+        r.at(value, "keys", "required field is missing (or set runtimeKeys: true)")
+    return ApiKeySpec(tuple(keys), value.mode, _location(value.location) or CredentialLocation(),
+                      runtime_keys=value.runtime_keys)
 
 
 def _authorization(value: d.Authorization, r: Reader) -> AuthorizationSpec:
@@ -686,8 +689,12 @@ def compile_servers(servers: d.Servers | None, env: Mapping[str, str], r: Reader
     return m.ServerAddrs(**out, admin_token=token or None, off=frozenset(off))
 
 
-def compile_document(document: d.Document, env: Mapping[str, str], r: Reader) -> m.Config:
-    """The runtime config of a read document; problems go to ``r`` (the caller raises)."""
+def compile_document(document: d.Document, env: Mapping[str, str], r: Reader,
+                     base_dir: str | None = None) -> m.Config:
+    """The runtime config of a read document; problems go to ``r`` (the caller raises).
+
+    ``base_dir``: the config file's directory (relative paths such as ``config.store`` are
+    resolved against it; None: the working directory)."""
     binds = []
     ports: dict[int, int] = {}
     for bind in document.binds:
@@ -718,7 +725,32 @@ def compile_document(document: d.Document, env: Mapping[str, str], r: Reader) ->
                     history=m.HistorySpec(**_given(size=servers.history.size)) if servers and servers.history
                     else m.HistorySpec(),
                     backend=_backend_connections(servers.backend if servers else None),
-                    workers=servers.workers if servers and servers.workers is not None else 1)
+                    workers=servers.workers if servers and servers.workers is not None else 1,
+                    store=_store(servers.store if servers else None, base_dir),
+                    keys=_keys(servers.keys if servers else None))
+
+
+def _store(value: str | None, base_dir: str | None) -> str:
+    """``config.store``: a PostgreSQL URL as written, else an absolute SQLite path (relative to the
+    config file's directory)."""
+    import os
+
+    value = value or m.DEFAULT_STORE
+    if value.startswith(("postgresql://", "postgres://")):
+        return value
+    return os.path.normpath(os.path.join(base_dir or os.getcwd(), os.path.expanduser(value)))
+
+
+def _keys(value: d.Keys | None) -> m.KeysSettings:
+    if value is None:
+        return m.KeysSettings()
+    log = value.request_log
+    return m.KeysSettings(**_given(
+        refresh_interval=value.refresh_interval, flush_interval=value.flush_interval,
+        reservation_ttl=value.reservation_ttl, failure_mode=value.failure_mode,
+        default_max_tokens=value.default_max_tokens,
+        request_log_enabled=log.enabled if log is not None else None,
+        request_log_retention=log.retention if log is not None else None))
 
 
 def _given(**values: Any) -> dict[str, Any]:

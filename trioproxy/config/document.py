@@ -323,7 +323,12 @@ class ApiKeyEntry:
 class ApiKeyAuth:
     """Authenticate requests with static API keys; the key is removed from the request once it matched."""
 
-    keys: tuple[ApiKeyEntry, ...] = field("The accepted keys.")
+    keys: tuple[ApiKeyEntry, ...] = field(
+        "The accepted static keys (required unless runtimeKeys is true).", default=())
+    runtime_keys: bool = field(
+        "Also accept the runtime keys of the key store (`config.store`; created with `trioproxy keys create` or "
+        "the admin API's /api/keys), with their models, limits and budgets (docs/keys.md). trioproxy only.",
+        default=False)
     mode: Literal["strict", "optional", "permissive"] = field(
         "strict: a valid key is required. optional (default): requests without a key pass, invalid keys are "
         "rejected (401). permissive: missing or invalid keys pass without apiKey.", default="optional")
@@ -877,6 +882,37 @@ class History:
 
 
 @described
+class RequestLog:
+    """The optional record of each LLM request with a runtime key, kept in the key store (docs/keys.md)."""
+
+    enabled: bool = field("Record each LLM request (key, team, model, tokens, cost, status, latency).",
+                          default=False)
+    retention: Duration | None = field("How long records are kept (default 7d).", default=None)
+
+
+@described
+class Keys:
+    """Runtime API keys, budgets and spend (docs/keys.md). trioproxy only."""
+
+    refresh_interval: Duration | None = field(
+        "How often the key cache is refreshed from the store: replicas see new, changed and revoked keys "
+        "within it (default 500ms).", default=None)
+    flush_interval: Duration | None = field(
+        "How often settled usage is written to the store in one batch; a crash loses at most this much "
+        "spend (default 200ms).", default=None)
+    reservation_ttl: Duration | None = field(
+        "How long a reservation of a request's estimate lives when its process never settles it (a crash; "
+        "default 5m).", default=None)
+    failure_mode: Literal["closed", "open"] | None = field(
+        "When the store cannot be reached: closed (default) answers 503 `key store unavailable`; open lets "
+        "requests with a cached key pass without budgets.", default=None)
+    default_max_tokens: Annotated[int, Integer(1, 10_000_000)] | None = field(
+        "The completion part of a request's token estimate when it sets no max_tokens (default 1024).",
+        default=None)
+    request_log: RequestLog | None = field("The optional request log and its retention.", default=None)
+
+
+@described
 class Servers:
     """The gateway's own servers; env ADMIN_ADDR, STATS_ADDR, READINESS_ADDR, ADMIN_TOKEN override them."""
 
@@ -898,6 +934,11 @@ class Servers:
         "Worker processes serving the binds: a number, or auto for one per CPU (default 1: one process);"
         " --workers overrides it. Admin, stats and readiness stay in the supervisor (docs/workers.md).",
         default=None)
+    store: str | None = field(
+        "The key store: a SQLite file path (relative to the config file's directory) or a "
+        "`postgresql://user@host:port/db` URL (default trioproxy.db beside the config file; opened only "
+        "when runtime keys are used). trioproxy only.", default=None)
+    keys: Keys | None = field("Runtime API keys, budgets and spend (docs/keys.md).", default=None)
 
 
 @described

@@ -128,13 +128,15 @@ def _is_manifest(node: Node) -> bool:
         isinstance(k, ScalarNode) and k.value == "apiVersion" for k, _ in node.value)
 
 
-def build_from_node(node: Node | None, *, source: str | None, env: Mapping[str, str]) -> m.Config:
-    """Read, check and compile one standalone document node (raises ``ConfigError``)."""
+def build_from_node(node: Node | None, *, source: str | None, env: Mapping[str, str],
+                    base_dir: str | None = None) -> m.Config:
+    """Read, check and compile one standalone document node (raises ``ConfigError``); ``base_dir``
+    is the config file's directory (relative paths are resolved against it)."""
     reader = Reader(env)
     document = read_document(Document, node, reader)
     if document is INVALID or reader.over_budget:
         _raise_if_any(reader.problems, source)
-    config = compile_document(document, env, reader)
+    config = compile_document(document, env, reader, base_dir)
     _raise_if_any(reader.problems, source)
     for warning in reader.warnings:
         logging.getLogger("trioproxy.config").warning("%s", warning.render(source))
@@ -156,7 +158,7 @@ def _gc_paused() -> Iterator[None]:
 
 
 def parse_config(text: str, *, source: str = "<config>", env: Mapping[str, str] | None = None,
-                 previous: m.Config | None = None) -> m.Config:
+                 previous: m.Config | None = None, base_dir: str | None = None) -> m.Config:
     """Parse and validate config text (raises ``ConfigError``; problems name ``source``).
 
     ``previous`` (the running config, on a reload) lets a manifest keep the last valid version
@@ -174,7 +176,7 @@ def parse_config(text: str, *, source: str = "<config>", env: Mapping[str, str] 
                 return load_manifest(text, source, env=env, previous=previous).config
             except ManifestError as error:
                 raise ConfigError(error.problems) from None
-        return build_from_node(documents[0] if documents else None, source=source, env=env)
+        return build_from_node(documents[0] if documents else None, source=source, env=env, base_dir=base_dir)
 
 
 def load_config(path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None,
@@ -187,7 +189,8 @@ def load_config(path: str | os.PathLike[str], *, env: Mapping[str, str] | None =
         raise ConfigError([f"{name}: cannot read config file: {exc.strerror or exc}"]) from None
     except UnicodeDecodeError:
         raise ConfigError([f"{name}: config file is not UTF-8 text"]) from None
-    return parse_config(text, source=name, env=env, previous=previous)
+    return parse_config(text, source=name, env=env, previous=previous,
+                        base_dir=os.path.dirname(os.path.abspath(name)))
 
 
 def build_config(document: Any, *, env: Mapping[str, str] | None = None) -> m.Config:

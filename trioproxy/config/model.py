@@ -114,6 +114,23 @@ class BackendConnectionSpec:
 
 
 @frozen
+class KeysSettings:
+    """``config.keys``: runtime API keys, budgets and spend (``trioproxy/keys``, docs/keys.md)."""
+
+    refresh_interval: float = 0.5  # seconds: replicas see new/revoked keys within it
+    flush_interval: float = 0.2  # seconds: settlements are batched; a crash loses at most this much
+    reservation_ttl: float = 300.0  # seconds: reservations of a crashed process expire
+    failure_mode: Literal["closed", "open"] = "closed"
+    default_max_tokens: int = 1024  # the estimate's completion part when a request sets no max_tokens
+    request_log_enabled: bool = False
+    request_log_retention: float = 7 * 86400.0  # seconds
+
+
+#: the store when ``config.store`` is not set: beside the config file
+DEFAULT_STORE = "trioproxy.db"
+
+
+@frozen
 class PathMatch:
     kind: PathKind
     value: str
@@ -320,3 +337,9 @@ class Config:
     rejected: tuple[str, ...] = attrs.field(default=(), eq=False, repr=False)
     #: worker processes (``config.workers``): 1 = today's single process, 0 = auto (one per CPU)
     workers: int = 1
+    #: the key store (``config.store``): an absolute SQLite path or a ``postgresql://`` URL; the
+    #: compiler always sets it (default ``trioproxy.db`` beside the config file, or in the working
+    #: directory when the config has no file); None only for a Config built without the compiler
+    #: (a manifest). Opened only when something uses runtime keys.
+    store: str | None = None
+    keys: KeysSettings = KeysSettings()

@@ -12,12 +12,12 @@ import re
 from .describe import Scalar
 from .model import Address
 
-DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
 HOSTNAME = re.compile(r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
 TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def parse_address(text: str, *, allow_port_zero: bool = False) -> Address:
@@ -29,7 +29,7 @@ def parse_address(text: str, *, allow_port_zero: bool = False) -> Address:
 
 
 def parse_duration(text: str) -> float:
-    """``500ms``, ``1s``, ``1m30s``, ``1h`` → seconds (> 0)."""
+    """``500ms``, ``1s``, ``1m30s``, ``1h``, ``7d`` → seconds (> 0)."""
     text = text.strip()
     pos, total = 0, 0.0
     for found in DURATION_PART.finditer(text):
@@ -83,7 +83,7 @@ def parse_header_value(text: str) -> str:
 
 
 DURATION = Scalar("duration", parse_duration,
-                  {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"},
+                  {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$"},
                   "a duration such as 500ms, 1s, 60s or 1h")
 HOST_PORT_ADDRESS = Scalar("address", parse_address,
                            {"type": "string", "pattern": r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}$"},

@@ -335,7 +335,7 @@ def _parse_settled(path: Path, content: bytes | None, previous: Config) -> Confi
         text = content.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError([f"{path}: config file is not UTF-8 text"]) from None
-    return parse_config(text, source=str(path), previous=previous)
+    return parse_config(text, source=str(path), previous=previous, base_dir=str(path.absolute().parent))
 
 
 async def serve_gateway(

@@ -109,3 +109,5 @@ class ApiKeySpec:
     keys: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = attrs.field(metadata={"secret": True})
     mode: Literal["strict", "optional", "permissive"] = "optional"
     location: CredentialLocation = CredentialLocation()
+    #: also accept the key store's runtime keys (``trioproxy/keys``, docs/keys.md)
+    runtime_keys: bool = False

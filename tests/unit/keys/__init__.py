@@ -1,0 +1,1 @@
+"""Unit tests of trioproxy.keys: limits, records, the store (SQLite and PostgreSQL) and the service."""
