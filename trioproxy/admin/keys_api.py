@@ -15,12 +15,14 @@ import csv
 import io
 import math
 import re
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from quart import Quart, Response, request
 
+from ..keys import KeyRecord, KeyService, Team
 from ..proxy.runtime import Runtime
 from . import keys_wire as wire
 
@@ -38,6 +40,9 @@ class ApiError(Exception):
         self.message = message
 
 
+Handler = Callable[..., Awaitable[Any]]
+
+
 def _json(app: Quart, value: Any, status: int = 200) -> Response:
     response: Response = app.json.response(value)  # type: ignore[assignment]
     response.status_code = status
@@ -45,9 +50,7 @@ def _json(app: Quart, value: Any, status: int = 200) -> Response:
     return response
 
 
-def register_keys_api(app: Quart, runtime: Runtime) -> None:
-    Handler = Callable[..., Awaitable[Any]]
-
+def _endpoint(app: Quart) -> Callable[[Handler], Handler]:
     def endpoint(handler: Handler) -> Handler:
         """Map the service's errors to answers, in one place."""
         async def guarded(**kwargs: Any) -> Response:
@@ -68,34 +71,72 @@ def register_keys_api(app: Quart, runtime: Runtime) -> None:
         guarded.__name__ = handler.__name__
         return guarded
 
-    async def body() -> dict[str, Any]:
-        data = await request.get_json(force=True, silent=True)
-        if not isinstance(data, dict):
-            raise ApiError(400, "body: expected a JSON object")
-        return data
+    return endpoint
 
-    def service() -> Any:
+
+def register_keys_api(app: Quart, runtime: Runtime) -> None:
+    endpoint = _endpoint(app)
+
+    def service() -> KeyService:
         return runtime.keys
+
+    _key_routes(app, endpoint, service)
+    _team_routes(app, endpoint, service)
+
+    @app.get("/api/spend")
+    @endpoint
+    async def spend() -> tuple[int, Any] | Response:
+        return await spend_answer(service())
+
+    @app.get("/api/logs")
+    @endpoint
+    async def logs() -> tuple[int, Any]:
+        return 200, {"entries": await log_answer(service())}
+
+
+async def _body() -> Any:
+    data = await request.get_json(force=True, silent=True)
+    if not isinstance(data, dict):
+        raise ApiError(400, "body: expected a JSON object")
+    return data
+
+
+def _key_routes(app: Quart, endpoint: Callable[[Handler], Handler], service: Callable[[], KeyService]) -> None:
+    body = _body
+
+    async def found_key(key_id: str) -> KeyRecord:
+        record = await service().get_key(key_id)
+        if record is None:
+            raise wire.NotFound(f"unknown key {key_id}")
+        return record
 
     @app.get("/api/keys")
     @endpoint
     async def list_keys() -> tuple[int, Any]:
-        team = request.args.get("team") or None
-        keys = await service().list_keys(team=team)
-        return 200, {"keys": [wire.key(k, await wire.usage_of(service(), k)) for k in keys]}
+        keys = await service().list_keys(team=request.args.get("team") or None)
+        now = time.time()
+        usage = await wire.usages(service(), keys, now)
+        return 200, {"keys": [wire.key_json(k, now, usage.get(k.id, {})) for k in keys]}
 
     @app.post("/api/keys")
     @endpoint
     async def create_key() -> tuple[int, Any]:
         fields = wire.key_fields(await body(), create=True)
+        await check_team(fields)
         record, secret = await service().create_key(**fields)
-        return 201, {**wire.key(record), "key": secret}
+        return 201, {**wire.key_json(record, time.time()), "key": secret}
+
+    async def check_team(fields: dict[str, Any]) -> None:
+        if fields.get("team") is not None and await service().get_team(fields["team"]) is None:
+            raise ApiError(400, f"team: unknown team {fields['team']}")
 
     @app.get("/api/keys/<key_id>")
     @endpoint
     async def get_key(key_id: str) -> tuple[int, Any]:
-        record = await service().get_key(key_id)
-        return 200, wire.key(record, await wire.usage_of(service(), record))
+        record = await found_key(key_id)
+        now = time.time()
+        usage = await wire.usages(service(), [record], now)
+        return 200, wire.key_json(record, now, usage.get(record.id, {}))
 
     @app.patch("/api/keys/<key_id>")
     @endpoint
@@ -103,14 +144,15 @@ def register_keys_api(app: Quart, runtime: Runtime) -> None:
         changes = wire.key_fields(await body(), create=False)
         if not changes:
             raise ApiError(400, "body: nothing to change")
-        record = await service().update_key(key_id, **changes)
-        return 200, wire.key(record)
+        await found_key(key_id)
+        await check_team(changes)
+        return 200, wire.key_json(await service().update_key(key_id, **changes), time.time())
 
     @app.delete("/api/keys/<key_id>")
     @endpoint
     async def revoke_key(key_id: str) -> tuple[int, Any]:
-        record = await service().revoke_key(key_id)
-        return 200, wire.key(record)
+        await found_key(key_id)
+        return 200, wire.key_json(await service().revoke_key(key_id), time.time())
 
     @app.post("/api/keys/<key_id>/rotate")
     @endpoint
@@ -123,26 +165,41 @@ def register_keys_api(app: Quart, runtime: Runtime) -> None:
         if unknown:
             raise ApiError(400, f"{unknown[0]}: unknown field (expected gracePeriod)")
         grace = wire.duration(data.get("gracePeriod", 0), "gracePeriod")
+        record = await found_key(key_id)
+        if record.status(time.time()) != "active":
+            raise ApiError(400, f"{key_id}: the key is {record.status(time.time())}; only an active key can be rotated")
         record, secret = await service().rotate_key(key_id, grace=grace)
-        return 200, {**wire.key(record), "key": secret}
+        return 200, {**wire.key_json(record, time.time()), "key": secret}
+
+
+def _team_routes(app: Quart, endpoint: Callable[[Handler], Handler], service: Callable[[], KeyService]) -> None:
+    body = _body
+
+    async def found_team(team_id: str) -> Team:
+        team = await service().get_team(team_id)
+        if team is None:
+            raise wire.NotFound(f"unknown team {team_id}")
+        return team
 
     @app.get("/api/teams")
     @endpoint
     async def list_teams() -> tuple[int, Any]:
         teams = await service().list_teams()
-        return 200, {"teams": [wire.team(t, await wire.usage_of(service(), t)) for t in teams]}
+        usage = await wire.usages(service(), teams, time.time())
+        return 200, {"teams": [wire.team_json(t, usage.get(t.id, {})) for t in teams]}
 
     @app.post("/api/teams")
     @endpoint
     async def create_team() -> tuple[int, Any]:
         team = await service().create_team(**wire.team_fields(await body(), create=True))
-        return 201, wire.team(team)
+        return 201, wire.team_json(team)
 
     @app.get("/api/teams/<team_id>")
     @endpoint
     async def get_team(team_id: str) -> tuple[int, Any]:
-        team = await service().get_team(team_id)
-        return 200, wire.team(team, await wire.usage_of(service(), team))
+        team = await found_team(team_id)
+        usage = await wire.usages(service(), [team], time.time())
+        return 200, wire.team_json(team, usage.get(team.id, {}))
 
     @app.patch("/api/teams/<team_id>")
     @endpoint
@@ -150,23 +207,15 @@ def register_keys_api(app: Quart, runtime: Runtime) -> None:
         changes = wire.team_fields(await body(), create=False)
         if not changes:
             raise ApiError(400, "body: nothing to change")
-        return 200, wire.team(await service().update_team(team_id, **changes))
+        await found_team(team_id)
+        return 200, wire.team_json(await service().update_team(team_id, **changes))
 
     @app.delete("/api/teams/<team_id>")
     @endpoint
     async def delete_team(team_id: str) -> tuple[int, Any]:
-        await service().delete_team(team_id)
+        if not await service().delete_team(team_id):
+            raise wire.NotFound(f"unknown team {team_id}")
         return 200, {"deleted": team_id}
-
-    @app.get("/api/spend")
-    @endpoint
-    async def spend() -> tuple[int, Any] | Response:
-        return await spend_answer(service())
-
-    @app.get("/api/logs")
-    @endpoint
-    async def logs() -> tuple[int, Any]:
-        return 200, {"entries": await log_answer(service())}
 
 
 async def spend_answer(service: Any) -> tuple[int, Any] | Response:
@@ -183,6 +232,10 @@ async def spend_answer(service: Any) -> tuple[int, Any] | Response:
     if fmt not in ("json", "csv"):
         raise ApiError(400, f"format: expected json or csv, got {fmt!r}")
     rows = await wire.spend_rows(service, groups, start, end)
+    if groups in (["key"], ["team"]):  # names beside the ids (the CSV's and the page's)
+        records = await (service.list_keys() if groups == ["key"] else service.list_teams())
+        names = {r.id: r.name for r in records}
+        rows = [{**row, "name": names.get(str(row.get("group")))} for row in rows]
     if fmt == "csv":
         response = Response(spend_csv(groups, rows), content_type="text/csv; charset=utf-8")
         response.headers["content-disposition"] = f'attachment; filename="spend-by-{"-".join(groups)}.csv"'

@@ -1,118 +1,37 @@
-"""The keys API's wire shapes: request bodies checked field by field (each problem names its
-field, ``limits.tokens.fortnight: unknown window``), records and usage as JSON, and the
-service's errors as (status, message). Pure functions over the ``KeyService``'s records; the
-routes are in ``keys_api.py``."""
+"""The keys API's wire shapes over the ``KeyService`` (``keys_api.py`` has the routes): request
+bodies read by the records' own parsers (``trioproxy/keys/records.py``: each problem names its
+field, ``limits.tokens.fortnight: unknown window``), records with their usage as JSON, spend rows
+in one or two dimensions, and the service's errors as (status, message)."""
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-METRICS = ("requests", "tokens", "cost")
-WINDOWS = ("minute", "hour", "day", "week", "month", "total")
-KEY_FIELDS = ("name", "team", "metadata", "models", "limits", "expiresAt")
-TEAM_FIELDS = ("name", "metadata", "limits")
-MAX_NAME = 200
+import trio
+
+from ..errors import KeyStoreUnavailable
+from ..keys import FieldError, KeyRecord, KeyService, LimitsError, StoreError, Team, parse_key_fields, parse_team_fields
+from ..keys.limits import resets_at, window_start
+from ..keys.records import format_time
+
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 class WireError(ValueError):
-    """A request body field that is not right: 400 with ``field: problem``."""
+    """A request field that is not right: 400 with ``field: problem``."""
 
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{field}: {problem}")
         self.field = field
 
 
-# -- request bodies --------------------------------------------------------------------------------
-
-def limits(value: Any, field: str = "limits") -> dict[str, dict[str, float | int]]:
-    """``{"tokens": {"day": 100000}, "cost": {"month": 50}}``; requests and tokens whole numbers."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise WireError(field, "expected an object of metrics (requests, tokens, cost)")
-    out: dict[str, dict[str, float | int]] = {}
-    for metric, windows in value.items():
-        where = f"{field}.{metric}"
-        if metric not in METRICS:
-            raise WireError(where, f"unknown metric (expected {'|'.join(METRICS)})")
-        if windows is None:
-            continue
-        if not isinstance(windows, dict):
-            raise WireError(where, f"expected an object of windows ({'|'.join(WINDOWS)})")
-        for window, amount in windows.items():
-            at = f"{where}.{window}"
-            if window not in WINDOWS:
-                raise WireError(at, f"unknown window (expected {'|'.join(WINDOWS)})")
-            if amount is None:
-                continue
-            if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not math.isfinite(amount) or amount < 0:
-                raise WireError(at, "expected a number of 0 or more")
-            if metric != "cost":
-                if float(amount) != int(amount):
-                    raise WireError(at, f"expected a whole number of {metric}")
-                amount = int(amount)
-            out.setdefault(metric, {})[window] = amount
-    return out
-
-
-def metadata(value: Any, field: str = "metadata") -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise WireError(field, "expected an object of strings")
-    for k, v in value.items():
-        if not isinstance(v, (str, int, float, bool)) or v is None:
-            raise WireError(f"{field}.{k}", "expected a string")
-    return {str(k): v if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
-
-
-def name(value: Any, field: str = "name") -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise WireError(field, "expected a non-empty string")
-    if len(value) > MAX_NAME:
-        raise WireError(field, f"longer than {MAX_NAME} characters")
-    return value.strip()
-
-
-def models(value: Any, field: str = "models") -> list[str]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise WireError(field, "expected a list of model names (a name, or prefix/*); [] allows every model")
-    out = []
-    for i, model in enumerate(value):
-        if not isinstance(model, str) or not model.strip():
-            raise WireError(f"{field}[{i}]", "expected a model name")
-        out.append(model.strip())
-    return out
-
-
-def timestamp(value: Any, field: str) -> float | None:
-    """An instant: ISO 8601 (UTC unless it says otherwise) or unix seconds; null for none."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise WireError(field, "expected an ISO date-time or unix seconds")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if re.fullmatch(r"\d+(\.\d+)?", text):
-            return float(text)
-        try:
-            moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-        except ValueError:
-            pass
-        else:
-            if moment.tzinfo is None:
-                moment = moment.replace(tzinfo=UTC)
-            return moment.timestamp()
-    raise WireError(field, f"expected an ISO date-time (2026-12-31T00:00:00Z) or unix seconds, got {value!r}")
+class NotFound(LookupError):
+    """An unknown key or team id: 404."""
 
 
 def duration(value: Any, field: str) -> float:
@@ -137,49 +56,122 @@ def duration(value: Any, field: str) -> float:
     raise WireError(field, f"expected a duration such as 30m, 1h or 1h30m, got {value!r}")
 
 
-def _unknown(body: dict[str, Any], allowed: tuple[str, ...]) -> None:
-    for field in body:
-        if field not in allowed:
-            raise WireError(str(field), f"unknown field (expected {', '.join(allowed)})")
-
-
-def key_fields(body: dict[str, Any], *, create: bool) -> dict[str, Any]:
-    """A create or update body as the service's keyword arguments (update: only the fields given).
-
-    ``team`` null or "" removes the key from its team; ``expiresAt`` null: never expires."""
-    _unknown(body, KEY_FIELDS)
-    fields: dict[str, Any] = {}
-    if create or "name" in body:
-        fields["name"] = name(body.get("name"))
-    if "team" in body:
-        team = body["team"]
-        if team is not None and not isinstance(team, str):
-            raise WireError("team", "expected a team id or null")
-        fields["team"] = team or None
-    if "metadata" in body:
-        fields["metadata"] = metadata(body["metadata"])
-    if "models" in body:
-        fields["models"] = models(body["models"])
-    if "limits" in body:
-        fields["limits"] = limits(body["limits"])
-    if "expiresAt" in body:
-        fields["expires_at"] = timestamp(body["expiresAt"], "expiresAt")
-    return fields
-
-
-def team_fields(body: dict[str, Any], *, create: bool) -> dict[str, Any]:
-    _unknown(body, TEAM_FIELDS)
-    fields: dict[str, Any] = {}
-    if create or "name" in body:
-        fields["name"] = name(body.get("name"))
-    if "metadata" in body:
-        fields["metadata"] = metadata(body["metadata"])
-    if "limits" in body:
-        fields["limits"] = limits(body["limits"])
-    return fields
-
-
 def iso(seconds: float | None) -> str | None:
     if seconds is None:
         return None
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- request bodies --------------------------------------------------------------------------------
+
+def key_fields(body: Any, *, create: bool) -> dict[str, Any]:
+    """A create or update body as ``create_key``/``update_key`` keyword arguments (only the fields
+    given when updating); ``team: ""`` is taken as null (no team)."""
+    if isinstance(body, dict) and body.get("team") == "":
+        body = {**body, "team": None}
+    return parse_key_fields(body, partial=not create)
+
+
+def team_fields(body: Any, *, create: bool) -> dict[str, Any]:
+    return parse_team_fields(body, partial=not create)
+
+
+# -- records and usage -----------------------------------------------------------------------------
+
+Usage = dict[str, dict[str, dict[str, Any]]]
+
+
+async def usages(service: KeyService, records: Sequence[KeyRecord | Team], now: float) -> dict[str, Usage]:
+    """``{subject id: {metric: {window: {used, reserved, limit, resetsAt}}}}`` for every limit of
+    ``records``, read from the store's counters in one query (windows not started yet: 0 used)."""
+    subjects = {_subject(r): r for r in records if r.limits}
+    if not subjects:
+        return {}
+    try:
+        rows = await trio.to_thread.run_sync(service.store.counters, list(subjects))
+    except StoreError as error:
+        raise KeyStoreUnavailable() from error
+    found = {(row.subject, row.metric, row.window, row.window_start): row for row in rows}
+    out: dict[str, Usage] = {}
+    for subject, record in subjects.items():
+        usage: Usage = {}
+        for limit in record.limits:
+            start = window_start(limit.window, now)
+            row = found.get((subject, limit.metric, limit.window, start))
+            used, reserved = (row.used, row.reserved) if row is not None else (0.0, 0.0)
+            usage.setdefault(limit.metric, {})[limit.window] = {
+                "used": _number(limit.metric, used), "reserved": _number(limit.metric, max(0.0, reserved)),
+                "limit": _number(limit.metric, limit.limit), "resetsAt": format_time(resets_at(limit.window, now))}
+        out[record.id] = usage
+    return out
+
+
+def _subject(record: KeyRecord | Team) -> str:
+    return f"{'key' if isinstance(record, KeyRecord) else 'team'}:{record.id}"
+
+
+def _number(metric: str, value: float) -> int | float:
+    return int(round(value)) if metric != "cost" else round(value, 9)
+
+
+def key_json(record: KeyRecord, now: float, usage: Usage | None = None) -> dict[str, Any]:
+    """A key on the wire (never its digest or secret)."""
+    return record.to_json(now, usage)
+
+
+def team_json(team: Team, usage: Usage | None = None) -> dict[str, Any]:
+    out = team.to_json()
+    if usage is not None:
+        out["usage"] = usage
+    return out
+
+
+# -- spend and the request log ---------------------------------------------------------------------
+
+async def spend_rows(service: KeyService, groups: Sequence[str], start: float | None,
+                     end: float | None) -> list[dict[str, Any]]:
+    """Spend rows by one dimension, or by two (``day,model``): the first dimension's rows, each
+    split by the second within that group's days (two dimensions are asked day by day, so at
+    most one query per day that has any spend)."""
+    if len(groups) == 1:
+        rows = await service.spend(groups[0], start, end)
+        return [{**row, groups[0]: row.get("group")} for row in rows]
+    first, second = groups
+    if "day" not in groups:
+        raise WireError("group_by", "two dimensions need day as one of them (day,model)")
+    other = second if first == "day" else first
+    out = []
+    for day_row in await service.spend("day", start, end):
+        day = str(day_row.get("group"))
+        day_start = datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=UTC).timestamp()
+        low = day_start if start is None else max(start, day_start)
+        high = day_start + 86400 - 1e-6 if end is None else min(end, day_start + 86400 - 1e-6)
+        for row in await service.spend(other, low, high):
+            values = {"day": day, other: row.get("group")}
+            out.append({**row, "group": " / ".join(str(values[g]) for g in groups), **values})
+    return out
+
+
+async def log_entries(service: KeyService, **query: Any) -> list[dict[str, Any]]:
+    status = query.pop("status", None)
+    if isinstance(status, str):  # a class (5xx): filtered here, the store matches exact codes
+        limit = query.pop("limit")
+        entries = await service.request_log(**query, limit=min(10 * limit, 10_000))
+        first = status[0]
+        return [e for e in entries if str(e.get("status", ""))[:1] == first][:limit]
+    return await service.request_log(**query, status=status)
+
+
+# -- errors ----------------------------------------------------------------------------------------
+
+def map_error(error: Exception) -> tuple[int, str] | None:
+    """The service's errors as (status, message); None: not one of them (a bug: 500)."""
+    if isinstance(error, (FieldError, LimitsError, WireError)):
+        return 400, str(error)
+    if isinstance(error, NotFound):
+        return 404, str(error.args[0]) if error.args else "not found"
+    if isinstance(error, KeyStoreUnavailable | StoreError):
+        return 503, KeyStoreUnavailable.default_message
+    if isinstance(error, LookupError):  # the service's "no such key/team"
+        return 404, str(error.args[0]) if error.args and isinstance(error.args[0], str) else "not found"
+    return None

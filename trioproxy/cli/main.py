@@ -17,8 +17,8 @@ import trio
 
 from ..config import ConfigError, load_config
 from ..frontend.server import StartupError, log_rejected, run_until_signalled
-from ..proxy.keys_host import STORE_ENV
 from ..idp import cli as idp_cli
+from ..proxy.keys_host import STORE_ENV
 from ..rls import cli as rls_cli
 from ..telemetry.access_log import configure_logging
 from ..usage import PREFIX, OneLineParser

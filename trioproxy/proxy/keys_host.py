@@ -18,12 +18,12 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
 
 import trio
 
-from ..config.model import Config
+from ..config.model import DEFAULT_STORE, Config
 from ..keys.service import KeyService
+from ..keys.store import open_store
 
 log = logging.getLogger("trioproxy")
 
@@ -32,8 +32,9 @@ CLOSE_TIMEOUT = 10.0  # the final flush of a store that hangs must not hold the 
 
 
 def store_of(config: Config) -> str:
-    """The store a config names, unless ``--store``/``TRIOPROXY_STORE`` overrides it."""
-    return os.environ.get(STORE_ENV) or str(config.store)
+    """The store a config names, unless ``--store``/``TRIOPROXY_STORE`` overrides it (a config
+    built without the compiler has none: ``trioproxy.db`` in the working directory)."""
+    return os.environ.get(STORE_ENV) or config.store or os.path.abspath(DEFAULT_STORE)
 
 
 def needs_keys(config: Config) -> bool:
@@ -79,15 +80,13 @@ class KeysHost:
             return
         if store_of(config) != self.store:
             old, self.service = self.service, None
-            log.info("config.store changed: closing the key store %s", _safe(self.store))
+            log.info("config.store changed: closing the key store %s", old.store.describe())
             if self._nursery is not None:
                 self._nursery.start_soon(self._close, old)
             if needs_keys(config):
                 self.get()
             return
-        reconfigure = getattr(self.service, "reconfigure", None)
-        if callable(reconfigure):
-            reconfigure(config.keys)
+        self.service.settings = config.keys  # read at each use: intervals, failure mode, request log
 
     def _start(self, service: KeyService) -> None:
         assert self._nursery is not None
@@ -136,17 +135,5 @@ class KeysHost:
 
 
 def open_service(store: str, config: Config) -> KeyService:
-    from ..keys.store import open_store
-
-    return KeyService(open_store(store, base=None), config.keys)
-
-
-def _safe(store: Any) -> str:
-    """A store URL without its password, for logs."""
-    text = str(store)
-    if "://" in text and "@" in text:
-        scheme, _, rest = text.partition("://")
-        credentials, _, host = rest.rpartition("@")
-        user = credentials.partition(":")[0]
-        return f"{scheme}://{user}:***@{host}" if ":" in credentials else text
-    return text
+    """A service on ``store`` (nothing is opened until its first use)."""
+    return KeyService(open_store(store), config.keys)

@@ -13,46 +13,42 @@ from trioproxy.cli import keys_cli
 from trioproxy.cli.trace_cli import UsageError
 
 
-def test_limits_keep_the_wire_shape_and_name_the_bad_field():
-    assert wire.limits({"tokens": {"day": 100000.0, "total": 1e8}, "cost": {"month": 50.5}, "requests": None}) == {
-        "tokens": {"day": 100000, "total": 100000000}, "cost": {"month": 50.5}}
-    assert isinstance(wire.limits({"tokens": {"day": 5.0}})["tokens"]["day"], int)
-    for bad, message in [
-        ({"tokens": {"fortnight": 5}}, "limits.tokens.fortnight: unknown window"),
-        ({"money": {"day": 5}}, "limits.money: unknown metric"),
-        ({"tokens": {"day": -1}}, "limits.tokens.day: expected a number of 0 or more"),
-        ({"tokens": {"day": "5"}}, "limits.tokens.day: expected a number"),
-        ({"tokens": {"day": True}}, "limits.tokens.day: expected a number"),
-        ({"requests": {"minute": 1.5}}, "limits.requests.minute: expected a whole number"),
-        ({"tokens": [1]}, "limits.tokens: expected an object of windows"),
-        ([1], "limits: expected an object"),
-    ]:
-        with pytest.raises(wire.WireError) as caught:
-            wire.limits(bad)
-        assert str(caught.value).startswith(message), (bad, str(caught.value))
-
-
-def test_key_fields_create_and_update():
+def test_bodies_name_the_bad_field():
     fields = wire.key_fields({"name": " alice ", "team": "team_1", "models": ["gpt-4o", "openai/*"],
-                              "metadata": {"owner": "alice", "n": 3}, "limits": {"cost": {"day": 5}},
+                              "metadata": {"owner": "alice"}, "limits": {"cost": {"day": 5}, "tokens": {"day": 10}},
                               "expiresAt": "2026-12-31T00:00:00Z"}, create=True)
-    assert fields == {"name": "alice", "team": "team_1", "models": ["gpt-4o", "openai/*"],
-                      "metadata": {"owner": "alice", "n": "3"}, "limits": {"cost": {"day": 5}},
-                      "expires_at": 1798675200.0}
-    assert wire.key_fields({"team": None, "expiresAt": None}, create=False) == {"team": None, "expires_at": None}
+    assert fields["name"] == "alice" and fields["team"] == "team_1" and fields["expires_at"] == 1798675200.0
+    assert fields["models"] == ("gpt-4o", "openai/*") and len(fields["limits"]) == 2
+    assert wire.key_fields({"team": "", "expiresAt": None}, create=False) == {"team": None, "expires_at": None}
     assert wire.key_fields({}, create=False) == {}
     for body, message in [
         ({}, "name: expected a non-empty string"),
+        ({"name": "a", "limits": {"tokens": {"fortnight": 5}}}, "limits.tokens.fortnight: unknown window"),
+        ({"name": "a", "limits": {"money": {"day": 5}}}, "limits.money: unknown metric"),
+        ({"name": "a", "limits": {"requests": {"minute": 1.5}}}, "limits.requests.minute: expected a whole number"),
         ({"name": "a", "colour": "red"}, "colour: unknown field"),
         ({"name": "a", "models": "gpt-4o"}, "models: expected a list"),
         ({"name": "a", "models": ["ok", ""]}, "models[1]: expected a model name"),
-        ({"name": "a", "expiresAt": "next tuesday"}, "expiresAt: expected an ISO date-time"),
+        ({"name": "a", "expiresAt": "next tuesday"}, "expiresAt: expected a time"),
         ({"name": "a", "metadata": {"x": {"y": 1}}}, "metadata.x: expected a string"),
         ({"name": "a", "team": 7}, "team: expected a team id or null"),
     ]:
-        with pytest.raises(wire.WireError) as caught:
+        with pytest.raises(ValueError) as caught:
             wire.key_fields(body, create=True)
         assert str(caught.value).startswith(message), (body, str(caught.value))
+        assert wire.map_error(caught.value) == (400, str(caught.value))
+    with pytest.raises(ValueError, match="^limits.cost.day: expected a number >= 0"):
+        wire.team_fields({"name": "t", "limits": {"cost": {"day": -1}}}, create=True)
+
+
+def test_errors_map_to_statuses():
+    from trioproxy.errors import KeyStoreUnavailable
+    from trioproxy.keys import StoreError
+
+    assert wire.map_error(wire.NotFound("unknown key key_1")) == (404, "unknown key key_1")
+    assert wire.map_error(KeyStoreUnavailable()) == (503, "key store unavailable")
+    assert wire.map_error(StoreError("disk I/O error at /secret/path")) == (503, "key store unavailable")
+    assert wire.map_error(RuntimeError("bug")) is None
 
 
 def test_durations_and_instants():
