@@ -23,6 +23,7 @@ from ..proxy.runtime import Runtime
 from ..telemetry.access_log import level_name, parse_level
 from .api import register_api
 from .auth import require_token
+from .keys_api import register_keys_api
 from .requests_api import serve_requests
 from .trace_stream import serve_trace
 
@@ -115,6 +116,7 @@ def _quart_app(runtime: Runtime) -> QuartTrio:
         return response
 
     register_api(app, runtime)
+    register_keys_api(app, runtime)  # /api/keys, /api/teams, /api/spend, /api/logs
 
     @app.get("/config_dump")
     async def dump() -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
 from collections.abc import Iterator, Sequence
 
@@ -17,11 +18,12 @@ import trio
 from ..config import ConfigError, load_config
 from ..frontend.server import StartupError, log_rejected, run_until_signalled
 from ..idp import cli as idp_cli
+from ..proxy.keys_host import STORE_ENV
 from ..rls import cli as rls_cli
 from ..telemetry.access_log import configure_logging
 from ..usage import PREFIX, OneLineParser
 from ..version import __version__
-from . import demo, requests_cli, schema_cli, status_cli, trace_cli
+from . import demo, keys_cli, requests_cli, schema_cli, status_cli, trace_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="on SIGINT/SIGTERM, how long requests in flight may take to finish (default 10)")
     parser.add_argument("--workers", metavar="N|auto",
                         help="worker processes serving the binds (default: config.workers, else 1); docs/workers.md")
+    parser.add_argument("--store", metavar="PATH|URL",
+                        help="the key store: a SQLite file or postgresql://... (overrides config.store); docs/keys.md")
     parser.add_argument("--log-level", metavar="LEVEL",
                         help="trace|debug|info|warn|error (default info, or LOG_LEVEL); LOG_FORMAT=text|json")
     parser.add_argument("--version", action="version", version=f"trioproxy {__version__}")
@@ -55,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
         "requests", help="show the last requests a gateway handled (its history)",
         description=requests_cli.DESCRIPTION, epilog=requests_cli.EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter))
+    keys_cli.configure_parser(commands.add_parser(
+        "keys", help="runtime API keys, teams, spend and the request log (keys create|list|...)",
+        description=keys_cli.DESCRIPTION, epilog=keys_cli.EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter))
     demo_parser = commands.add_parser("demo", help="run the gateway with a bundled demo backend (Ctrl-C stops both)",
                                       description=demo.__doc__.splitlines()[0] if demo.__doc__ else None)
     demo.configure_parser(demo_parser)
@@ -85,6 +92,13 @@ def _config_warnings_as_lines() -> Iterator[None]:
 def _run_gateway(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if not args.config:
         parser.error("--config FILE is required")
+    if args.store is not None:
+        if not args.store.strip():
+            parser.error("--store: expected a SQLite file or a postgresql:// URL")
+        # An environment variable, so worker processes and every reload of the config see it too
+        # (proxy/keys_host.py); a file is taken relative to where the command runs.
+        store = args.store.strip()
+        os.environ[STORE_ENV] = store if "://" in store else os.path.abspath(store)
     try:
         with _config_warnings_as_lines():
             config = load_config(args.config)

@@ -365,7 +365,7 @@ async def serve_gateway(
     info = bound.server_info(runtime, shutdown)
     ready = {"value": False}
     drained = trio.Event()  # the binds finished draining: now the admin side may stop too
-    async with trio.open_nursery() as aux:
+    async with runtime.keys_host.serving(), trio.open_nursery() as aux:  # keys: flushed after the drain
         metrics = runtime.metrics
         await serve_own_servers(aux, bound, config, runtime, token, stats=stats_app(metrics),
                                 is_ready=lambda: ready["value"] and not shutdown.is_set(), drained=drained)

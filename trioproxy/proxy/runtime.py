@@ -6,13 +6,14 @@ import bisect
 import random
 import threading
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
 from itertools import accumulate
 from math import inf
+from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
 from ..config.model import Backend, Config, Listener, Route
+from ..keys.service import KeyService
 from ..llm.pricing import PriceCatalog
 from ..policies.jwks import JwksRegistry
 from ..policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
@@ -26,6 +27,7 @@ from ..telemetry.trace import TraceHub
 from ..upstream.pool import UpstreamPool
 from .disconnect_monitor import DisconnectMonitor
 from .disconnect_monitor import available as disconnect_monitor_available
+from .keys_host import KeysHost
 from .mirror_sender import MirrorSender
 from .routing import BindTable
 from .stage import Phase
@@ -160,6 +162,15 @@ class Runtime:
         self.config_file: str | None = None  # the watched file; None: a built-in config (the demo)
         #: client disconnects of requests whose server gives the socket (asgi.CLIENT_FD); Linux
         self.disconnects = DisconnectMonitor() if disconnect_monitor_available() else None
+        #: the runtime key service (``keys``), opened when first needed; its task runs in
+        #: ``keys_host.serving()`` (frontend/server.py, the workers)
+        self.keys_host = KeysHost(lambda: self.state.config)
+
+    @property
+    def keys(self) -> KeyService:
+        """The runtime key service (``config.store``, ``config.keys``; docs/keys.md): created at the
+        first use, shared by the request path (``apiKey: {runtimeKeys: true}``) and the admin API."""
+        return self.keys_host.get()
 
     async def _own_metric_families(self) -> Iterable[Metric]:
         return self.metrics.registry.collect()
@@ -171,6 +182,7 @@ class Runtime:
         self.reload_errors = []
         self._observability(config)
         self._tune_pool(config)
+        self.keys_host.configure(config)
 
     def _tune_pool(self, config: Config) -> None:
         """``config.backend``: the pool's connect timeout and idle limits (read at each connect)."""

@@ -22,13 +22,13 @@ from ..cel import compile_expression
 from ..config.model import Policies
 from ..errors import (
     ApiKeyAuthenticationFailed,
-    KeyRefused,
     AuthenticationFailed,
     AuthorizationDenied,
     BasicAuthenticationBusy,
     BasicAuthenticationFailed,
     CsrfValidationFailed,
     DirectResponse,
+    KeyRefused,
     RateLimited,
     RateLimitFailed,
 )

@@ -270,7 +270,7 @@ async def serve_supervisor(config: Config, *, workers: int, bind_host: str = "0.
     ready = {"value": False}
     drained = trio.Event()
     try:
-        async with trio.open_nursery() as aux:
+        async with runtime.keys_host.serving(), trio.open_nursery() as aux:  # the admin API's keys
             stats = stats_app(runtime.metrics, add=partial(summed_exposition, pool))
             await serve_own_servers(aux, bound, config, runtime, token, stats=stats,
                                     is_ready=lambda: ready["value"] and not shutdown.is_set() and pool.any_ready(),

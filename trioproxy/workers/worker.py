@@ -102,7 +102,7 @@ async def run_worker(spec: dict[str, Any]) -> None:
                 async for _ in received:
                     shutdown.set()
 
-        async with trio.open_nursery() as binds:
+        async with runtime.keys_host.serving(), trio.open_nursery() as binds:  # keys: flushed after the drain
             for port, fd in spec["binds"]:
                 sock = socket.socket(fileno=fd)
                 front = FrontDoor(Gateway(runtime, port),

@@ -1,4 +1,5 @@
-// trioproxy admin UI: four pages over the admin JSON API (/api/*) and /debug/trace.
+// trioproxy admin UI: seven pages over the admin JSON API (/api/*) and /debug/trace; the Keys, Spend
+// and Logs pages are in keys_ui.js.
 // Plain modern JS, no build step; trace_model.js holds the trace viewer's state.
 "use strict";
 
@@ -594,6 +595,9 @@ const PAGES = {
   trace: { render: async () => renderTrace(), every: 0 },
   ratelimits: { render: renderLimiters, every: 1000 },
   traffic: { render: renderTraffic, every: 2000 },
+  keys: { render: renderKeys, every: 5000 }, // keys_ui.js
+  spend: { render: renderSpend, every: 10000 },
+  logs: { render: renderLogs, every: 5000 },
 };
 let pollTimer = null;
 let generation = 0;
