@@ -18,6 +18,7 @@ import pytest
 import trio
 
 from tests.conftest import LOOPBACK_SERVERS, free_port
+from tests.postgres_helpers import postgres_cluster, postgres_url  # noqa: F401 - fixtures
 from trioproxy.config import parse_config
 from trioproxy.frontend.server import serve_gateway
 from trioproxy.keys import KeyService, open_store
@@ -35,16 +36,12 @@ binds:
 """
 
 
-def _postgres_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    helpers = pytest.importorskip("tests.postgres_helpers", reason="the PostgreSQL fixture (keys-core) is not here")
-    return str(helpers.postgres_url(tmp_path_factory))  # type: ignore[attr-defined]
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
-def store(request, tmp_path, tmp_path_factory) -> str:
+def store(request, tmp_path) -> str:
+    """A SQLite file, or a fresh database on the session's real PostgreSQL server."""
     if request.param == "sqlite":
         return str(tmp_path / "keys.db")
-    return _postgres_url(tmp_path_factory)
+    return str(request.getfixturevalue("postgres_url"))
 
 
 def config_text(store: str, *, flush: str = "50ms") -> str:
