@@ -139,6 +139,8 @@ def smoke(s: Smoke) -> None:
     s.run("status -o json", trioproxy, "status", "--config", manifest, "-o", "json", contains="Accepted")
     s.run("schema", trioproxy, "schema", contains="2020-12")
     s.run("idp setup --help", trioproxy, "idp", "setup", "--help", contains="--idp-url")
+    s.run("keys --help", trioproxy, "keys", "--help", contains="rotate")
+    s.run("keys create --help", trioproxy, "keys", "create", "--help", contains="--limit")
     s.run("trace --file (no such file)", trioproxy, "trace", "--file", "/nonexistent/trace.jsonl", expect=1)
 
     # The gateway on the README's example: the echo backend on 8080, local.yaml on 3000.

@@ -152,14 +152,26 @@ async def spend_rows(service: KeyService, groups: Sequence[str], start: float | 
     return out
 
 
+_LOG_NAMES = {"latency_ms": "latencyMs", "input_tokens": "inputTokens", "output_tokens": "outputTokens"}
+
+
+def log_entry(row: dict[str, Any]) -> dict[str, Any]:
+    """A request-log row on the wire: camelCase names, the time as RFC 3339 (and ``timestamp``)."""
+    out = {_LOG_NAMES.get(name, name): value for name, value in row.items()}
+    if isinstance(out.get("time"), int | float):
+        out["timestamp"] = out["time"]
+        out["time"] = format_time(out["time"])
+    return out
+
+
 async def log_entries(service: KeyService, **query: Any) -> list[dict[str, Any]]:
     status = query.pop("status", None)
     if isinstance(status, str):  # a class (5xx): filtered here, the store matches exact codes
         limit = query.pop("limit")
-        entries = await service.request_log(**query, limit=min(10 * limit, 10_000))
+        rows = await service.request_log(**query, limit=min(10 * limit, 10_000))
         first = status[0]
-        return [e for e in entries if str(e.get("status", ""))[:1] == first][:limit]
-    return await service.request_log(**query, status=status)
+        return [log_entry(e) for e in rows if str(e.get("status", ""))[:1] == first][:limit]
+    return [log_entry(e) for e in await service.request_log(**query, status=status)]
 
 
 # -- errors ----------------------------------------------------------------------------------------

@@ -309,7 +309,7 @@ def spend_rows(rows: Sequence[dict[str, Any]]) -> str:
 
 def log_rows(entries: Sequence[dict[str, Any]]) -> str:
     def when(entry: dict[str, Any]) -> str:
-        stamp = entry.get("time")
+        stamp = entry.get("timestamp", entry.get("time"))
         if isinstance(stamp, (int, float)):
             return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(stamp))
         return str(stamp or "-")

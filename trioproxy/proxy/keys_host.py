@@ -117,21 +117,23 @@ class KeysHost:
     @asynccontextmanager
     async def serving(self) -> AsyncIterator[None]:
         """While the gateway runs: the service's task in its own nursery; at the end, the final flush."""
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                if self.service is not None:
+                    self._start(self.service)
+                elif needs_keys(self._config()):
+                    self.get()
+                try:
+                    yield
+                finally:
+                    self._nursery = None
+                    for scope in self._scopes.values():
+                        scope.cancel()
+        finally:  # also when the gateway is cancelled (a second signal): what is settled is written
             if self.service is not None:
-                self._start(self.service)
-            elif needs_keys(self._config()):
-                self.get()
-            try:
-                yield
-            finally:
-                self._nursery = None
-                for scope in self._scopes.values():
-                    scope.cancel()
-        if self.service is not None:
-            service, self.service = self.service, None
-            await self._close(service)
+                service, self.service = self.service, None
+                await self._close(service)
 
 
 def open_service(store: str, config: Config) -> KeyService:
