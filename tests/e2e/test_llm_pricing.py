@@ -169,8 +169,8 @@ async def test_the_server_span_carries_the_cost(nursery):
     receiver = OtlpReceiver()
     sock = listen_socket(Address("127.0.0.1", 0), "receiver")
     await nursery.start(serve_app, receiver.app, sock, 1.0, trio.Event())
-    gw = await serve(nursery, '  tracing: {{otlpEndpoint: "http://127.0.0.1:{otlp}", otlpProtocol: http, '
-                              'randomSampling: true}}'.format(otlp=sock.getsockname()[1]))
+    gw = await serve(nursery, f'  tracing: {{otlpEndpoint: "http://127.0.0.1:{sock.getsockname()[1]}", otlpProtocol: http, '
+                              'randomSampling: true}')
     async with gw.client() as client:
         assert (await client.post("/v1/chat/completions", json=CHAT, headers=HEADERS)).status_code == 200
     await trio.testing.wait_all_tasks_blocked()
