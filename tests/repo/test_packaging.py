@@ -23,4 +23,5 @@ def test_wheel_holds_only_the_trioproxy_package(tmp_path):
     (wheel,) = tmp_path.glob("trioproxy-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"trioproxy", wheel.name.split("-py")[0] + ".dist-info"}
-    assert {"trioproxy/tui/app.py", "trioproxy/tui/state.py", "trioproxy/admin/static/ui.js"} <= set(names)
+    assert {"trioproxy/tui/app.py", "trioproxy/tui/state.py", "trioproxy/admin/static/ui.js",
+            "trioproxy/llm/prices.json"} <= set(names)  # the price catalog is data: package-data lists it
