@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import json
+import logging
 import os
 import socket
 import subprocess
@@ -17,6 +20,7 @@ import trio
 from fixtures.echo_backend import EchoBackend
 from trioproxy.config import parse_config
 from trioproxy.frontend.server import ServerInfo, serve_gateway
+from trioproxy.telemetry.access_log import configure_logging
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK_SERVERS = {"ADMIN_ADDR": "127.0.0.1:0", "STATS_ADDR": "127.0.0.1:0", "READINESS_ADDR": "127.0.0.1:0"}
@@ -103,3 +107,22 @@ async def gateway(nursery: trio.Nursery, backend: EchoBackend) -> Gateway:
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "trioproxy", *args], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+@pytest.fixture
+def log_lines():
+    """The gateway's log as parsed JSON lines (restores the logger afterwards)."""
+    root = logging.getLogger("trioproxy")
+    saved = (list(root.handlers), root.level, root.propagate)
+    stream = io.StringIO()
+    configure_logging("info", "json", stream=stream, env={})
+
+    async def lines() -> list[dict]:
+        # A request is logged after its last byte went out: let the gateway's task get there.
+        await trio.testing.wait_all_tasks_blocked()
+        return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+    yield lines
+    root.handlers[:] = saved[0]
+    root.setLevel(saved[1])
+    root.propagate = saved[2]

@@ -42,6 +42,7 @@ binds:
       matches: [{{path: {{pathPrefix: /plain}}}}]
       policies:
         apiKey: {{runtimeKeys: true, mode: strict}}
+        urlRewrite: {{path: {{prefix: /}}}}
       backends:
       - host: "127.0.0.1:{mock}"
 """
@@ -198,14 +199,18 @@ async def test_a_stream_is_settled_at_its_end_with_its_usage_and_cost(nursery, t
     assert by_user["alice"]["totalTokens"] == 40
 
 
-async def test_cel_sees_the_key_in_authorization(nursery, tmp_path):
+async def test_cel_sees_the_key_and_team_in_authorization_and_the_access_log(nursery, tmp_path, log_lines):
     gw = await start_keyed(nursery, tmp_path)
-    alice, _ = await gw.create_key(name="a", metadata={"owner": "alice"})
+    team = (await gw.admin.post("/api/teams", json={"name": "research"})).json()
+    alice, _ = await gw.create_key(name="a", metadata={"owner": "alice"}, team=team["id"])
     bob, _ = await gw.create_key(name="b", metadata={"owner": "bob"})
     await gw.client(alice, "/alice").chat.completions.create(model="gpt-4o-mini", messages=HELLO)
     with pytest.raises(openai.PermissionDeniedError) as denied:
         await gw.client(bob, "/alice").chat.completions.create(model="gpt-4o-mini", messages=HELLO)
     assert "authorization failed" in str(denied.value)
+    logged = [line for line in await log_lines() if line["message"] == "request"]
+    assert [(line.get("key_owner"), line.get("team_name")) for line in logged] == [("alice", "research"), ("bob", None)]
+    assert logged[0]["cost"] > 0
 
 
 async def test_a_plain_route_counts_requests_of_a_runtime_key(nursery, tmp_path):

@@ -22,25 +22,6 @@ from trioproxy.telemetry.access_log import (
 )
 
 
-@pytest.fixture
-def log_lines():
-    """The gateway's log as parsed JSON lines (restores the logger afterwards)."""
-    root = logging.getLogger("trioproxy")
-    saved = (list(root.handlers), root.level, root.propagate)
-    stream = io.StringIO()
-    configure_logging("info", "json", stream=stream, env={})
-
-    async def lines() -> list[dict]:
-        # A request is logged after its last byte went out: let the gateway's task get there.
-        await trio.testing.wait_all_tasks_blocked()
-        return [json.loads(line) for line in stream.getvalue().splitlines()]
-
-    yield lines
-    root.handlers[:] = saved[0]
-    root.setLevel(saved[1])
-    root.propagate = saved[2]
-
-
 def requests_of(lines: list[dict]) -> list[dict]:
     return [line for line in lines if line["message"] == "request"]
 
