@@ -47,7 +47,7 @@ from .store import CounterRow, ReserveItem, SettleEntry, SpendRow, Store, StoreE
 
 __all__ = ["KeyService", "NotFound", "Reservation"]
 
-log = logging.getLogger("trioproxy.keys")
+_log = logging.getLogger("trioproxy.keys")
 T = TypeVar("T")
 #: most settlements written in one transaction
 BATCH = 2000
@@ -55,6 +55,9 @@ BATCH = 2000
 EAGER_FLUSH = 1000
 #: digests remembered as unknown, at most (a flood of bad keys cannot grow memory)
 NEGATIVE_MAX = 10_000
+#: most settlements kept while the store cannot be written (an outage with failureMode open); past
+#: it the oldest are dropped, and said so, rather than growing memory without bound
+MAX_PENDING = 200_000
 #: how often expired reservations, old counters and old request-log rows are cleaned up (seconds)
 MAINTENANCE_INTERVAL = 60.0
 
@@ -104,6 +107,8 @@ class KeyService:
         self._flush_now = trio.Event()
         self._failing: set[str] = set()  # loops whose last attempt failed (logged once per outage)
         self._closed = False
+        #: settlements dropped because the store stayed unreachable with MAX_PENDING queued
+        self.dropped = 0
 
     @classmethod
     def open(cls, location: str, settings: KeysSettings, clock: Callable[[], float] = time.time) -> KeyService:
@@ -137,13 +142,13 @@ class KeyService:
         except KeyStoreUnavailable as error:
             if name not in self._failing:
                 self._failing.add(name)
-                log.warning("key store %s: %s failed: %s (retrying)", self.store.describe(), name, error.__cause__)
+                _log.warning("key store %s: %s failed: %s (retrying)", self.store.describe(), name, error.__cause__)
         except Exception:  # noqa: BLE001 - a loop never dies
-            log.exception("key store %s: %s failed", self.store.describe(), name)
+            _log.exception("key store %s: %s failed", self.store.describe(), name)
         else:
             if name in self._failing:
                 self._failing.discard(name)
-                log.warning("key store %s: %s works again", self.store.describe(), name)
+                _log.warning("key store %s: %s works again", self.store.describe(), name)
 
     async def _every(self, name: str, interval: float, work: Callable[[], Any]) -> None:
         while True:
@@ -166,7 +171,7 @@ class KeyService:
                 break
             except KeyStoreUnavailable as error:
                 if attempt == 2:
-                    log.error("key store %s: %d settlements lost at shutdown: %s", self.store.describe(),
+                    _log.error("key store %s: %d settlements lost at shutdown: %s", self.store.describe(),
                               len(self._pending), error.__cause__)
                 else:
                     await trio.sleep(self.settings.flush_interval)
@@ -318,6 +323,13 @@ class KeyService:
         self._pending.append(SettleEntry(reservation.id, reservation.items, float(tokens), float(cost), spend, row))
         if len(self._pending) >= EAGER_FLUSH:
             self._flush_now.set()
+        if len(self._pending) > MAX_PENDING:
+            dropped = len(self._pending) - MAX_PENDING
+            del self._pending[:dropped]
+            self.dropped += dropped
+            if self.dropped == dropped or self.dropped % 10_000 < dropped:
+                _log.error("key store %s: unreachable; %d settlements dropped so far (more than %d queued)",
+                           self.store.describe(), self.dropped, MAX_PENDING)
 
     # --- control plane: keys ---------------------------------------------------------------------------
 

@@ -423,3 +423,22 @@ def test_keys_settings_default_matches_the_document():
     assert attrs.asdict(KeysSettings()) == {
         "refresh_interval": 0.5, "flush_interval": 0.2, "reservation_ttl": 300.0, "failure_mode": "closed",
         "default_max_tokens": 1024, "request_log_enabled": False, "request_log_retention": 604800.0}
+
+
+async def test_an_unwritable_store_keeps_at_most_max_pending_settlements_queued(tmp_path, monkeypatch, caplog):
+    from trioproxy.keys import service as service_module
+
+    monkeypatch.setattr(service_module, "MAX_PENDING", 5)
+    svc = service(str(tmp_path / "k.db"))
+    _, secret = await svc.create_key(name="k")
+    principal = await svc.authenticate(secret)
+    for n in range(8):
+        svc.settle(attrs_reservation(principal, 0.0), tokens=n, cost=0.0, model="m", provider="p", status=200)
+    assert svc.pending == 5 and svc.dropped == 3
+    assert [r.getMessage().split(": ", 1)[1] for r in caplog.records] == [
+        "unreachable; 1 settlements dropped so far (more than 5 queued)"]  # once, not per drop
+    await svc.aclose()
+    again = service(str(tmp_path / "k.db"))
+    [row] = await again.spend("key")
+    assert row["requests"] == 5 and row["totalTokens"] == 3 + 4 + 5 + 6 + 7  # the newest five
+    await again.aclose()
