@@ -132,13 +132,13 @@ class TargetHealth:
             return None  # a call that started before the ejection
         spec = self.spec
         if retry_after is not None and retry_after > 0:
-            return self._eject(now, min(retry_after, spec.max_duration), reason or "retry-after", multiply=False)
+            return self._eject(now, min(retry_after, spec.max_duration), reason or "retryAfter", multiply=False)
         if probe or (self.ejected_until is not None and now >= self.ejected_until):
-            return self._eject(now, None, reason or "probe failed")
+            return self._eject(now, None, reason or "probeFailed")
         if self.consecutive >= spec.consecutive_failures:
-            return self._eject(now, None, reason or f"{self.consecutive} consecutive failures")
+            return self._eject(now, None, reason or "consecutiveFailures")
         if self._rate_exceeded():
-            return self._eject(now, None, reason or f"{self.window_failures}/{self.window_requests} failures")
+            return self._eject(now, None, reason or "failurePercentage")
         return None
 
     def release_probe(self) -> None:

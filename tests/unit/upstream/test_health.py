@@ -115,7 +115,7 @@ def test_registry_tells_each_ejection_and_keeps_state_across_spec_changes():
     registry = HealthRegistry(lambda key, reason: seen.append((key, reason)))
     for _ in range(3):
         registry.record("a", SPEC, 0.0, True)
-    assert seen == [("a", "3 consecutive failures")]
+    assert seen == [("a", "consecutiveFailures")]
     wider = HealthSpec(consecutive_failures=10)
     assert registry.get("a", wider).spec == wider and registry.get("a", wider).total_ejections == 1
     assert [key for key, _ in registry] == ["a"]
