@@ -150,6 +150,10 @@ class Resilience:
                                    "(attempted, budget_exhausted)", ["route", "outcome"], registry=registry)
             registry.register(_EjectedCollector(self))
 
+    def seed(self, rng: random.Random) -> None:
+        """The random source of every pick and jittered wait (a test makes them deterministic)."""
+        self.rng = self.balancer.rng = rng
+
     def _ejected(self, key: str, reason: str) -> None:
         if self.ejections is not None:
             self.ejections.labels(key, reason).inc()
@@ -253,9 +257,8 @@ async def run_attempts(resilience: Resilience, x: Exchange, route: Route, plan: 
             now = trio.current_time()
             index = resilience.choose(plan, tried, now)
             candidate = plan.candidates[index]
-            retry = n > 0
+            retry = n > 0  # its slot in the budget was taken when it was admitted
             if retry:
-                budget.retries += 1
                 if index in tried:
                     wait = resilience.backoff(spec, tried.count(index))
                     if wait:
@@ -284,6 +287,7 @@ async def run_attempts(resilience: Resilience, x: Exchange, route: Route, plan: 
                     raise error
                 assert response is not None
                 return response
+            budget.retries += 1  # taken now: the awaits below let other requests ask the budget
             if response is not None:
                 await response.aclose()  # the client never sees a response that is retried
             if resilience.retries is not None:
