@@ -11,6 +11,7 @@ import random
 
 import pytest
 import trio
+from prometheus_client import generate_latest
 
 from tests.memory_harness import Backend, BackendConnection, answer, hang, memory_gateway
 
@@ -300,6 +301,7 @@ async def test_a_bind_route_with_health_avoids_a_failing_backend_and_retries_els
         statuses = [(await gw.request()).status for _ in range(300)]
         upstreams = gw.runtime.resilience.snapshot(
             (r.key, b) for r in gw.config.binds[0].listeners[0].routes for b in r.backends)
+        exposition = generate_latest(gw.runtime.metrics.registry).decode()
     assert statuses == [200] * 300
     # weighted: three failures eject it (no time passes, so no probe yet); leastRequest: a failure
     # counts as a 1 s latency, so the two choices never take it again while that average lasts
@@ -307,6 +309,10 @@ async def test_a_bind_route_with_health_avoids_a_failing_backend_and_retries_els
     states = {u["target"]: u["state"] for u in upstreams}
     assert states == {"a.test:80": "healthy", "b.test:80": "ejected" if failures == 3 else "healthy",
                       "c.test:80": "healthy"}
+    ejected = 1.0 if failures == 3 else 0.0
+    assert f'trioproxy_upstream_ejected{{target="b.test:80"}} {ejected}' in exposition
+    assert ('trioproxy_upstream_ejections_total{reason="consecutiveFailures",target="b.test:80"} 1.0'
+            in exposition) is (failures == 3)
 
 
 async def test_exponential_backoff_with_full_jitter_stays_under_its_cap(autojump_clock):
