@@ -327,3 +327,35 @@ async def test_exponential_backoff_with_full_jitter_stays_under_its_cap(autojump
     caps = [0.1, 0.2, 0.25, 0.25]
     assert len(waits) == 4 and all(0 <= w <= cap for w, cap in zip(waits, caps))
     assert len(set(waits)) == 4  # random, not a fixed step
+
+
+async def test_a_binds_route_of_ai_backends_fails_over_to_another_provider_in_its_dialect(autojump_clock):
+    config = """
+binds:
+- port: 3000
+  listeners:
+  - routes:
+    - policies:
+        retry: {attempts: 1, codes: [429, 503]}
+        health: {eviction: {consecutiveFailures: 2}}
+      backends:
+      - ai: {name: oai, provider: {openAI: {model: gpt-x}}, hostOverride: "a.test:80"}
+        weight: 1000000
+        policies: {backendAuth: {key: key-a}}
+      - ai: {name: claude, provider: {anthropic: {model: claude-x}}, hostOverride: "d.test:80"}
+        weight: 1
+        policies: {backendAuth: {key: key-d}}
+"""
+    message = json.dumps({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
+                          "content": [{"type": "text", "text": "from claude"}], "stop_reason": "end_turn",
+                          "usage": {"input_tokens": 3, "output_tokens": 2}}).encode()
+    backends = {"a.test:80": Backend(answer(503)), "d.test:80": Backend(answer(200, message, JSON))}
+    async with memory_gateway(config, backends) as gw:
+        gw.runtime.resilience.seed(random.Random(0))
+        responses = [await ask(gw, model="anything") for _ in range(5)]
+    assert [r.status for r in responses] == [200] * 5
+    assert all(json.loads(r.body)["choices"][0]["message"]["content"] == "from claude" for r in responses)
+    assert len(backends["a.test:80"].received) == 2  # then ejected: the heavy weight no longer counts
+    (first, *_) = backends["d.test:80"].received
+    assert first.target == "/v1/messages" and first.header("x-api-key") == "key-d"
+    assert json.loads(first.body)["model"] == "claude-x"
