@@ -112,9 +112,9 @@ def test_llm_format_errors_name_their_place():
         "<config>:11:15: llm.models[2].provider: unknown provider 'nope' (expected one of: openAI, anthropic, gemini,"
         " vertex, azure, bedrock, groq, mistral, deepseek, openrouter, together, fireworks, xai, cerebras, ollama, vllm)",
     ]  # models[3] has no hostOverride: the provider's own host over TLS (docs/llm-providers.md)
-    (virtual,) = problems("llm:\n  virtualModels: []\n  models: []\n")
-    assert virtual.endswith("llm.virtualModels: 'virtualModels' is an agentgateway feature that trioproxy does "
-                            "not implement")
+    (providers,) = problems("llm:\n  providers: []\n  models: []\n")
+    assert providers.endswith("llm.providers: 'providers' is an agentgateway feature that trioproxy does "
+                              "not implement")  # virtualModels are implemented: docs/resilience.md
 
 
 def test_llm_compiles_to_a_bind_with_ai_backends():

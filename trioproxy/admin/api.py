@@ -18,11 +18,14 @@ from quart import Quart, request
 from ..cel import CelError, compile_expression
 from ..config.dump import config_dump
 from ..proxy.runtime import Runtime
+from .upstreams_api import register_upstreams
 
 PERCENTILES = (0.5, 0.9, 0.99)
 
 
 def register_api(app: Quart, runtime: Runtime) -> None:
+    register_upstreams(app, runtime)  # /api/upstreams (upstreams_api.py)
+
     @app.get("/api/auth")
     async def api_auth() -> Any:
         # Reached only without a token (loopback); auth.require_token answers it otherwise.

@@ -45,7 +45,7 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
         "mcpAuthentication mcpAuthorization mcpGuardrails oidc transformations"
     ) | _kinds_only_in_agentgateway("route"),
     "BackendPolicies": _names(
-        "a2a backendTunnel extAuthz health http inferenceRouting "
+        "a2a backendTunnel extAuthz http inferenceRouting "
         "mcpAuthorization mcpGuardrails sessionAffinity tcp transformations"
     ) | _kinds_only_in_agentgateway("backend"),
     "AIBackend": _names("pathPrefix policies tokenize"),
@@ -57,6 +57,8 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
     "DirectResponse": _names("bodyExpression headers"),
     "ConditionalDirectResponse": _names("bodyExpression headers"),
     "Retry": _names("precondition condition"),
+    "Health": _names("unhealthyExpression"),
+    "Eviction": _names("restoreHealth healthThreshold"),
     "MirrorBackend": _names("service backend"),
     "BackendAuth": _names("aws azure crossAppAccess gcp jwtSign oauthTokenExchange passthrough"),
     "ApiKeyEntry": _names("allowedModels"),
@@ -73,10 +75,10 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
         "http1HeaderCase http2ConnectionWindowSize http2FrameSize http2KeepaliveInterval http2KeepaliveTimeout "
         "http2MaxHeaderSize http2WindowSize maxConnectionDuration"),
     "BackendConnections": _names("keepalives"),
-    "Llm": _names("gateways tls providers virtualModels policies"),
+    "Llm": _names("gateways tls providers policies"),
     "LlmModel": _names(
         "id visibility passthrough authorization defaults overrides finalTransformation requestHeaders "
-        "responseHeaders backendTLS tls auth health backendTunnel guardrails promptCaching matches"
+        "responseHeaders backendTLS tls auth backendTunnel guardrails promptCaching matches"
     ),
     "LlmParams": _names(
         "awsRegion azureResourceName azureResourceType azureApiVersion "

@@ -48,10 +48,12 @@ from ..policies.ratelimit_remote import (
     compile_entry,
     never_evaluating,
 )
+from ..policies.resilience import DEFAULT_HEALTH
 from ..policies.retry import RetrySpec
 from ..policies.url_rewrite import RedirectSpec, UrlRewriteSpec
 from . import document as d
 from . import model as m
+from . import resilience_compile as resilience
 from .backend_tls import SYSTEM_TRUST, BackendTls, TlsConfigError, build_context, file_fingerprint
 from .describe import SIMPLE_ENV, Origin, Reader
 from .scalars import parse_duration, parse_server_address
@@ -114,7 +116,7 @@ def _direct_response(value: d.DirectResponse, r: Reader) -> m.DirectResponsePoli
 
 
 def _retry(value: d.Retry, r: Reader) -> RetrySpec:
-    return RetrySpec(value.attempts, tuple(sorted(set(value.codes))), value.backoff)
+    return resilience.retry_spec(value)
 
 
 def _csrf(value: d.Csrf, r: Reader) -> CsrfSpec:
@@ -396,6 +398,8 @@ POLICY_COMPILERS: dict[str, Callable[[Any, Reader], Any]] = {
     "request_mirror": _request_mirror,
     "delay": _delay,
     "ai": lambda value, r: None,  # its routes map belongs to the ai backends: _backend and _route read it
+    "health": lambda value, r: None,  # outlier detection belongs to the backends: _backend and _route read it
+    "load_balancer": lambda value, r: None,  # the route's: _route reads it
 }
 
 
@@ -479,6 +483,12 @@ def _ai_routes(policy: d.AiPolicy, r: Reader) -> tuple[tuple[str, str], ...]:
 
 
 def _backend(backend: d.Backend, r: Reader) -> m.Backend:
+    compiled = _plain_backend(backend, r)
+    health = resilience.health_spec(backend.policies.health) if backend.policies is not None else None
+    return attrs.evolve(compiled, health=health) if health is not None else compiled
+
+
+def _plain_backend(backend: d.Backend, r: Reader) -> m.Backend:
     policies = compile_policies(backend.policies, r)
     ai_policy = backend.policies.ai if backend.policies is not None else None
     if backend.ai is None and ai_policy is not None:
@@ -532,6 +542,9 @@ def _route(route: d.Route, listener_key: str, r: Reader) -> m.Route:
         backends = tuple(b if b.policies.backend_tls is not None else _with_tls(attrs.evolve(
             b, policies=attrs.evolve(b.policies, backend_tls=policies.backend_tls)), policies.backend_tls)
             for b in backends)
+    if route.policies is not None and route.policies.health is not None:  # likewise outlier detection
+        health = resilience.health_spec(route.policies.health)
+        backends = tuple(b if b.health is not None else attrs.evolve(b, health=health) for b in backends)
     if not backends and policies.direct_response is None and policies.request_redirect is None:
         r.warn(route, None, f"route {name} has no backends and no directResponse or requestRedirect: "
                             f"every request it matches is answered 503 no backend available for route {name}")
@@ -544,6 +557,7 @@ def _route(route: d.Route, listener_key: str, r: Reader) -> m.Route:
         policies=policies,
         backends=backends,
         index=index,
+        balancer=resilience.balancer_spec(route.policies.load_balancer) if route.policies is not None else None,
     )
 
 
@@ -654,8 +668,9 @@ def _llm(llm: d.Llm, r: Reader) -> m.Bind:
             path_override=params.path_override))
         expression = model.transformation.model if model.transformation is not None else None
         entries.append(m.LlmModelRoute(model.name, len(backends), expression))
-        backends.append(_backend(backend, r))
+        backends.append(attrs.evolve(_backend(backend, r), health=resilience.health_spec(model.health) or DEFAULT_HEALTH))
     entries.sort(key=lambda e: -specificity(e.pattern))  # stable: config order among equals
+    entries[:0] = resilience.virtual_models(llm, entries, r)  # exact public names, before any wildcard
     route = m.Route(key=f"{listener_key}/default/llm", name="llm", namespace="default", hostnames=(),
                     matches=(m.RouteMatch(),), policies=m.EMPTY_POLICIES, backends=tuple(backends), index=0,
                     models=tuple(entries))

@@ -20,6 +20,8 @@ from typing import Annotated, Any, Literal
 
 from .describe import NOT_SUPPORTED, Integer, Items, Scalar, Text, described, field
 from .model import Address
+from .resilience_document import Eviction as Eviction
+from .resilience_document import Health, LlmVirtualModel, LoadBalancer
 from .scalars import (
     CEL,
     DURATION,
@@ -186,6 +188,13 @@ class Retry:
         "Retries after the first call (agentgateway's behaviour: attempts 2 = up to 3 calls).", default=1)
     backoff: Duration | None = field("Wait between attempts, such as 100ms.", default=None)
     codes: tuple[Annotated[int, Integer(100, 599)], ...] = field("Response statuses that are retried.")
+    max_backoff: Duration | None = field(
+        "With it, the waits grow: a random time up to backoff × 2^(n-1), at most this (full jitter; trioproxy).",
+        default=None)
+    budget_percent: Annotated[int, Integer(1, 100)] = field(
+        "At most this share (percent) of the route's requests in flight may be retries (trioproxy).", default=20)
+    min_retry_concurrency: Annotated[int, Integer(0, 1_000_000)] = field(
+        "Retries allowed at once whatever budgetPercent says (trioproxy).", default=3)
 
 
 @described
@@ -497,6 +506,8 @@ class RoutePolicies:
     delay: Delay | None = field("Inject latency before forwarding (fault injection).", default=None)
     ai: AiPolicy | None = field("LLM processing of the route's ai backends that have no ai policy of their own.",
                                 default=None)
+    health: Health | None = field("Outlier detection of every backend of the route without its own.", default=None)
+    load_balancer: LoadBalancer | None = field("How a backend is picked among the healthy ones.", default=None)
 
 
 #: agentgateway's route types (``ai.routes`` values); detect, realtime and rerank are refused when compiled
@@ -523,6 +534,7 @@ class BackendPolicies:
     response_header_modifier: HeaderModifier | None = field(RESPONSE_HEADERS, default=None)
     backend_tls: BackendTLS | None = field(BACKEND_TLS, name="backendTLS", default=None)
     ai: AiPolicy | None = field("LLM processing of this ai backend's requests (its routes map).", default=None)
+    health: Health | None = field("Outlier detection: eject this backend while it fails.", default=None)
 
 
 # --- routes and backends -------------------------------------------------------------------------
@@ -1000,6 +1012,8 @@ class LlmModel:
     provider: str = field("Provider API of the model (such as openAI).")
     params: LlmParams | None = field("Model, API key and address sent to the provider.", default=None)
     transformation: LlmTransformation | None = field("Request fields computed by CEL.", default=None)
+    health: Health | None = field("Outlier detection of this model's provider (default: eviction's defaults).",
+                                  default=None)
 
 
 @described
@@ -1010,6 +1024,8 @@ class Llm:
 
     port: Port | None = field("Port of the LLM API (default 4000).", default=None)
     models: tuple[LlmModel, ...] = field("The models, most specific name first when several match.")
+    virtual_models: tuple[LlmVirtualModel, ...] = field(
+        "Names standing for several models, with failover, weights or conditions (docs/resilience.md).", default=())
 
 
 @described

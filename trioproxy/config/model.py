@@ -28,6 +28,7 @@ from ..policies.kinds import PHASES, runtime_kinds_of
 from ..policies.mirror import MirrorSpec
 from ..policies.ratelimit_local import LocalRateLimitSpec
 from ..policies.ratelimit_remote import RemoteRateLimitSpec
+from ..policies.resilience import BalancerSpec, HealthSpec, VirtualModel
 from ..policies.retry import RetrySpec
 from ..policies.timeout import TimeoutPolicy as TimeoutPolicy
 from ..policies.url_rewrite import RedirectSpec, UrlRewriteSpec
@@ -265,6 +266,8 @@ class Backend:
     ai: AIBackend | None = None
     #: TLS to the backend (its or its route's backendTLS, or an ``ai`` provider's default); None: plain
     tls: BackendTls | None = None
+    #: outlier detection (its or its route's ``health``; ``llm:`` models: on by default); None: off
+    health: HealthSpec | None = None
 
     @property
     def kind(self) -> str:
@@ -278,6 +281,7 @@ class LlmModelRoute:
     pattern: str                         # exact, ``prefix/*``, ``*suffix`` or ``*``
     backend: int                         # index into the route's backends
     model_expression: str | None = None  # ``transformation.model`` (CEL over ``llmRequest``)
+    virtual: VirtualModel | None = None  # ``llm.virtualModels``: the targets this name stands for
 
 
 @frozen
@@ -292,6 +296,8 @@ class Route:
     index: int
     #: from the ``llm:`` format: the backend is chosen by the body's model, not by weight
     models: tuple[LlmModelRoute, ...] = ()
+    #: ``loadBalancer``: how a backend is picked among the healthy ones (None: by weight)
+    balancer: BalancerSpec | None = None
 
 
 @frozen

@@ -57,6 +57,8 @@ POLICY_KINDS: tuple[PolicyKind, ...] = (
     _kind("requestMirror", "request_mirror", "route"),
     _kind("delay", "delay", "route"),
     _kind("ai", "ai", "route backend", backend_setting=True),
+    _kind("health", "health", "route backend", backend_setting=True),
+    _kind("loadBalancer", "load_balancer", "route", backend_setting=True),
 )
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from attrs import frozen
 
 from ..errors import BackendUnreachable, BadUpstreamResponse, ProxyError, UpstreamTimeout
+from .resilience import DEFAULT_RETRY_BUDGET, RetryBudget
 
 __all__ = ["MAX_RETRY_BODY", "RetrySpec", "retryable_error", "retryable_status"]
 
@@ -33,6 +34,8 @@ class RetrySpec:
     attempts: int                 # calls after the first
     codes: tuple[int, ...]  # sorted
     backoff: float | None = None  # seconds between attempts
+    max_backoff: float | None = None  # set: exponential waits with full jitter, capped here (policies/resilience)
+    budget: RetryBudget = DEFAULT_RETRY_BUDGET
 
 
 def retryable_status(spec: RetrySpec, status: int) -> bool:

@@ -66,6 +66,7 @@ class Exchange:
         "_watched_fd",
         "answer_sent",
         "api_key",
+        "attempts",
         "arrival",
         "backend",
         "backend_phase",
@@ -142,6 +143,7 @@ class Exchange:
         self.retry: RetrySpec | None = None  # set by the retry stage: the upstream call may be retried
         self.mirrors: tuple[Address, ...] = ()  # set by requestMirror stages: where copies go
         self.llm_request: tuple[bytes, str | None] | None = None  # llm: format: (body read, model to send)
+        self.attempts: list[str] | None = None  # the backends tried, in order (proxy/attempts.py)
         self.llm_kind: str | None = None  # on a route to LLM providers: the endpoint kind of the path
         self.first_chunk: float | None = None  # when the first response body bytes arrived (LLM calls)
         self.llm_strip = False  # the gateway asked for stream usage the client did not: strip it

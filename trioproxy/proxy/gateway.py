@@ -41,12 +41,13 @@ from ..policies.headers import (
     without_hop_by_hop,
 )
 from ..policies.ratelimit_local import LocalRateLimiter, most_constrained
-from ..policies.retry import MAX_RETRY_BODY, retryable_error, retryable_status
+from ..policies.retry import MAX_RETRY_BODY
 from ..telemetry.otel import NO_CLIENT_SPAN
 from ..telemetry.trace import BodyCapture, duration_string
 from ..upstream.pool import UpstreamResponse
 from . import keys_stage, llm_gemini
 from . import llm_stage as translate
+from .attempts import Candidate, Replay, run_attempts
 from .exchange import ClientDisconnected, Exchange
 from .pipeline import Pipeline
 from .runtime import CompiledRoute, GatewayState, Runtime
@@ -133,27 +134,57 @@ class Gateway:
             await self._respond(x, gateway, compiled.phase, response)
 
     async def _route_to_upstream(self, x: Exchange, compiled: CompiledRoute) -> UpstreamResponse:
-        """Steps 4-6, under the request's deadline."""
+        """Steps 4-6, under the request's deadline: the route's stages, then the attempts at its
+        targets (proxy/attempts.py: health, balancing, failover, retries)."""
+        plan = await self.pipeline.route_stages_and_plan(x, compiled)
+        headers = x.headers  # as the route's stages left them: each attempt starts from here
+
+        def reset() -> None:
+            x.headers = headers
+            x.translation = x.llm = x.upstream_path = None
+            x.llm_strip = False
+            x.mirrors = ()  # the copies went with the first attempt
+
+        async def attempt(candidate: Candidate, n: int, replay: Replay) -> UpstreamResponse:
+            if plan.body is not None:
+                x.llm_request = (plan.body, candidate.override)
+            return await self.attempt(x, compiled, candidate, n, replay)
+
+        return await run_attempts(self.runtime.resilience, x, compiled.route, plan, attempt, reset)
+
+    async def attempt(self, x: Exchange, compiled: CompiledRoute, candidate: Candidate, n: int,
+                      replay: Replay) -> UpstreamResponse:
+        """One call to ``candidate``: its backend stages, the body prepared for it (in its dialect),
+        the call; ``replay`` keeps the client's body for a next attempt (None: it was streamed)."""
         tr = x.tracer
         scope = x.scope
         route = compiled.route
-        backend = await self.pipeline.route_and_backend_stages(x, compiled)
+        backend = candidate.backend
+        await self.pipeline.backend_stages(x, backend, candidate.phase)
         if tr.active:
             x.request_capture = BodyCapture(tr.body_limit)
+        body: bytes | AsyncIterator[bytes]
         if backend.ai is not None and (x.llm_request is not None or x.llm_kind not in UNREAD_KINDS):
             llm_body = await self._prepare_llm_request(x, backend)
-            body: bytes | AsyncIterator[bytes] = llm_body
+            if x.llm_request is not None:
+                replay.body = x.llm_request[0]
+            body = llm_body
             framing: Header | None = (b"content-length", str(len(llm_body)).encode()) if llm_body or x.has_body() else None
         else:
             if x.principal is not None:  # a runtime key: the request counts against its limits
                 await self._admit(x, None, None, None, None)
             if backend.ai is not None:  # models list, files, batches...: the body is not read, only forwarded
                 self._llm_passthrough(x, backend)
-            await x.peek_body()  # HTTP/2: is there a body without content-length?
+            if replay.body is None:
+                await x.peek_body()  # HTTP/2: is there a body without content-length?
             framing = request_framing(scope["headers"])
             if framing is None and x.has_body():
                 framing = (b"transfer-encoding", b"chunked")  # an HTTP/2 body of unknown length
-            body = await self._retryable_body(x) if x.retry is not None else x.request_body()
+            if replay.body is not None:
+                body = replay.body
+            else:
+                body = await self._retryable_body(x) if x.retry is not None else x.request_body()
+                replay.body = body if isinstance(body, bytes) else None
         client = scope.get("client")
         upstream_headers = forwarded_request_headers(
             x.headers, client=client[0] if client else None, scheme=scope.get("scheme", "http"), framing=framing)
@@ -170,12 +201,12 @@ class Gateway:
         if x.translation is not None and isinstance(body, bytes):  # Bedrock: SigV4 over the final request
             upstream_headers = translate.sign(x.translation, backend, scope["method"], target.decode("latin-1"),
                                               upstream_headers, body)
+        if n:
+            upstream_headers = upstream_headers + [(b"x-retry-attempt", str(n).encode())]
         tr.snapshot("final request", x, headers=upstream_headers)
         for mirror in x.mirrors:  # copies run in the root nursery: never in this request's way
             self.runtime.mirrors.send(mirror, scope["method"].encode(), target, upstream_headers,
                                       body if isinstance(body, bytes) else b"")
-        if x.retry is not None and isinstance(body, bytes):
-            return await self._call_with_retries(x, route, backend, target, upstream_headers, body)
         return await self._call_backend(x, route, backend, target, upstream_headers, body)
 
     async def _retryable_body(self, x: Exchange) -> bytes | AsyncIterator[bytes]:
@@ -188,31 +219,6 @@ class Gateway:
         x.retry = None
         return x.request_body()
 
-    async def _call_with_retries(self, x: Exchange, route: Route, backend: Backend, target: bytes,
-                                 headers: list[Header], body: bytes) -> UpstreamResponse:
-        """``retry``: the call again on a listed status or a failed call, all under requestTimeout."""
-        spec = x.retry
-        assert spec is not None
-        attempt = 0
-        while True:
-            sent = headers if attempt == 0 else headers + [(b"x-retry-attempt", str(attempt).encode())]
-            last = attempt >= spec.attempts
-            try:
-                response = await self._call_backend(x, route, backend, target, sent, body)
-            except ProxyError as error:
-                if last or not retryable_error(error):
-                    raise
-                reason = error.message
-            else:
-                if last or not retryable_status(spec, response.status):
-                    return response
-                await response.aclose()  # the client never sees a retried response
-                reason = f"status {response.status}"
-            attempt += 1
-            x.tracer.event("retry", severity="warn", attempt=attempt, reason=reason)
-            if spec.backoff:
-                await trio.sleep(spec.backoff)
-
     async def _prepare_llm_request(self, x: Exchange, backend: Backend) -> bytes:
         """Buffer and rewrite the JSON body; the provider's path for the endpoint and its credential
         header apply. Stream usage is asked for only from chat completions (the one endpoint that
@@ -223,6 +229,7 @@ class Gateway:
             original, override = x.llm_request
         else:
             original, override = await x.read_body(self.runtime.state.config.frontend.max_buffer_size), None
+            x.llm_request = (original, None)  # kept for another attempt (proxy/attempts.py)
         kind = x.llm_kind or COMPLETIONS
         if x.principal is not None:  # a runtime key: its models and budgets (keys_stage.py)
             path_model = llm_gemini.model_and_method(x.scope["path"], kind)[0] if kind in GEMINI_KINDS else None

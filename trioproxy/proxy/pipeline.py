@@ -35,11 +35,13 @@ from ..llm.models import model_list, select_model, transformed_model
 from ..llm.providers import GEMINI_KINDS, MODELS, endpoint_kind, error_dialect, resolve_route
 from ..telemetry.trace import NULL_TRACER, activation
 from . import keys_stage, llm_gemini
+from .attempts import Candidate, Plan
 from .exchange import Exchange
 from .request_telemetry import end_server_span, log_request, observe_request
 from .routing import Request
 from .runtime import CompiledRoute, Runtime
 from .stage import Phase
+from .virtual_models import route_plan, virtual_plan
 
 __all__ = ["Pipeline"]
 
@@ -132,29 +134,62 @@ class Pipeline:
         """Steps 4-5: the route's stages, the backend chosen (by the body's model on an ``llm:``
         route, when ``by_model``), and its stages; the backend and its phase are left in
         ``x.backend`` and ``x.backend_phase``."""
-        tr = x.tracer
         route = compiled.route
-
-        # 4. route phase
-        tr.policy_selection("route", route.policies)
-        for stage in compiled.phase.request:
-            await stage.request(x)
-        tr.snapshot("route policies", x)
-
+        await self.route_stages(x, compiled)
         # 5. backend phase (the llm: format chooses by the body's model)
         chosen = await self._choose_model(x, compiled) if by_model and route.models else compiled.choose_backend()
         if chosen is None:
             raise BackendUnreachable(f"no backend available for route {route.name}")
         backend, phase = chosen
+        await self.backend_stages(x, backend, phase)
+        return backend
+
+    async def route_stages(self, x: Exchange, compiled: CompiledRoute) -> None:
+        """Step 4: the route's stages."""
+        tr = x.tracer
+        tr.policy_selection("route", compiled.route.policies)
+        for stage in compiled.phase.request:
+            await stage.request(x)
+        tr.snapshot("route policies", x)
+
+    async def route_stages_and_plan(self, x: Exchange, compiled: CompiledRoute) -> Plan:
+        """Step 4 and the targets step 5 may go to (proxy/attempts.py): the route's backends, or
+        on an ``llm:`` route the body's model's (a virtual model's targets)."""
+        route = compiled.route
+        await self.route_stages(x, compiled)
+        if route.models:
+            return await self._model_plan(x, compiled)
+        plan = route_plan(compiled.route, compiled.backends, compiled.backend_phases)
+        if plan is None:
+            raise BackendUnreachable(f"no backend available for route {route.name}")
+        return plan
+
+    async def backend_stages(self, x: Exchange, backend: Backend, phase: Phase) -> None:
+        """Step 5 for one backend: its stages (``x.backend``, ``x.backend_phase``)."""
         x.backend = backend
         if backend.ai is not None and backend.ai.routes:  # an ai policy's routes map picks the endpoint kind
             x.llm_kind = kind = resolve_route(backend.ai.routes, x.scope["path"])
             x.error_dialect = error_dialect(kind)
-        tr.policy_selection("backend", backend.policies)
+        x.tracer.policy_selection("backend", backend.policies)
         for stage in phase.request:
             await stage.request(x)
         x.backend_phase = phase
-        return backend
+
+    async def _model_plan(self, x: Exchange, compiled: CompiledRoute) -> Plan:
+        """The ``llm.models`` entry for the body's model as a plan: its backend, or a virtual model's targets."""
+        if x.llm_kind == MODELS and x.scope["method"] in ("GET", "HEAD"):
+            raise ModelList(200, model_list(compiled.route.backends))
+        body = await x.read_body(self.runtime.state.config.frontend.max_buffer_size)
+        path_model = llm_gemini.model_and_method(x.scope["path"], x.llm_kind)[0] if x.llm_kind in GEMINI_KINDS \
+            else None
+        entry, request = select_model(compiled.route.models, body, path_model)
+        if entry.virtual is not None:
+            return virtual_plan(x, compiled.route, compiled.phases_by_index, entry.virtual, request, body)
+        override = transformed_model(entry, request)
+        x.llm_request = (body, override)
+        route = compiled.route
+        return Plan.single(Candidate(route.backends[entry.backend], compiled.phases_by_index[entry.backend],
+                                     override=override), body)
 
     async def _choose_model(self, x: Exchange, compiled: CompiledRoute) -> tuple[Backend, Phase]:
         """The ``llm.models`` entry for the request body's model (llm_models.py); 404/400 JSON otherwise.

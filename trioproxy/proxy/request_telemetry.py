@@ -126,6 +126,8 @@ def _access_fields(bind: str, x: Exchange, status: int, seconds: float) -> dict[
         fields["jwt.sub"] = x.jwt["sub"]  # as agentgateway; never the token
     if x.llm is not None:
         _add_gen_ai_fields(fields, x, x.llm)
+    if x.attempts is not None and len(x.attempts) > 1:  # failover or retries: every target tried, in order
+        fields["llm.attempts" if x.llm is not None else "attempts"] = ",".join(x.attempts)
     if x.limits:
         fields["ratelimit"] = ",".join(f"{d.remaining}/{d.limit}" for _, d in x.limits)
     elif x.error_kind == "RateLimited":

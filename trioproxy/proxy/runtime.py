@@ -25,6 +25,7 @@ from ..telemetry.metrics import Metrics
 from ..telemetry.otel import OtelTracing
 from ..telemetry.trace import TraceHub
 from ..upstream.pool import UpstreamPool
+from .attempts import Resilience
 from .disconnect_monitor import DisconnectMonitor
 from .disconnect_monitor import available as disconnect_monitor_available
 from .keys_host import KeysHost
@@ -143,6 +144,8 @@ class Runtime:
         self.metrics = metrics or Metrics(open_upstream_connections=lambda: self.pool.open_connections)
         #: remote JWKS by URL, kept across reloads; its ``run`` task lives in the root nursery
         self.jwks = JwksRegistry(self.metrics.registry)
+        #: outlier detection, balancing and retry budgets of the targets, kept across reloads
+        self.resilience = Resilience(self.metrics.registry)
         #: requestMirror copies; its ``run`` task lives in the root nursery
         self.mirrors = MirrorSender(self.pool)
         #: the metric families the admin API summarises: this process's, unless a supervisor sums its

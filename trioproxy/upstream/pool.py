@@ -330,7 +330,7 @@ class _Upload:
 class UpstreamResponse:
     """A response whose body is still on the wire; iterate ``body()`` once, or ``aclose()``."""
 
-    __slots__ = ("_conn", "_error", "_upload", "headers", "reason", "status")
+    __slots__ = ("_conn", "_early", "_early_end", "_error", "_upload", "headers", "reason", "status")
 
     def __init__(self, conn: UpstreamConnection, event: h11.Response, upload: _Upload | None = None) -> None:
         self._upload = upload
@@ -339,6 +339,8 @@ class UpstreamResponse:
         self.headers: list[Header] = list(event.headers)
         self.reason: bytes = event.reason
         self._conn: UpstreamConnection | None = conn
+        self._early: list[bytes] = []  # read by ``prefetch``, not yet handed on
+        self._early_end = False  # ``prefetch`` met the body's end
 
     def __repr__(self) -> str:
         state = "open" if self._conn is not None else "done"
@@ -350,7 +352,9 @@ class UpstreamResponse:
         does at the end) and there is no ``body()`` to read. Lets the gateway answer a small
         response in one write instead of one per piece (bench/README.md, issue 20)."""
         conn = self._conn
-        chunks: list[bytes] = []
+        chunks, self._early = self._early, []
+        if self._early_end:
+            return chunks, True
         if conn is None or self._error is not None:
             return chunks, False
         while True:
@@ -378,8 +382,42 @@ class UpstreamResponse:
         else:
             upload.release_when_done = True  # its last write is still going
 
+    async def prefetch(self) -> None:
+        """Wait for the first body bytes (or the body's end), kept for ``ready``/``body``: a
+        first-token timeout is decided before anything goes to the client (proxy/attempts.py)."""
+        conn = self._conn
+        if conn is None or self._error is not None or self._early or self._early_end:
+            return
+        while True:
+            try:
+                event = await conn.next_event()
+            except BadUpstreamResponse as error:
+                self._error = error
+                return
+            if type(event) is h11.Data:
+                if event.data:
+                    self._early.append(event.data)
+                    return
+            elif type(event) is h11.EndOfMessage:
+                self._conn = None
+                self._early_end = True
+                self._complete(conn)
+                return
+            else:  # pragma: no cover - h11 yields nothing else after Response
+                self._error = BadUpstreamResponse(f"unexpected upstream event {type(event).__name__}")
+                return
+
+    def prefetch_error(self) -> BadUpstreamResponse | None:
+        """The failure ``prefetch`` met before any body byte (a reset right after the head)."""
+        return self._error if not self._early and not self._early_end else None
+
     async def body(self) -> AsyncGenerator[bytes, None]:
         """Yield body chunks as they arrive; on completion the connection returns to the pool."""
+        early, self._early = self._early, []
+        for chunk in early:
+            yield chunk
+        if self._early_end:
+            return
         conn = self._conn
         assert conn is not None, "body() already consumed"
         try:

@@ -508,6 +508,22 @@ async function renderLimiters() {
     : [el("tr", {}, el("td", { colSpan: 7, class: "muted", text: "no local rate limits configured" }))]));
 }
 
+// -- Upstreams -------------------------------------------------------------------------------------
+async function renderUpstreams() {
+  const { upstreams } = await getJSON("/api/upstreams");
+  const rows = upstreams.map((u) => el("tr", { "data-target": u.target, class: `state-${u.state}` },
+    el("td", {}, el("strong", { text: u.backend }), el("div", { class: "muted small", text: u.address })),
+    el("td", { class: "state", text: u.outlierDetection ? u.state : `${u.state} (no outlier detection)` }),
+    el("td", { class: "num", text: u.ejectedFor == null ? "" : `${u.ejectedFor}s` }),
+    el("td", { class: "num", text: u.ejections }),
+    el("td", { class: "num", text: u.consecutiveFailures }),
+    el("td", { class: "num", text: u.inFlight }),
+    el("td", { class: "num", text: u.latencyMs == null ? "" : `${u.latencyMs} ms` }),
+    el("td", { text: u.reason || "" })));
+  $("upstream-rows").replaceChildren(...(rows.length ? rows
+    : [el("tr", {}, el("td", { colSpan: 8, class: "muted", text: "no backends configured" }))]));
+}
+
 // -- Traffic ---------------------------------------------------------------------------------------
 const STATUS_CLASSES = [["2xx", "s2"], ["3xx", "s3"], ["4xx", "s4"], ["5xx", "s5"]];
 const statusClass = (status) => (status >= 500 ? "s5" : status >= 400 ? "s4" : status >= 300 ? "s3" : "s2");
@@ -598,6 +614,7 @@ const PAGES = {
   keys: { render: renderKeys, every: 5000 }, // keys_ui.js
   spend: { render: renderSpend, every: 10000 },
   logs: { render: renderLogs, every: 5000 },
+  upstreams: { render: renderUpstreams, every: 1000 },
 };
 let pollTimer = null;
 let generation = 0;

@@ -1,0 +1,361 @@
+"""Virtual models, failover, outlier detection and the retry budget over the in-memory harness
+(docs/resilience.md): provider targets that fail on command (refuse, 503, 429 with retry-after, hang
+before the first byte, break mid-stream), virtual time (``autojump_clock``) for ejection intervals and
+timeouts, and a seeded random source for every pick, so no assertion depends on luck or speed."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+
+import pytest
+import trio
+from prometheus_client import generate_latest
+
+from tests.memory_harness import Backend, BackendConnection, answer, hang, memory_gateway
+
+JSON = [(b"content-type", b"application/json")]
+SSE = [(b"content-type", b"text/event-stream"), (b"transfer-encoding", b"chunked")]
+
+
+def completion(text: str, model: str = "m") -> bytes:
+    return json.dumps({"id": "c1", "object": "chat.completion", "created": 0, "model": model,
+                       "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                    "finish_reason": "stop"}],
+                       "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}).encode()
+
+
+def openai(text: str) -> Backend:
+    return Backend(answer(200, completion(text), JSON))
+
+
+def chunk(text: str) -> bytes:
+    return b"data: " + json.dumps({"id": "c1", "object": "chat.completion.chunk", "model": "m", "choices": [
+        {"index": 0, "delta": {"content": text}, "finish_reason": None}]}).encode() + b"\n\n"
+
+
+def framed(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+async def stream_head(conn: BackendConnection) -> None:
+    await conn.send_raw(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+
+
+def streaming(text: str) -> Backend:
+    async def handler(conn: BackendConnection) -> None:
+        while await conn.request() is not None:
+            await stream_head(conn)
+            await conn.send_raw(framed(chunk(text)) + framed(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+    return Backend(handler)
+
+
+def llm_config(mode: str, targets: str, *, extra: str = "", models: str = "") -> str:
+    return f"""
+llm:
+  port: 4000
+  models:
+  - {{name: a, provider: openAI, params: {{model: gpt-a, apiKey: key-a, hostOverride: "a.test:80"}}}}
+  - {{name: b, provider: openAI, params: {{model: gpt-b, apiKey: key-b, hostOverride: "b.test:80"}}}}
+  - {{name: c, provider: openAI, params: {{model: gpt-c, apiKey: key-c, hostOverride: "c.test:80"}}}}
+{models}  virtualModels:
+  - name: smart
+{extra}    routing:
+      {mode}:
+        targets: {targets}
+"""
+
+
+FAILOVER = llm_config("failover", "[{model: a}, {model: b, priority: 1}, {model: c, priority: 2}]")
+WEIGHTED = llm_config("weighted", "[{model: a}, {model: b}, {model: c}]")
+
+
+def chat(model: str = "smart", stream: bool = False) -> bytes:
+    return json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": stream}).encode()
+
+
+async def ask(gw, model: str = "smart", stream: bool = False, headers=()):  # type: ignore[no-untyped-def]
+    return await gw.request("POST", "/v1/chat/completions", headers=[*JSON, *headers], body=chat(model, stream))
+
+
+def refused() -> Backend:
+    return Backend(answer(), refuse=10**9)
+
+
+async def test_failover_takes_the_next_target_with_its_own_model_and_key_and_logs_every_attempt(
+        autojump_clock, caplog):
+    caplog.set_level(logging.INFO, logger="trioproxy.access")
+    backends = {"a.test:80": refused(), "b.test:80": Backend(answer(503)), "c.test:80": openai("from c")}
+    async with memory_gateway(FAILOVER, backends) as gw:
+        watcher = gw.runtime.trace.watch()
+        response = await ask(gw)
+        events = []
+        with trio.move_on_after(5):
+            while True:
+                event = await watcher.next_event()
+                events.append(event["message"])
+                if event["message"]["type"] == "requestFinished":
+                    break
+    assert response.status == 200 and json.loads(response.body)["choices"][0]["message"]["content"] == "from c"
+    (b_request,) = backends["b.test:80"].received
+    (c_request,) = backends["c.test:80"].received
+    assert json.loads(b_request.body)["model"] == "gpt-b" and b_request.header("authorization") == "Bearer key-b"
+    assert json.loads(c_request.body)["model"] == "gpt-c" and c_request.header("authorization") == "Bearer key-c"
+    assert c_request.header("x-retry-attempt") == "2"
+    failovers = [e for e in events if e["type"] == "failover"]
+    assert [(e["previous"], e["next"]) for e in failovers] == [("a", "b"), ("b", "c")]
+    assert failovers[0]["reason"].startswith("upstream connect error") and failovers[1]["reason"] == "status 503"
+    assert [e["target"] for e in events if e["type"] == "backendCallStart"] == ["a.test:80", "b.test:80", "c.test:80"]
+    (line,) = [r for r in caplog.records if r.name == "trioproxy.access"]
+    assert line.fields["llm.attempts"] == "a,b,c"  # type: ignore[attr-defined]
+
+
+async def test_one_of_three_targets_down_1000_requests_succeed_and_it_gets_only_probes_after_ejection(autojump_clock):
+    backends = {"a.test:80": openai("a"), "b.test:80": Backend(answer(503)), "c.test:80": openai("c")}
+    async with memory_gateway(WEIGHTED, backends) as gw:
+        gw.runtime.resilience.seed(random.Random(31))
+        start = trio.current_time()
+        statuses = []
+        for _ in range(1000):
+            statuses.append((await ask(gw)).status)
+            await trio.sleep(0.125)  # 125 s of virtual time in all
+        health = gw.runtime.resilience.health.targets["b@b.test:80"]
+    assert statuses == [200] * 1000
+    times = [r.at - start for r in backends["b.test:80"].received]
+    # five failures in a row eject it (Envoy's consecutive_5xx); then one probe each time an ejection
+    # ends, each failing and ejecting it for 30 s x the number of ejections
+    assert len(times) == 7 and times[4] < 5
+    first, second = times[5], times[6]
+    assert times[4] + 30 <= first < times[4] + 32
+    assert first + 60 <= second < first + 62
+    assert health.total_ejections == 3 and health.state(trio.current_time()) == "ejected"
+    served = len(backends["a.test:80"].received) + len(backends["c.test:80"].received)
+    assert served == 1000
+
+
+async def test_the_probe_brings_a_recovered_target_back(autojump_clock):
+    state = {"down": True}
+
+    async def flaky(conn: BackendConnection) -> None:
+        while await conn.request() is not None:
+            await conn.respond(503 if state["down"] else 200, completion("b"), JSON)
+
+    backends = {"a.test:80": Backend(answer(503)), "b.test:80": Backend(flaky), "c.test:80": openai("c")}
+    config = llm_config("failover", "[{model: a}, {model: b}, {model: c, priority: 1}]")
+    async with memory_gateway(config, backends) as gw:
+        gw.runtime.resilience.seed(random.Random(4))
+        before = [await ask(gw) for _ in range(10)]  # a and b fail five times each: both ejected, c serves
+        health = gw.runtime.resilience.health.targets
+        assert health["a@a.test:80"].state(trio.current_time()) == "ejected"
+        assert health["b@b.test:80"].state(trio.current_time()) == "ejected"
+        state["down"] = False
+        await trio.sleep(30)
+        after = [await ask(gw) for _ in range(4)]
+        now = trio.current_time()
+        assert health["b@b.test:80"].state(now) == "healthy"  # its probe passed
+        assert health["a@a.test:80"].state(now) == "ejected"  # due, but the two choices took the faster b
+    assert all(r.status == 200 for r in before + after)
+    assert json.loads(after[-1].body)["choices"][0]["message"]["content"] == "b"  # priority 0 again
+    assert len(backends["a.test:80"].received) == 5 and len(backends["c.test:80"].received) == 10
+
+
+async def test_429_with_retry_after_ejects_that_target_for_that_long(autojump_clock):
+    async def limited(conn: BackendConnection) -> None:
+        while await conn.request() is not None:
+            await conn.respond(429, b'{"error": {"message": "slow down"}}', [*JSON, (b"retry-after", b"20")])
+
+    backends = {"a.test:80": Backend(limited), "b.test:80": openai("b"), "c.test:80": openai("c")}
+    async with memory_gateway(FAILOVER, backends) as gw:
+        start = trio.current_time()
+        first = await ask(gw)
+        for _ in range(19):
+            await trio.sleep(1)
+            assert (await ask(gw)).status == 200
+        await trio.sleep(1)
+        await ask(gw)
+    assert first.status == 200 and json.loads(first.body)["choices"][0]["message"]["content"] == "b"
+    assert [round(r.at - start) for r in backends["a.test:80"].received] == [0, 20]  # then its probe
+
+
+async def test_a_hang_before_the_first_byte_fails_over_at_first_token_timeout(autojump_clock):
+    async def silent_stream(conn: BackendConnection) -> None:  # the head, then nothing
+        await conn.request()
+        await stream_head(conn)
+        await conn.wait_closed()
+
+    config = llm_config("failover", "[{model: a}, {model: b, priority: 1}, {model: c, priority: 2}]",
+                        extra="    firstTokenTimeout: 2s\n")
+    backends = {"a.test:80": Backend(silent_stream), "b.test:80": Backend(hang), "c.test:80": streaming("c")}
+    async with memory_gateway(config, backends) as gw:
+        start = trio.current_time()
+        response = await ask(gw, stream=True)
+    assert response.status == 200 and response.at - start == 4.0  # 2 s at a (a head, no token), 2 s at b (nothing)
+    assert b'"content": "c"' in response.body and response.body.count(b"data: [DONE]") == 1
+    assert backends["a.test:80"].connections[0].closed_at == start + 2.0
+    assert backends["b.test:80"].connections[0].closed_at == start + 4.0
+
+
+async def test_a_failure_after_the_first_streamed_byte_reaches_the_client_as_a_broken_stream(autojump_clock):
+    async def breaks(conn: BackendConnection) -> None:
+        await conn.request()
+        await stream_head(conn)
+        await conn.send_raw(framed(chunk("half")))
+        await trio.sleep(1)
+        conn.close()  # reset mid-stream
+
+    backends = {"a.test:80": Backend(breaks), "b.test:80": streaming("b"), "c.test:80": streaming("c")}
+    async with memory_gateway(FAILOVER, backends) as gw:
+        client = gw.connect()
+        body = chat(stream=True)
+        await client.send_head("POST", "/v1/chat/completions", [*JSON, (b"content-length", str(len(body)).encode())])
+        await client.send_body(body, end=True)
+        raw = await client.closed()
+    assert raw.startswith(b"HTTP/1.1 200") and raw.count(b'"content": "half"') == 1
+    assert not raw.endswith(b"0\r\n\r\n") and b"[DONE]" not in raw  # broken, not completed by another target
+    assert backends["b.test:80"].received == [] and backends["c.test:80"].received == []
+
+
+async def test_each_target_speaks_its_own_dialect(autojump_clock):
+    models = ("  - {name: claude, provider: anthropic, params: {model: claude-x, apiKey: key-d,"
+              " hostOverride: \"d.test:80\"}}\n")
+    config = llm_config("failover", "[{model: a}, {model: claude, priority: 1}]", models=models)
+    message = json.dumps({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
+                          "content": [{"type": "text", "text": "from claude"}], "stop_reason": "end_turn",
+                          "usage": {"input_tokens": 3, "output_tokens": 2}}).encode()
+    backends = {"a.test:80": refused(), "d.test:80": Backend(answer(200, message, JSON))}
+    async with memory_gateway(config, backends) as gw:
+        response = await ask(gw)
+    (received,) = backends["d.test:80"].received
+    assert received.target == "/v1/messages" and received.header("x-api-key") == "key-d"
+    assert json.loads(received.body)["model"] == "claude-x"
+    answer_ = json.loads(response.body)
+    assert response.status == 200 and answer_["object"] == "chat.completion"
+    assert answer_["choices"][0]["message"]["content"] == "from claude"
+
+
+async def test_conditional_targets_by_header_with_the_rest_as_fallbacks(autojump_clock):
+    config = llm_config("conditional", "[{when: 'request.headers[\"x-tier\"] == \"gold\"', model: a}, {model: b}]")
+    backends = {"a.test:80": openai("a"), "b.test:80": openai("b")}
+    async with memory_gateway(config, backends) as gw:
+        gold = await ask(gw, headers=[(b"x-tier", b"gold")])
+        plain = await ask(gw)
+    assert json.loads(gold.body)["choices"][0]["message"]["content"] == "a"
+    assert json.loads(plain.body)["choices"][0]["message"]["content"] == "b"
+    assert len(backends["a.test:80"].received) == 1
+
+
+async def test_weighted_virtual_model_follows_its_weights_with_a_seeded_source(autojump_clock):
+    config = llm_config("weighted", "[{model: a, weight: 3}, {model: b, weight: 1}]")
+    backends = {"a.test:80": openai("a"), "b.test:80": openai("b")}
+    async with memory_gateway(config, backends) as gw:
+        gw.runtime.resilience.seed(random.Random(5))
+        for _ in range(400):
+            await ask(gw)
+    a, b = len(backends["a.test:80"].received), len(backends["b.test:80"].received)
+    assert a + b == 400 and 260 < a < 340
+
+
+def bind_config(retry: str, backends: str = '[{host: "b.test:80"}]') -> str:
+    return ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {retry: " + retry + "}\n"
+            f"      backends: {backends}\n")
+
+
+async def slow_503(conn: BackendConnection) -> None:
+    while await conn.request() is not None:
+        await trio.sleep(1)
+        await conn.respond(503)
+
+
+@pytest.mark.parametrize(("budget", "most"), [(20, 125), (100, 300)])
+async def test_the_retry_budget_caps_attempts_under_a_full_outage(autojump_clock, budget, most):
+    config = bind_config(f"{{attempts: 2, codes: [503], budgetPercent: {budget}}}")
+    backend = Backend(slow_503)
+    async with memory_gateway(config, {"b.test:80": backend}) as gw:
+        statuses: list[int] = []
+
+        async def one() -> None:
+            statuses.append((await gw.request()).status)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(100):
+                nursery.start_soon(one)
+    assert statuses == [503] * 100
+    calls = len(backend.received)
+    if budget == 100:
+        assert calls == 300  # every request: the first call and two retries
+    else:
+        assert 120 <= calls <= most  # 20 retries at once (20 % of 100 in flight), then a few as the rest end
+
+
+@pytest.mark.parametrize(("mode", "failures"), [("weighted", 3), ("leastRequest", 1)])
+async def test_a_bind_route_with_health_avoids_a_failing_backend_and_retries_elsewhere(autojump_clock, mode, failures):
+    backends = '[{host: "a.test:80"}, {host: "b.test:80"}, {host: "c.test:80"}]'
+    config = bind_config("{attempts: 2, codes: [503]}", backends).replace(
+        "policies: {retry:", "policies: {health: {eviction: {consecutiveFailures: 3}}, loadBalancer: {mode: " + mode
+        + "}, retry:")
+    servers = {"a.test:80": Backend(answer(200, b"a")), "b.test:80": Backend(answer(503)),
+               "c.test:80": Backend(answer(200, b"c"))}
+    async with memory_gateway(config, servers) as gw:
+        gw.runtime.resilience.seed(random.Random(2))
+        statuses = [(await gw.request()).status for _ in range(300)]
+        upstreams = gw.runtime.resilience.snapshot(
+            (r.key, b) for r in gw.config.binds[0].listeners[0].routes for b in r.backends)
+        exposition = generate_latest(gw.runtime.metrics.registry).decode()
+    assert statuses == [200] * 300
+    # weighted: three failures eject it (no time passes, so no probe yet); leastRequest: a failure
+    # counts as a 1 s latency, so the two choices never take it again while that average lasts
+    assert len(servers["b.test:80"].received) == failures
+    states = {u["target"]: u["state"] for u in upstreams}
+    assert states == {"a.test:80": "healthy", "b.test:80": "ejected" if failures == 3 else "healthy",
+                      "c.test:80": "healthy"}
+    ejected = 1.0 if failures == 3 else 0.0
+    assert f'trioproxy_upstream_ejected{{target="b.test:80"}} {ejected}' in exposition
+    assert ('trioproxy_upstream_ejections_total{reason="consecutiveFailures",target="b.test:80"} 1.0'
+            in exposition) is (failures == 3)
+
+
+async def test_exponential_backoff_with_full_jitter_stays_under_its_cap(autojump_clock):
+    config = bind_config("{attempts: 4, codes: [503], backoff: 100ms, maxBackoff: 250ms}")
+    backend = Backend(answer(503))
+    async with memory_gateway(config, {"b.test:80": backend}) as gw:
+        gw.runtime.resilience.seed(random.Random(7))
+        start = trio.current_time()
+        await gw.request()
+    times = [r.at - start for r in backend.received]
+    waits = [b - a for a, b in zip(times, times[1:])]
+    caps = [0.1, 0.2, 0.25, 0.25]
+    assert len(waits) == 4 and all(0 <= w <= cap for w, cap in zip(waits, caps))
+    assert len(set(waits)) == 4  # random, not a fixed step
+
+
+async def test_a_binds_route_of_ai_backends_fails_over_to_another_provider_in_its_dialect(autojump_clock):
+    config = """
+binds:
+- port: 3000
+  listeners:
+  - routes:
+    - policies:
+        retry: {attempts: 1, codes: [429, 503]}
+        health: {eviction: {consecutiveFailures: 2}}
+      backends:
+      - ai: {name: oai, provider: {openAI: {model: gpt-x}}, hostOverride: "a.test:80"}
+        weight: 1000000
+        policies: {backendAuth: {key: key-a}}
+      - ai: {name: claude, provider: {anthropic: {model: claude-x}}, hostOverride: "d.test:80"}
+        weight: 1
+        policies: {backendAuth: {key: key-d}}
+"""
+    message = json.dumps({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
+                          "content": [{"type": "text", "text": "from claude"}], "stop_reason": "end_turn",
+                          "usage": {"input_tokens": 3, "output_tokens": 2}}).encode()
+    backends = {"a.test:80": Backend(answer(503)), "d.test:80": Backend(answer(200, message, JSON))}
+    async with memory_gateway(config, backends) as gw:
+        gw.runtime.resilience.seed(random.Random(0))
+        responses = [await ask(gw, model="anything") for _ in range(5)]
+    assert [r.status for r in responses] == [200] * 5
+    assert all(json.loads(r.body)["choices"][0]["message"]["content"] == "from claude" for r in responses)
+    assert len(backends["a.test:80"].received) == 2  # then ejected: the heavy weight no longer counts
+    (first, *_) = backends["d.test:80"].received
+    assert first.target == "/v1/messages" and first.header("x-api-key") == "key-d"
+    assert json.loads(first.body)["model"] == "claude-x"

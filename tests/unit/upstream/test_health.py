@@ -1,0 +1,121 @@
+"""Outlier detection's pure decision (upstream/health.py): when a target is ejected, for how long,
+how it is probed back, and the retry-after rule. Times are given, so nothing depends on a clock."""
+
+from __future__ import annotations
+
+from trioproxy.policies.resilience import HealthSpec
+from trioproxy.upstream.health import HealthRegistry, TargetHealth, failed_status, retry_after_seconds
+
+SPEC = HealthSpec(consecutive_failures=3, duration=30.0, max_duration=100.0, interval=10.0)
+
+
+def fail(h: TargetHealth, now: float, n: int = 1, **kw: object) -> float | None:
+    result = None
+    for _ in range(n):
+        result = h.record(now, True, **kw)  # type: ignore[arg-type]
+    return result
+
+
+def test_consecutive_failures_eject_and_a_success_between_resets_the_count():
+    h = TargetHealth(SPEC)
+    assert fail(h, 0.0, 2) is None
+    h.record(0.0, False)
+    assert fail(h, 0.0, 2) is None and h.admit(0.0) == "ok"
+    assert fail(h, 0.0) == 30.0
+    assert h.admit(29.9) == "ejected" and h.state(29.9) == "ejected"
+
+
+def test_after_the_ejection_one_probe_goes_and_its_success_brings_the_target_back():
+    h = TargetHealth(SPEC)
+    fail(h, 0.0, 3)
+    assert h.admit(30.0) == "probe"
+    assert h.admit(30.0) == "ejected"  # one probe at a time
+    assert h.state(30.0) == "probing"
+    h.record(31.0, False, probe=True)
+    assert h.admit(31.0) == "ok" and h.state(31.0) == "healthy"
+
+
+def test_a_failed_probe_ejects_again_for_base_times_the_number_of_ejections_capped():
+    h = TargetHealth(SPEC)
+    fail(h, 0.0, 3)
+    assert h.admit(30.0) == "probe"
+    assert h.record(30.0, True, probe=True) == 60.0  # 2nd ejection: 2 x 30 s
+    assert h.admit(89.0) == "ejected" and h.admit(90.0) == "probe"
+    assert h.record(90.0, True, probe=True) == 90.0
+    assert h.admit(180.0) == "probe"
+    assert h.record(180.0, True, probe=True) == 100.0  # 4 x 30 capped at maxDuration
+
+
+def test_the_multiplier_decays_by_one_each_healthy_interval():
+    h = TargetHealth(SPEC)
+    fail(h, 0.0, 3)
+    h.admit(30.0)
+    h.record(30.0, True, probe=True)  # multiplier 2
+    h.admit(90.0)
+    h.record(90.0, False, probe=True)  # back at 90
+    h.record(100.5, False)  # one healthy interval: multiplier 1
+    assert h.ejections == 1
+    assert fail(h, 101.0, 3) == 60.0  # 2 x 30 again, not 3 x 30
+
+
+def test_a_cancelled_probe_frees_its_slot_and_a_forgotten_one_after_an_interval():
+    h = TargetHealth(SPEC)
+    fail(h, 0.0, 3)
+    assert h.admit(30.0) == "probe"
+    h.release_probe()
+    assert h.admit(30.0) == "probe"
+    assert h.admit(39.9) == "ejected" and h.admit(40.0) == "probe"
+
+
+def test_retry_after_ejects_for_that_long_at_once_capped():
+    h = TargetHealth(SPEC)
+    assert h.record(0.0, True, retry_after=7.0) == 7.0
+    assert h.admit(6.9) == "ejected" and h.admit(7.0) == "probe"
+    h2 = TargetHealth(SPEC)
+    assert h2.record(0.0, True, retry_after=1e6) == 100.0
+
+
+def test_failures_of_calls_started_before_the_ejection_do_not_extend_it():
+    h = TargetHealth(SPEC)
+    fail(h, 0.0, 3)
+    assert fail(h, 1.0, 5) is None and h.ejected_until == 30.0 and h.total_ejections == 1
+
+
+def test_failure_percentage_over_the_window():
+    spec = HealthSpec(consecutive_failures=1000, failure_percentage=50, minimum_requests=10, interval=10.0)
+    h = TargetHealth(spec)
+    for i in range(9):
+        h.record(0.1 * i, i % 2 == 0)  # 5 failures in 9: below the volume
+    assert h.ejected_until is None
+    assert h.record(1.0, True) == 30.0  # 6 of 10
+
+
+def test_failure_percentage_window_restarts_after_the_interval():
+    spec = HealthSpec(consecutive_failures=1000, failure_percentage=50, minimum_requests=4, interval=10.0)
+    h = TargetHealth(spec)
+    h.record(0.0, True)
+    h.record(0.0, True)
+    h.record(0.0, False)
+    h.record(11.0, False)  # new window
+    h.record(11.0, False)
+    h.record(11.0, True)
+    assert h.ejected_until is None
+
+
+def test_failed_status_and_retry_after_parsing():
+    assert failed_status(SPEC, 503) and failed_status(SPEC, 429) and not failed_status(SPEC, 404)
+    assert not failed_status(HealthSpec(failure_statuses="5xx"), 429)
+    assert retry_after_seconds(b"12", 0.0) == 12.0
+    assert retry_after_seconds(b"Thu, 01 Jan 1970 00:01:40 GMT", 40.0) == 60.0
+    assert retry_after_seconds(b"soon", 0.0) is None and retry_after_seconds(None, 0.0) is None
+
+
+def test_registry_tells_each_ejection_and_keeps_state_across_spec_changes():
+    seen: list[tuple[str, str]] = []
+    registry = HealthRegistry(lambda key, reason: seen.append((key, reason)))
+    for _ in range(3):
+        registry.record("a", SPEC, 0.0, True)
+    assert seen == [("a", "consecutiveFailures")]
+    wider = HealthSpec(consecutive_failures=10)
+    assert registry.get("a", wider).spec == wider and registry.get("a", wider).total_ejections == 1
+    assert [key for key, _ in registry] == ["a"]
