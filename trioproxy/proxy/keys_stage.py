@@ -92,7 +92,7 @@ async def admit(x: Exchange, service: KeyService, body: bytes | None, *, provide
     asked for (the body's, else ``path_model``), the one priced is the provider's
     (``provider_model``, else the asked one)."""
     principal = x.principal
-    if principal is None:
+    if principal is None or x.reservation is not None:  # a failover's next attempt: reserved once
         return
     tr = x.tracer
     obj = _body_object(body) if body is not None else None
