@@ -82,7 +82,7 @@ __all__ = [
 
 #: Root variables an expression may reference (agentgateway's names).
 ALLOWED_ROOTS: frozenset[str] = frozenset(
-    {"request", "source", "jwt", "basicAuth", "apiKey", "llm", "response", "backend", "llmRequest"}
+    {"request", "source", "jwt", "basicAuth", "apiKey", "llm", "response", "backend", "llmRequest", "mcp"}
 )
 
 #: Longest accepted expression source, in characters.  Gateway expressions are short;

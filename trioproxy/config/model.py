@@ -25,6 +25,7 @@ from ..policies.direct_response import DirectResponsePolicy as DirectResponsePol
 from ..policies.headers import HeaderModifier as HeaderModifier
 from ..policies.jwt import JwtAuthSpec
 from ..policies.kinds import PHASES, runtime_kinds_of
+from ..policies.mcp_auth import McpAuthenticationSpec
 from ..policies.mirror import MirrorSpec
 from ..policies.ratelimit_local import LocalRateLimitSpec
 from ..policies.ratelimit_remote import RemoteRateLimitSpec
@@ -185,6 +186,7 @@ class Policies:
     request_redirect: RedirectSpec | None = None
     request_mirror: MirrorSpec | None = None
     delay: DelaySpec | None = None
+    mcp_authentication: McpAuthenticationSpec | None = None
 
 
 EMPTY_POLICIES = Policies()
@@ -228,18 +230,47 @@ class AIBackend:
 
 
 @frozen
+class McpTarget:
+    """One MCP server of an ``mcp`` backend (docs/mcp.md)."""
+
+    name: str
+    transport: Literal["mcp", "sse", "stdio"]
+    url: str = ""                                   # http(s)://host:port/path (mcp, sse)
+    cmd: str = ""                                   # stdio
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@frozen
+class McpBackend:
+    """An ``mcp`` backend: its targets and how they are multiplexed (``trioproxy/mcp/``)."""
+
+    targets: tuple[McpTarget, ...]
+    stateful: bool = True
+    prefix_mode: Literal["conditional", "always", "never"] = "conditional"
+    fail_open: bool = False
+    #: ``mcpAuthorization`` (the backend's, else its route's): applied to calls and listings
+    authorization: AuthorizationSpec | None = None
+
+    @property
+    def prefixed(self) -> bool:
+        return self.prefix_mode == "always" or (self.prefix_mode == "conditional" and len(self.targets) > 1)
+
+
+@frozen
 class Backend:
     name: str
     target: Address
     weight: int = 1
     policies: Policies = EMPTY_POLICIES
     ai: AIBackend | None = None
+    mcp: McpBackend | None = None
     #: TLS to the backend (its or its route's backendTLS, or an ``ai`` provider's default); None: plain
     tls: BackendTls | None = None
 
     @property
     def kind(self) -> str:
-        return "ai" if self.ai is not None else "host"
+        return "ai" if self.ai is not None else "mcp" if self.mcp is not None else "host"
 
 
 @frozen
@@ -320,3 +351,5 @@ class Config:
     rejected: tuple[str, ...] = attrs.field(default=(), eq=False, repr=False)
     #: worker processes (``config.workers``): 1 = today's single process, 0 = auto (one per CPU)
     workers: int = 1
+    #: ``config.session.key``: signs MCP session ids (None: a key made at start, this process only)
+    session_key: bytes | None = attrs.field(default=None, repr=False)

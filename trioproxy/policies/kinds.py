@@ -57,6 +57,8 @@ POLICY_KINDS: tuple[PolicyKind, ...] = (
     _kind("requestMirror", "request_mirror", "route"),
     _kind("delay", "delay", "route"),
     _kind("ai", "ai", "route backend", backend_setting=True),
+    _kind("mcpAuthentication", "mcp_authentication", "route"),
+    _kind("mcpAuthorization", "mcp_authorization", "route backend", backend_setting=True),  # into mcp backends
 )
 
 

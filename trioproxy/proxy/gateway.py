@@ -137,6 +137,9 @@ class Gateway:
         scope = x.scope
         route = compiled.route
         backend = await self.pipeline.route_and_backend_stages(x, compiled)
+        if backend.mcp is not None:  # MCP servers behind the route (mcp_stage.py, docs/mcp.md)
+            config = self.runtime.state.config
+            return await self.runtime.mcp.respond(x, backend, config.session_key, config.frontend.max_buffer_size)
         if tr.active:
             x.request_capture = BodyCapture(tr.body_limit)
         if backend.ai is not None and (x.llm_request is not None or x.llm_kind not in UNREAD_KINDS):

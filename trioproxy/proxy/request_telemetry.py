@@ -120,6 +120,8 @@ def _access_fields(bind: str, x: Exchange, status: int, seconds: float) -> dict[
         fields["jwt.sub"] = x.jwt["sub"]  # as agentgateway; never the token
     if x.llm is not None:
         _add_gen_ai_fields(fields, x, x.llm)
+    if x.mcp is not None:
+        fields.update(x.mcp)  # mcp.method, mcp.name, mcp.target, mcp.result (mcp_stage.py)
     if x.limits:
         fields["ratelimit"] = ",".join(f"{d.remaining}/{d.limit}" for _, d in x.limits)
     elif x.error_kind == "RateLimited":

@@ -24,6 +24,7 @@ from ..telemetry.trace import TraceHub
 from ..upstream.pool import UpstreamPool
 from .disconnect_monitor import DisconnectMonitor
 from .disconnect_monitor import available as disconnect_monitor_available
+from .mcp_stage import McpHub
 from .mirror_sender import MirrorSender
 from .routing import BindTable
 from .stage import Phase
@@ -134,6 +135,8 @@ class Runtime:
         self.metrics = metrics or Metrics(open_upstream_connections=lambda: self.pool.open_connections)
         #: remote JWKS by URL, kept across reloads; its ``run`` task lives in the root nursery
         self.jwks = JwksRegistry(self.metrics.registry)
+        #: the relays of mcp backends (docs/mcp.md)
+        self.mcp = McpHub(self.metrics.registry)
         #: requestMirror copies; its ``run`` task lives in the root nursery
         self.mirrors = MirrorSender(self.pool)
         #: the metric families the admin API summarises: this process's, unless a supervisor sums its
