@@ -82,7 +82,8 @@ __all__ = [
 
 #: Root variables an expression may reference (agentgateway's names).
 ALLOWED_ROOTS: frozenset[str] = frozenset(
-    {"request", "source", "jwt", "basicAuth", "apiKey", "llm", "response", "backend", "llmRequest", "key", "team"}
+    {"request", "source", "jwt", "basicAuth", "apiKey", "llm", "response", "backend", "llmRequest", "key", "team",
+     "mcp"}
 )
 
 #: Longest accepted expression source, in characters.  Gateway expressions are short;

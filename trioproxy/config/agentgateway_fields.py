@@ -32,21 +32,21 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
         "additionalTrustDomains caAddress caAuthToken clusterId connectionMinTerminationDeadline "
         "connectionTerminationDeadline customFunctions database dns enableIpv6 gateway hbone histograms "
         "localXdsPath mcp metrics modelCatalog namespace network sensitiveHeaders serviceAccount "
-        "session skipValidateTrustDomain spiffe standardAttributes storage trustDomain "
+        "skipValidateTrustDomain spiffe standardAttributes storage trustDomain "
         "workerThreads xdsAddress xdsAuthToken"
     ),
     "Bind": _names("mode tunnelProtocol"),
     "Listener": _names("namespace tcpRoutes"),
     "Route": _names("ruleName"),
-    "Backend": _names("aws backend dynamic internal invalid mcp routeGroup service"),
+    "Backend": _names("aws backend dynamic internal invalid routeGroup service"),
     "GatewayPolicies": _names("extAuthz extProc oidc transformations") | _kinds_only_in_agentgateway("gateway"),
     "RoutePolicies": _names(
         "a2a backendTunnel buffer extAuthz extProc "
-        "mcpAuthentication mcpAuthorization mcpGuardrails oidc transformations"
+        "mcpGuardrails oidc transformations"
     ) | _kinds_only_in_agentgateway("route"),
     "BackendPolicies": _names(
         "a2a backendTunnel extAuthz http inferenceRouting "
-        "mcpAuthorization mcpGuardrails sessionAffinity tcp transformations"
+        "mcpGuardrails sessionAffinity tcp transformations"
     ) | _kinds_only_in_agentgateway("backend"),
     "AIBackend": _names("pathPrefix policies tokenize"),
     "AiPolicy": _names(
@@ -66,6 +66,9 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
     # only the Authorization: Bearer header is read; exp is always required
     "JwtAuth": _names("location jwtValidationOptions"),
     "JwtProvider": _names("jwtValidationOptions"),
+    "McpAuthentication": _names("authorizationLocation clientId clientSecret jwtValidationOptions"),
+    "McpBackendSpec": _names("dnsRebindingProtection"),
+    "McpTarget": _names("openapi policies"),
     "FrontendPolicies": _names(
         "connect networkAuthorization networkExtAuthz proxy proxyProtocol tcp tls"),
     "AccessLogPolicy": _names("database otlp"),

@@ -51,6 +51,7 @@ from ..policies.ratelimit_remote import (
 from ..policies.resilience import DEFAULT_HEALTH
 from ..policies.retry import RetrySpec
 from ..policies.url_rewrite import RedirectSpec, UrlRewriteSpec
+from . import compile_mcp
 from . import document as d
 from . import model as m
 from . import resilience_compile as resilience
@@ -400,6 +401,8 @@ POLICY_COMPILERS: dict[str, Callable[[Any, Reader], Any]] = {
     "ai": lambda value, r: None,  # its routes map belongs to the ai backends: _backend and _route read it
     "health": lambda value, r: None,  # outlier detection belongs to the backends: _backend and _route read it
     "load_balancer": lambda value, r: None,  # the route's: _route reads it
+    "mcp_authentication": lambda value, r: compile_mcp.authentication(value, r, _jwks),
+    "mcp_authorization": lambda value, r: None,  # belongs to the mcp backends: compile_mcp reads it
 }
 
 
@@ -493,6 +496,8 @@ def _plain_backend(backend: d.Backend, r: Reader) -> m.Backend:
     ai_policy = backend.policies.ai if backend.policies is not None else None
     if backend.ai is None and ai_policy is not None:
         r.at(backend.policies, "ai", "an ai policy applies to an ai backend, not a host")
+    if backend.mcp is not None:
+        return compile_mcp.backend(backend, policies, r, _authorization) or m.Backend("mcp", m.Address("", 0))
     if backend.ai is None:
         assert backend.host is not None
         return _with_tls(m.Backend(str(backend.host), backend.host, backend.weight, policies), policies.backend_tls)
@@ -530,7 +535,8 @@ def _route(route: d.Route, listener_key: str, r: Reader) -> m.Route:
                 x.path is not None and x.path.path_prefix is None for x in route.matches):
             r.at(getattr(route.policies, attribute), "path",
                  f"a prefix {noun} needs every match of the route to be a pathPrefix")
-    backends = tuple(_backend(b, r) for b in route.backends)
+    backends = compile_mcp.with_route_authorization(tuple(_backend(b, r) for b in route.backends), route, r,
+                                                    _authorization)
     if policies.backend_auth is not None:  # a route's backendAuth is each backend's, unless it has its own
         backends = tuple(b if b.policies.backend_auth is not None else attrs.evolve(
             b, policies=attrs.evolve(b.policies, backend_auth=policies.backend_auth)) for b in backends)
@@ -744,7 +750,8 @@ def compile_document(document: d.Document, env: Mapping[str, str], r: Reader,
                     workers=servers.workers if servers and servers.workers is not None else 1,
                     prices=_prices(servers.prices, r) if servers and servers.prices else (),
                     store=_store(servers.store if servers else None, base_dir),
-                    keys=_keys(servers.keys if servers else None))
+                    keys=_keys(servers.keys if servers else None),
+                    session_key=compile_mcp.session_key(servers, r))
 
 
 def _prices(prices: Mapping[str, d.ModelPrice], r: Reader) -> tuple[tuple[str, m.PriceOverride], ...]:

@@ -459,6 +459,10 @@ BACKEND_TLS = "TLS to the backend (SNI, verification, client certificate)."
 REQUEST_HEADERS = "Modify the request's headers before it goes upstream."
 RESPONSE_HEADERS = "Modify the response's headers before they go to the client."
 RETRY = "Retry failed backend calls."
+MCP_AUTHORIZATION = ("CEL rules over MCP calls (`mcp.method`, `mcp.tool.name`, `mcp.tool.target`, "
+                     "`mcp.prompt.name`, `mcp.resource.name`, `mcp.arguments`) and `jwt.*`: a call denied is "
+                     "answered as an unknown tool; listings show only what is allowed.")
+
 
 LocalRateLimits = Annotated[tuple[LocalRateLimit, ...], Items(min_items=1)]
 
@@ -508,6 +512,9 @@ class RoutePolicies:
                                 default=None)
     health: Health | None = field("Outlier detection of every backend of the route without its own.", default=None)
     load_balancer: LoadBalancer | None = field("How a backend is picked among the healthy ones.", default=None)
+    mcp_authentication: McpAuthentication | None = field(
+        "MCP authorization: JWT validation with a 401 pointing at the resource metadata (docs/mcp.md).", default=None)
+    mcp_authorization: Authorization | None = field(MCP_AUTHORIZATION, default=None)
 
 
 #: agentgateway's route types (``ai.routes`` values); detect, realtime and rerank are refused when compiled
@@ -535,6 +542,107 @@ class BackendPolicies:
     backend_tls: BackendTLS | None = field(BACKEND_TLS, name="backendTLS", default=None)
     ai: AiPolicy | None = field("LLM processing of this ai backend's requests (its routes map).", default=None)
     health: Health | None = field("Outlier detection: eject this backend while it fails.", default=None)
+    mcp_authorization: Authorization | None = field(MCP_AUTHORIZATION, default=None)
+
+
+# --- MCP (docs/mcp.md) ---------------------------------------------------------------------------
+
+
+@described
+class McpHost:
+    """Where a remote MCP server listens: a URL (`http://127.0.0.1:8001/mcp`), or host and port (with path)."""
+
+    host: str = field("URL of the MCP endpoint (http:// or https://), or a host name with port and path.")
+    port: Annotated[int, Integer(1, 65535)] | None = field("Port, when host is a host name.", default=None)
+    path: PathText | None = field("Request path, when host is a host name (default /mcp; /sse for sse).",
+                                  default=None)
+
+
+@described
+class McpStdio:
+    """An MCP server the gateway starts as a child process, speaking JSON-RPC on its stdin and stdout."""
+
+    cmd: str = field("Program to run (looked up on PATH).")
+    args: tuple[str, ...] = field("Its arguments.", default=())
+    env: dict[str, str] = field("Environment variables added to the gateway's.", default={})
+
+
+@described(one_of=("mcp", "sse", "stdio"))
+class McpTarget:
+    """One MCP server behind the backend: exactly one of mcp (Streamable HTTP), sse (the older HTTP+SSE
+    transport), stdio (a child process)."""
+
+    name: str = field("Target name: the prefix of its tool and prompt names (`<name>_<tool>`) when there are "
+                      "several targets, and `mcp.tool.target` in CEL.")
+    mcp: McpHost | None = field("A server speaking MCP Streamable HTTP.", default=None)
+    sse: McpHost | None = field("A server speaking the older HTTP+SSE transport.", default=None)
+    stdio: McpStdio | None = field("A server started by the gateway as a child process.", default=None)
+
+
+@described
+class McpBackendSpec:
+    """MCP servers behind one endpoint: listings merged, calls routed to the target by name prefix."""
+
+    targets: Annotated[tuple[McpTarget, ...], Items(min_items=1)] = field("MCP servers to multiplex together.")
+    stateful_mode: Literal["stateful", "stateless"] = field(
+        "stateful (default): the client gets a session (it carries each target's session, signed); stateless: "
+        "each request opens and closes its own target sessions.", default="stateful")
+    prefix_mode: Literal["conditional", "always", "never"] = field(
+        "Tool and prompt names prefixed with `<target>_`: conditional (default: only with several targets), "
+        "always, or never (names must then be unique across targets; calls go to the target listing the name).",
+        default="conditional")
+    failure_mode: Literal["failClosed", "failOpen"] = field(
+        "failClosed (default): a target failing initialize or a listing fails the whole request; failOpen: it "
+        "is left out and the others serve (all failing is still an error). A call routed to a failed target "
+        "is always an error naming it.", default="failClosed")
+
+
+@described
+class McpResourceMetadata:
+    """The OAuth Protected Resource Metadata (RFC 9728) the gateway serves for the route."""
+
+    resource: str | None = field(
+        "The resource identifier, such as http://localhost:3000/mcp (default: the request's origin and path).",
+        default=None)
+    scopes_supported: tuple[str, ...] = field("Scopes a client may ask for.", default=())
+    bearer_methods_supported: tuple[Literal["header", "body", "query"], ...] = field(
+        "How the token may be sent (default [header]; only the header is read).", default=())
+    resource_documentation: str | None = field("URL of human-readable documentation.", default=None)
+    resource_policy_uri: str | None = field("URL of the resource's policy.", default=None)
+    resource_name: str | None = field("Human-readable name of the resource.", default=None)
+
+
+@described(one_of=("auth0", "keycloak", "okta", "descope", "authentik", "entra"))
+class McpIdp:
+    """The identity provider's kind (agentgateway's provider; informational here)."""
+
+    auth0: dict[str, str] | None = field("Auth0.", default=None)
+    keycloak: dict[str, str] | None = field("Keycloak (what `trioproxy idp setup` prepares).", default=None)
+    okta: dict[str, str] | None = field("Okta.", default=None)
+    descope: dict[str, str] | None = field("Descope.", default=None)
+    authentik: dict[str, str] | None = field("authentik.", default=None)
+    entra: dict[str, str] | None = field("Microsoft Entra ID.", default=None)
+
+
+@described
+class McpAuthentication:
+    """MCP authorization (the MCP spec): tokens validated like jwtAuth, and a 401 that tells the client where
+    to get one (`WWW-Authenticate: Bearer resource_metadata=...`, RFC 9728)."""
+
+    issuer: str = field("Expected `iss` claim; also the authorization server named in the resource metadata.")
+    audiences: tuple[str, ...] = field(
+        "Accepted audiences (default: the resource itself: the token must be bound to this resource).",
+        default=())
+    jwks: Jwks = field("The issuer's public keys: {url}, {file} or the JWKS JSON inline.")
+    mode: Literal["strict", "optional", "permissive"] = field(
+        "strict (default): a valid token is required (401 with the metadata link); optional: requests "
+        "without a token pass; permissive: missing or invalid tokens pass without claims.", default="strict")
+    resource_metadata: McpResourceMetadata | None = field(
+        "The resource metadata served at /.well-known/oauth-protected-resource<route path>.", default=None)
+    provider: McpIdp | None = field(
+        "Identity provider kind ({keycloak: {}}...): accepted for agentgateway compatibility; the issuer's own "
+        "discovery documents are used as they are.", default=None)
+
 
 
 # --- routes and backends -------------------------------------------------------------------------
@@ -683,12 +791,13 @@ class AIBackend:
                                            default=None)
 
 
-@described(one_of=("host", "ai"))
+@described(one_of=("host", "ai", "mcp"))
 class Backend:
-    """Where a route sends requests: exactly one of host, ai."""
+    """Where a route sends requests: exactly one of host, ai, mcp."""
 
     host: Annotated[Address, HOST_PORT_ADDRESS] | None = field("HOST:PORT of a plain HTTP backend.", default=None)
     ai: AIBackend | None = field("An LLM provider.", default=None)
+    mcp: McpBackendSpec | None = field("MCP servers behind one endpoint (docs/mcp.md).", default=None)
     weight: Annotated[int, Integer(0, 1_000_000)] = field(
         "Share of the route's requests (0: none).", default=1)
     policies: BackendPolicies | None = field("Backend-phase policies.", default=None)
@@ -950,6 +1059,14 @@ class Keys:
 
 
 @described
+class SessionKey:
+    """The key MCP session ids are signed with (HMAC-SHA256): replicas sharing it continue each other's
+    sessions. Without it each process makes its own at start."""
+
+    key: str = field("64 hex digits (`openssl rand -hex 32`); `$VAR` reads it from the environment.")
+
+
+@described
 class Servers:
     """The gateway's own servers; env ADMIN_ADDR, STATS_ADDR, READINESS_ADDR, ADMIN_TOKEN override them."""
 
@@ -979,6 +1096,7 @@ class Servers:
         "`postgresql://user@host:port/db` URL (default trioproxy.db beside the config file; opened only "
         "when runtime keys are used). trioproxy only.", default=None)
     keys: Keys | None = field("Runtime API keys, budgets and spend (docs/keys.md).", default=None)
+    session: SessionKey | None = field("How MCP session ids are signed (docs/mcp.md).", default=None)
 
 
 @described

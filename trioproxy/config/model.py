@@ -25,6 +25,7 @@ from ..policies.direct_response import DirectResponsePolicy as DirectResponsePol
 from ..policies.headers import HeaderModifier as HeaderModifier
 from ..policies.jwt import JwtAuthSpec
 from ..policies.kinds import PHASES, runtime_kinds_of
+from ..policies.mcp_auth import McpAuthenticationSpec
 from ..policies.mirror import MirrorSpec
 from ..policies.ratelimit_local import LocalRateLimitSpec
 from ..policies.ratelimit_remote import RemoteRateLimitSpec
@@ -215,6 +216,7 @@ class Policies:
     request_redirect: RedirectSpec | None = None
     request_mirror: MirrorSpec | None = None
     delay: DelaySpec | None = None
+    mcp_authentication: McpAuthenticationSpec | None = None
 
 
 EMPTY_POLICIES = Policies()
@@ -258,12 +260,41 @@ class AIBackend:
 
 
 @frozen
+class McpTarget:
+    """One MCP server of an ``mcp`` backend (docs/mcp.md)."""
+
+    name: str
+    transport: Literal["mcp", "sse", "stdio"]
+    url: str = ""                                   # http(s)://host:port/path (mcp, sse)
+    cmd: str = ""                                   # stdio
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@frozen
+class McpBackend:
+    """An ``mcp`` backend: its targets and how they are multiplexed (``trioproxy/mcp/``)."""
+
+    targets: tuple[McpTarget, ...]
+    stateful: bool = True
+    prefix_mode: Literal["conditional", "always", "never"] = "conditional"
+    fail_open: bool = False
+    #: ``mcpAuthorization`` (the backend's, else its route's): applied to calls and listings
+    authorization: AuthorizationSpec | None = None
+
+    @property
+    def prefixed(self) -> bool:
+        return self.prefix_mode == "always" or (self.prefix_mode == "conditional" and len(self.targets) > 1)
+
+
+@frozen
 class Backend:
     name: str
     target: Address
     weight: int = 1
     policies: Policies = EMPTY_POLICIES
     ai: AIBackend | None = None
+    mcp: McpBackend | None = None
     #: TLS to the backend (its or its route's backendTLS, or an ``ai`` provider's default); None: plain
     tls: BackendTls | None = None
     #: outlier detection (its or its route's ``health``; ``llm:`` models: on by default); None: off
@@ -271,7 +302,7 @@ class Backend:
 
     @property
     def kind(self) -> str:
-        return "ai" if self.ai is not None else "host"
+        return "ai" if self.ai is not None else "mcp" if self.mcp is not None else "host"
 
 
 @frozen
@@ -363,3 +394,5 @@ class Config:
     #: (a manifest). Opened only when something uses runtime keys.
     store: str | None = None
     keys: KeysSettings = KeysSettings()
+    #: ``config.session.key``: signs MCP session ids (None: a key made at start, this process only)
+    session_key: bytes | None = attrs.field(default=None, repr=False)

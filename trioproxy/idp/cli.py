@@ -17,12 +17,12 @@ import trio
 
 from ..usage import OneLineParser
 from .keycloak_setup import (
-    STEPS,
     SetupFailed,
     SetupRequest,
     SetupResult,
     UserSpec,
     run_setup,
+    steps_for,
 )
 
 SETUP_DESCRIPTION = """\
@@ -70,6 +70,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     setup.add_argument("--client-id", required=True, type=_name, metavar="ID", help="the client to register")
     setup.add_argument("--user", action="append", type=_user, default=[], metavar="NAME:PASSWORD:GROUP[:EMAIL]",
                        help="a user to create or update (repeatable); email defaults to NAME@example.com")
+    setup.add_argument("--mcp-resource", type=_url, metavar="URL",
+                       help="the gateway's MCP endpoint, e.g. http://localhost:3000/mcp: also prepare a public client "
+                            "for MCP clients whose tokens name it as audience, and print the mcpAuthentication policy")
+    setup.add_argument("--mcp-client-id", default="mcp-client", type=_name, metavar="ID",
+                       help="the MCP clients' client id (default mcp-client)")
     setup.add_argument("-o", "--output", choices=("text", "json"), default="text",
                        help="text: progress, a jwtAuth policy and a curl example (default); json: one object")
     setup.set_defaults(handler=run, setup_parser=setup)
@@ -82,13 +87,15 @@ def run(args: argparse.Namespace) -> int:
         args.setup_parser.error(f"argument --user: user {duplicate!r} given twice")
     request = SetupRequest(idp_url=args.idp_url, realm=args.realm, admin_user=args.admin_user,
                            admin_password=args.admin_password, admin_realm=args.admin_realm,
-                           client_id=args.client_id, users=tuple(args.user))
+                           client_id=args.client_id, users=tuple(args.user), mcp_resource=args.mcp_resource,
+                           mcp_client_id=args.mcp_client_id)
     text = args.output == "text"
+    steps = steps_for(request)
 
     def progress(step: int, line: str) -> None:
         if text:
             try:
-                print(f"[{step}/{len(STEPS)}] {STEPS[step - 1]}: {line}", flush=True)
+                print(f"[{step}/{len(steps)}] {steps[step - 1]}: {line}", flush=True)
             except BrokenPipeError:
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
@@ -124,6 +131,24 @@ def jwt_auth_policy(result: SetupResult) -> str:
     ])
 
 
+def mcp_authentication_policy(result: SetupResult) -> str:
+    """The ``mcpAuthentication`` policy for the route of the MCP endpoint: tokens must name the
+    resource as audience (the mapper ``idp setup`` made puts it there)."""
+    assert result.mcp is not None
+    return "\n".join([
+        "mcpAuthentication:",
+        "  mode: strict",
+        f"  issuer: {json.dumps(result.issuer)}",
+        "  jwks:",
+        f"    url: {json.dumps(result.jwks_uri)}",
+        "  provider: {keycloak: {}}",
+        "  resourceMetadata:",
+        f"    resource: {json.dumps(result.mcp['resource'])}",
+        "    scopesSupported: [openid, profile, email]",
+        "    bearerMethodsSupported: [header]",
+    ])
+
+
 def token_curl(result: SetupResult, request: SetupRequest) -> str:
     """A curl that gets a token: the first user's (password grant), else the client's own."""
     args = ["curl", "-s", result.token_endpoint, "-d", f"client_id={result.client_id}",
@@ -150,4 +175,13 @@ def render_text(result: SetupResult, request: SetupRequest) -> str:
         "A token (send it as Authorization: Bearer <access_token>):",
         "",
         token_curl(result, request),
+        *([] if result.mcp is None else [
+            "",
+            f"MCP: public client {result.mcp['clientId']} for MCP clients; tokens name {result.mcp['resource']} "
+            "as audience.",
+            "mcpAuthentication policy (paste under the policies of the route serving the MCP endpoint; its matches",
+            "must also take /.well-known/oauth-protected-resource<path>):",
+            "",
+            mcp_authentication_policy(result),
+        ]),
     ])

@@ -15,7 +15,11 @@ really answers rather than how its OpenAPI says it does:
 7. users with email, first and last name, a non-temporary password and ``group`` (without them the
    password grant fails with ``Account is not fully set up``); 409 → updated in place;
 8. the ``trusted-hosts`` and anonymous ``allowed-client-templates`` registration policies removed;
-9. the discovery document, for the issuer and JWKS URI the gateway needs.
+9. the discovery document, for the issuer and JWKS URI the gateway needs;
+10. with ``--mcp-resource``: a public client for MCP clients (authorization code with PKCE, and
+    direct access grants), its audience mapper (the resource URL in ``aud``: the gateway's
+    ``mcpAuthentication`` accepts only tokens bound to it) and the ``group`` mapper; a second run
+    updates them (409 → lookup and PUT, as for the gateway's client).
 
 Every failure becomes one ``SetupFailed`` naming the step and Keycloak's own message.
 """
@@ -29,7 +33,7 @@ from urllib.parse import quote, urlsplit
 import attrs
 import httpx
 
-__all__ = ["STEPS", "SetupFailed", "SetupRequest", "SetupResult", "UserSpec", "run_setup"]
+__all__ = ["MCP_STEP", "STEPS", "SetupFailed", "SetupRequest", "SetupResult", "UserSpec", "run_setup", "steps_for"]
 
 STEPS = (
     "admin token", "initial access", "client registration", "client update", "protocol mapper",
@@ -51,6 +55,9 @@ GROUP_DECLARATION = {
     "permissions": {"view": ["admin", "user"], "edit": ["admin"]},
 }
 KEPT_UNMANAGED = ("ENABLED", "ADMIN_EDIT")
+MCP_STEP = "mcp client"
+#: where MCP clients (Claude, VS Code, the SDK's OAuth helper) listen for the authorization redirect
+MCP_REDIRECT_URIS = ["http://localhost:*", "http://127.0.0.1:*"]
 INITIAL_ACCESS = {"expiration": 600, "count": 1}  # seconds; one registration
 
 
@@ -87,6 +94,14 @@ class SetupRequest:
     client_id: str
     admin_realm: str = "master"
     users: tuple[UserSpec, ...] = ()
+    #: the MCP endpoint's URL (``--mcp-resource``): prepare a public client whose tokens name it
+    mcp_resource: str | None = None
+    mcp_client_id: str = "mcp-client"
+
+
+def steps_for(request: SetupRequest) -> tuple[str, ...]:
+    """The steps ``request`` runs: the nine, and the MCP client's when asked for."""
+    return (*STEPS, MCP_STEP) if request.mcp_resource else STEPS
 
 
 @attrs.frozen
@@ -99,11 +114,16 @@ class SetupResult:
     client_secret: str
     users: tuple[dict[str, str], ...]
     token_endpoint: str
+    #: with ``--mcp-resource``: {clientId, clientUuid, resource}
+    mcp: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"issuer": self.issuer, "jwksUri": self.jwks_uri, "jwksPath": self.jwks_path,
-                "clientId": self.client_id, "clientUuid": self.client_uuid, "clientSecret": self.client_secret,
-                "users": [dict(u) for u in self.users]}
+        out: dict[str, Any] = {"issuer": self.issuer, "jwksUri": self.jwks_uri, "jwksPath": self.jwks_path,
+                               "clientId": self.client_id, "clientUuid": self.client_uuid,
+                               "clientSecret": self.client_secret, "users": [dict(u) for u in self.users]}
+        if self.mcp is not None:
+            out["mcp"] = dict(self.mcp)
+        return out
 
 
 class SetupFailed(Exception):
@@ -200,17 +220,18 @@ async def run_setup(request: SetupRequest, *, progress: Progress = lambda step, 
             return await run_setup(request, progress=progress, http=own)
     kc = _Keycloak(http, request, progress)
     state: dict[str, Any] = {}
-    for number, name in enumerate(STEPS, 1):
+    steps = steps_for(request)
+    for number, name in enumerate(steps, 1):
         step = _STEP_FUNCTIONS[number - 1]
         try:
             text = await step(kc, state)
         except _StepError as error:
-            raise SetupFailed(f"step {number}/9 ({name}): {error}") from None
+            raise SetupFailed(f"step {number}/{len(steps)} ({name}): {error}") from None
         except httpx.TransportError as error:
-            raise SetupFailed(f"step {number}/9 ({name}): cannot reach {request.idp_url}: "
+            raise SetupFailed(f"step {number}/{len(steps)} ({name}): cannot reach {request.idp_url}: "
                               f"{_transport_reason(error)}") from None
         except (KeyError, TypeError, AttributeError, ValueError) as error:  # JSON of an unexpected shape
-            raise SetupFailed(f"step {number}/9 ({name}): unexpected answer from {request.idp_url} "
+            raise SetupFailed(f"step {number}/{len(steps)} ({name}): unexpected answer from {request.idp_url} "
                               f"({type(error).__name__}: {error}); is it a Keycloak?") from None
         progress(number, text)
     result: SetupResult = state["result"]
@@ -386,5 +407,49 @@ async def _discovery(kc: _Keycloak, state: dict[str, Any]) -> str:
     return f"issuer {issuer}, JWKS {jwks_uri}"
 
 
+async def _mcp_client(kc: _Keycloak, state: dict[str, Any]) -> str:
+    """The MCP client: public (a desktop or CLI app keeps no secret), code flow with PKCE S256 and
+    direct access grants, loopback redirects; an audience mapper putting the resource in ``aud``;
+    the ``group`` mapper, so ``mcpAuthorization`` rules can read ``jwt.group``."""
+    request = kc.request
+    resource, client_id = request.mcp_resource, request.mcp_client_id
+    assert resource is not None
+    rep = {"clientId": client_id, "name": "MCP clients", "publicClient": True, "standardFlowEnabled": True,
+           "directAccessGrantsEnabled": True, "serviceAccountsEnabled": False, "redirectUris": MCP_REDIRECT_URIS,
+           "attributes": {"pkce.code.challenge.method": "S256"}}
+    r = await kc.admin("POST", "/clients", json=rep, expect=(201,), allow=(409,), what=f"create client {client_id}")
+    if r.status_code == 201:
+        uuid = r.headers.get("location", "").rstrip("/").rsplit("/", 1)[-1]
+        verb = "created"
+    else:
+        found = await kc.admin("GET", "/clients", params={"clientId": client_id}, expect=(200,),
+                               what=f"look up the existing client {client_id}")
+        matches = [c for c in _json(found, "client lookup") or [] if c.get("clientId") == client_id]
+        if not matches:
+            raise _answer(r, f"client {client_id} exists but the admin API does not list it")
+        uuid = str(matches[0]["id"])
+        await kc.admin("PUT", f"/clients/{uuid}", json=rep, expect=(204,), what=f"update client {client_id}")
+        verb = "existed, updated"
+    if not uuid:
+        raise _not_keycloak(r, "a Location header")
+    audience = {"name": "mcp-resource-audience", "protocol": "openid-connect", "protocolMapper": "oidc-audience-mapper",
+                "config": {"included.custom.audience": resource, "access.token.claim": "true",
+                           "id.token.claim": "false", "introspection.token.claim": "true"}}
+    for mapper in (audience, GROUP_MAPPER):
+        models = f"/clients/{uuid}/protocol-mappers/models"
+        r = await kc.admin("POST", models, json=mapper, expect=(201,), allow=(409,),
+                           what=f"create the {mapper['name']} mapper of {client_id}")
+        if r.status_code == 409:
+            listed = await kc.admin("GET", models, expect=(200,), what=f"list the mappers of {client_id}")
+            existing = next((m for m in _json(listed, "mappers") or [] if m.get("name") == mapper["name"]), None)
+            if existing is None:
+                raise _answer(r, f"the {mapper['name']} mapper exists but is not listed")
+            await kc.admin("PUT", f"{models}/{existing['id']}", json={**mapper, "id": existing["id"]}, expect=(204,),
+                           what=f"update the {mapper['name']} mapper of {client_id}")
+    state["result"] = attrs.evolve(state["result"], mcp={"clientId": client_id, "clientUuid": uuid,
+                                                         "resource": resource})
+    return f"public client {client_id} {verb}: PKCE S256, audience {resource}, claim group"
+
+
 _STEP_FUNCTIONS = (_admin_token, _initial_access, _registration, _client_update, _mapper, _user_profile, _users,
-                   _policies, _discovery)
+                   _policies, _discovery, _mcp_client)

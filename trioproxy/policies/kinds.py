@@ -59,6 +59,8 @@ POLICY_KINDS: tuple[PolicyKind, ...] = (
     _kind("ai", "ai", "route backend", backend_setting=True),
     _kind("health", "health", "route backend", backend_setting=True),
     _kind("loadBalancer", "load_balancer", "route", backend_setting=True),
+    _kind("mcpAuthentication", "mcp_authentication", "route"),
+    _kind("mcpAuthorization", "mcp_authorization", "route backend", backend_setting=True),  # into mcp backends
 )
 
 

@@ -93,6 +93,7 @@ class Exchange:
         "llm_kind",
         "llm_request",
         "llm_strip",
+        "mcp",
         "mirrors",
         "nursery",
         "receive",
@@ -128,6 +129,7 @@ class Exchange:
         self.backend: Backend | None = None
         self.limits: list[tuple[LocalRateLimiter, Decision]] = []
         self.llm: dict[str, Any] | None = None
+        self.mcp: dict[str, Any] | None = None  # an mcp backend's last call: access-log fields (mcp_stage.py)
         self.jwt: dict[str, Any] | None = None  # claims of a validated token (CEL ``jwt``)
         self.api_key: dict[str, Any] | None = None  # an apiKey's metadata, key redacted (CEL ``apiKey``)
         self.basic_auth: dict[str, Any] | None = None  # {"username"} of verified Basic credentials (CEL ``basicAuth``)

@@ -161,6 +161,9 @@ class Gateway:
         route = compiled.route
         backend = candidate.backend
         await self.pipeline.backend_stages(x, backend, candidate.phase)
+        if backend.mcp is not None:  # MCP servers behind the route (mcp_stage.py, docs/mcp.md)
+            config = self.runtime.state.config
+            return await self.runtime.mcp.respond(x, backend, config.session_key, config.frontend.max_buffer_size)
         if tr.active:
             x.request_capture = BodyCapture(tr.body_limit)
         body: bytes | AsyncIterator[bytes]

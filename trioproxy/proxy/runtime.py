@@ -29,6 +29,7 @@ from .attempts import Resilience
 from .disconnect_monitor import DisconnectMonitor
 from .disconnect_monitor import available as disconnect_monitor_available
 from .keys_host import KeysHost
+from .mcp_stage import McpHub
 from .mirror_sender import MirrorSender
 from .routing import BindTable
 from .stage import Phase
@@ -146,6 +147,8 @@ class Runtime:
         self.jwks = JwksRegistry(self.metrics.registry)
         #: outlier detection, balancing and retry budgets of the targets, kept across reloads
         self.resilience = Resilience(self.metrics.registry)
+        #: the relays of mcp backends (docs/mcp.md)
+        self.mcp = McpHub(self.metrics.registry)
         #: requestMirror copies; its ``run`` task lives in the root nursery
         self.mirrors = MirrorSender(self.pool)
         #: the metric families the admin API summarises: this process's, unless a supervisor sums its

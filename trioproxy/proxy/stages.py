@@ -41,7 +41,16 @@ from ..policies.csrf import CsrfSpec, csrf_refusal
 from ..policies.delay import DelaySpec, delay_seconds
 from ..policies.headers import header_value
 from ..policies.jwks import JwksRegistry
-from ..policies.jwt import JwtAuthSpec, JwtFailure, JwtVerifier, KeyHolder, UnknownKey, bearer_token, parse_jwks
+from ..policies.jwt import (
+    JwtAuthSpec,
+    JwtFailure,
+    JwtVerifier,
+    KeyHolder,
+    ProviderSpec,
+    UnknownKey,
+    bearer_token,
+    parse_jwks,
+)
 from ..policies.mirror import MirrorSpec
 from ..policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
 from ..policies.ratelimit_remote import RemoteRateLimitPolicy, RemoteRateLimitSpec
@@ -57,6 +66,7 @@ from .header_stages import (
     RequestHeaderModifierStage,
     ResponseHeaderModifierStage,
 )
+from .mcp_stage import McpAuthenticationStage
 from .ratelimit_client import ClientRateLimitStage
 from .ratelimit_local_stage import local_rate_limit_stage
 from .stage import Phase, SpecStage, Stage
@@ -583,6 +593,19 @@ def jwt_auth_stage(policies: Policies, key: str, c: StageCompiler) -> Stage | No
     return JwtAuthStage(spec, JwtVerifier(providers), remotes)
 
 
+def mcp_authentication_stage(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
+    """``mcpAuthentication``: jwtAuth's verifier for its one issuer (proxy/mcp_stage.py)."""
+    spec = policies.mcp_authentication
+    if spec is None:
+        return None
+    provider = ProviderSpec(spec.issuer, spec.jwks, spec.audiences)
+    if spec.jwks.url is not None:
+        remote = c.jwks.get(spec.jwks.url)
+        return McpAuthenticationStage(spec, JwtVerifier([(provider, remote.holder)]), [remote])
+    assert spec.jwks.inline is not None  # file and inline JWKS were read and checked at load
+    return McpAuthenticationStage(spec, JwtVerifier([(provider, KeyHolder(parse_jwks(spec.jwks.inline)))]))
+
+
 def local_rate_limit_stage_of(policies: Policies, key: str, c: StageCompiler) -> Stage | None:
     specs = tuple(spec for spec in policies.local_rate_limit if not spec.per_client_address)
     limiter = c.limiter(specs, key)
@@ -606,6 +629,7 @@ STAGE_ORDER: list[tuple[str, StageFactory]] = [
     ("cors", of_spec("cors", lambda spec: CorsStage(CorsPolicy(spec)))),  # a preflight never needs a token
     ("clientRateLimit", client_rate_limit_stage),          # localRateLimit perClientAddress: before any password check
     ("jwtAuth", jwt_auth_stage),                           # sets x.jwt, removes the token
+    ("mcpAuthentication", mcp_authentication_stage),       # jwtAuth for MCP: 401 names the resource metadata
     ("basicAuth", of_spec("basic_auth", BasicAuthStage)),  # sets x.basic_auth, removes the credentials
     ("apiKey", api_key_stage),                             # sets x.api_key (and a runtime key), removes the key
     ("authorization", of_spec("authorization", lambda spec: AuthorizationStage(AuthorizationPolicy(spec)))),

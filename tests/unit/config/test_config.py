@@ -94,7 +94,7 @@ BAD_CONFIGS = [
     ('binds:\n- port: 3000\n  listeners:\n  - policies: {timeout: {requestTimeout: 1s}}\n',
      ['<config>:4:16: binds[0].listeners[0].policies.timeout: unknown field (expected one of: apiKey, authorization, basicAuth, cors, jwtAuth, localRateLimit, remoteRateLimit)']),
     ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - backends: [{host: 'a:1', ai: {name: x}}]\n",
-     ['<config>:5:18: binds[0].listeners[0].routes[0].backends[0]: expected exactly one of: host, ai']),
+     ['<config>:5:18: binds[0].listeners[0].routes[0].backends[0]: expected exactly one of: host, ai, mcp']),
     ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - hostnames: ['bad host']\n",
      ["<config>:5:19: binds[0].listeners[0].routes[0].hostnames[0]: expected a hostname such as api.example.com or *.example.com, got 'bad host'"]),
     ('binds:\n- port: $NOPE\n',
