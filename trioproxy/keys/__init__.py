@@ -14,7 +14,7 @@ from ..config.model import KeysSettings
 from ..errors import BudgetExceeded, KeyRefused, KeyStoreUnavailable, ModelNotAllowed
 from .limits import METRICS, WINDOWS, Limit, LimitsError, limits_from_json, limits_to_json, resets_at, window_start
 from .records import FieldError, KeyRecord, Principal, Team, new_secret, parse_key_fields, parse_team_fields
-from .service import KeyService, Reservation
+from .service import KeyService, NotFound, Reservation
 from .store import GROUP_BY, Store, StoreError, open_store
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "Limit",
     "LimitsError",
     "ModelNotAllowed",
+    "NotFound",
     "Principal",
     "Reservation",
     "Store",

@@ -228,3 +228,38 @@ def test_an_unreachable_store_is_a_store_error(tmp_path):
     (tmp_path / "dir.db").mkdir()
     with pytest.raises(StoreError):
         Store(str(tmp_path / "dir.db")).list_keys()
+
+
+RACER = """
+import sys, threading, uuid
+from trioproxy.keys.store import ReserveItem, Store
+location, n = sys.argv[1], int(sys.argv[2])
+store = Store(location)
+item = ReserveItem("key:procs", "requests", "day", 0.0, 1.0, 10.0)
+sys.stdin.readline()  # every process starts together, schema creation included
+admitted = []
+def one():
+    if store.reserve(uuid.uuid4().hex, [item], 2e9, 1.0) is None:
+        admitted.append(1)
+threads = [threading.Thread(target=one) for _ in range(n)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+store.close()
+print(len(admitted))
+"""
+
+
+def test_four_processes_create_the_schema_together_and_share_one_limit(store_location):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    procs = [subprocess.Popen([sys.executable, "-c", RACER, store_location, "50"], cwd=ROOT, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    for proc in procs:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    results = [proc.communicate(timeout=120) for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs), [err for _, err in results]
+    assert sum(int(out) for out, _ in results) == 10
