@@ -206,7 +206,7 @@ class PriceCatalog:
             if key is not None:
                 return key
         qualifier, sep, rest = model.partition("/")
-        if sep and rest and qualifier.lower() in self._namespaces():
+        if sep:  # a name qualified by a namespace (one that is not finds nothing)
             key = self._find(qualifier.lower(), rest)
             if key is not None:
                 return key
