@@ -247,7 +247,7 @@ class PriceCatalog:
         """
         items = overrides.items() if isinstance(overrides, Mapping) else overrides
         entries = dict(self._entries)
-        changed = PriceCatalog(entries, self._aliases, source=self.source, date=self.date)
+        changed = self
         for name, override in items:
             found: list[tuple[Key, Price | None]] = []
             qualifier, sep, rest = name.partition("/")

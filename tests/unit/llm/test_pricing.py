@@ -315,7 +315,7 @@ def test_from_json_keeps_the_file_s_source_date_and_each_entry_s_page():
     assert a == Price(input=1.0, output=0.0, reasoning=3.0)  # output 0 is a price; reasoning after a missing field
     assert a.source == "https://p.example/pricing"
     assert catalog.price("p", "b").source is None  # not a string: no page
-    assert "groq/vendor/model" in catalog.entries()  # the namespace is the first part only
+    assert catalog.price("groq", "vendor/model") is not None  # the namespace is the first part only
     assert PriceCatalog({}).source == "" and PriceCatalog({}).date == ""
 
 
@@ -342,6 +342,10 @@ def test_an_override_keeps_the_catalog_s_aliases_source_and_date():
     assert changed.price("openAI", "chatgpt-4o-latest") is not None  # an alias, kept
     again = changed.with_overrides({"o3": PriceOverride(input=1)})
     assert again.price("openAI", "chatgpt-4o-latest") is not None and again.date == CATALOG.date
+    assert CATALOG.with_overrides([]) is CATALOG  # nothing to change: the same catalog
+    by_alias = CATALOG.with_overrides({"chatgpt-4o-latest": PriceOverride(input=3)})  # found through its alias
+    assert by_alias.price("openAI", "chatgpt-4o-latest") == Price(input=3.0, output=10.0, cached_input=1.25)
+    assert by_alias.price("openAI", "gpt-4o") == CATALOG.price("openAI", "gpt-4o")
 
 
 def test_a_qualified_override_starts_from_its_own_namespace_only():
