@@ -353,3 +353,15 @@ def test_a_qualified_override_starts_from_its_own_namespace_only():
         CATALOG.with_overrides({"mistral/gpt-4o": PriceOverride(input=1)})
     named = CATALOG.with_overrides({"openai": PriceOverride(input=1, output=1)})  # a model named as a namespace
     assert named.price("vllm", "openai") == Price(input=1.0, output=1.0)
+
+
+def test_lookups_are_remembered_and_the_memory_is_bounded(monkeypatch):
+    import trioproxy.llm.pricing as pricing
+
+    catalog = PriceCatalog.from_json({"models": {"p/m": {"input": 1, "output": 1}}})
+    monkeypatch.setattr(pricing, "CACHE_SIZE", 3)
+    assert catalog.price("p", "m-2024-01-01") is catalog.price("p", "m-2024-01-01") is catalog.price("p", "m")
+    assert catalog.price("p", "x") is None and catalog.price("p", "x") is None
+    assert len(catalog._cache) == 3  # m-2024-01-01, m, x
+    assert catalog.price("p", "y") is None
+    assert list(catalog._cache) == [("p", "y")]  # full: cleared, then the new one kept
