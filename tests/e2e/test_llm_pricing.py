@@ -5,6 +5,8 @@ whole and a streamed answer, a translated one, a model without a price, and a ``
 
 from __future__ import annotations
 
+import os
+
 import httpx
 import openai
 import pytest
@@ -183,3 +185,29 @@ async def test_the_server_span_carries_the_cost(nursery):
     attributes = _attributes(server)
     assert attributes["gen_ai.usage.cost"] == pytest.approx(COST)
     assert attributes["gen_ai.request.model"] == "gpt-4o-mini"
+
+
+async def test_a_reload_applies_new_prices_to_the_next_answers(nursery, tmp_path, mock_clock):
+    mock = MockOpenAI()
+    await nursery.start(mock.serve, 0)
+    path = tmp_path / "gw.yaml"
+    text = GATEWAY.format(port=free_port(), mock=mock.port, extra="  prices: {gpt-4o-mini: {output: OUT}}")
+    path.write_text(text.replace("OUT", "1"))
+    gw = await start_gateway(nursery, path.read_text().replace("{", "{{").replace("}", "}}"), config_path=str(path))
+
+    async def cost() -> float:
+        async with gw.client() as client:
+            assert (await client.post("/v1/chat/completions", json=CHAT, headers=HEADERS)).status_code == 200
+        await trio.testing.wait_all_tasks_blocked()
+        return (await history(gw, 1))[0]["cost"]
+
+    assert await cost() == pytest.approx((600 * 0.15 + 400 * 0.075 + 1000 * 1) / 1e6)
+    replacement = tmp_path / "gw.yaml.new"
+    replacement.write_text(text.replace("OUT", "3"))
+    os.replace(replacement, path)  # renamed into place: applied at the watcher's next poll
+    for _ in range(40):
+        mock_clock.jump(0.125)
+        await trio.testing.wait_all_tasks_blocked()
+    assert gw.info.runtime.metrics.registry.get_sample_value("trioproxy_config_reloads_total",
+                                                             {"result": "applied"}) == 1
+    assert await cost() == pytest.approx((600 * 0.15 + 400 * 0.075 + 1000 * 3) / 1e6)
