@@ -15,6 +15,7 @@ import trio.testing
 from prometheus_client.parser import text_string_to_metric_families
 
 from fixtures.mock_anthropic import MockAnthropic
+from fixtures.mock_gemini import THOUGHTS, MockGemini
 from fixtures.mock_openai import MockOpenAI
 from tests.conftest import free_port, start_gateway
 from tests.e2e.test_observability import OtlpReceiver, _attributes, log_lines, requests_of  # noqa: F401 (fixture)
@@ -211,3 +212,33 @@ async def test_a_reload_applies_new_prices_to_the_next_answers(nursery, tmp_path
     assert gw.info.runtime.metrics.registry.get_sample_value("trioproxy_config_reloads_total",
                                                              {"result": "applied"}) == 1
     assert await cost() == pytest.approx((600 * 0.15 + 400 * 0.075 + 1000 * 3) / 1e6)
+
+
+@pytest.mark.parametrize("method", ["generateContent", "streamGenerateContent?alt=sse"])
+async def test_gemini_native_thoughts_and_cached_tokens_are_priced(nursery, log_lines, method):  # noqa: F811
+    """Gemini's own API passed through: ``promptTokenCount`` includes the cached tokens, the thoughts are
+    output billed at ``reasoning``; ``modelVersion`` is the model priced."""
+    mock = MockGemini()
+    await nursery.start(mock.serve, 0)
+    gw = await start_gateway(nursery, """
+        config:
+          prices: {{gemini/gemini-cached-thinking: {{input: 0.3, output: 2.5, cachedInput: 0.075, reasoning: 4}}}}
+        binds:
+        - port: {port}
+          listeners:
+          - routes:
+            - backends:
+              - ai: {{name: gemini, provider: {{gemini: {{}}}}, hostOverride: "127.0.0.1:{mock}"}}
+              policies:
+                backendAuth: {{key: sk-provider}}
+        """, port=free_port(), mock=mock.port)
+    body = {"contents": [{"role": "user", "parts": [{"text": "hello there gemini, think about it"}]}]}
+    async with gw.client() as client:
+        answer = await client.post(f"/v1beta/models/gemini-cached-thinking:{method}", json=body)
+    assert answer.status_code == 200, answer.text
+    [line] = requests_of(await log_lines())
+    prompt, cached = line["gen_ai.usage.input_tokens"], line["gen_ai.usage.cache_read.input_tokens"]
+    output, thoughts = line["gen_ai.usage.output_tokens"], line["gen_ai.usage.reasoning.output_tokens"]
+    assert thoughts == THOUGHTS and 0 < cached < prompt
+    expected = ((prompt - cached) * 0.3 + cached * 0.075 + (output - thoughts) * 2.5 + thoughts * 4) / 1e6
+    assert line["gen_ai.usage.cost"] == pytest.approx(expected)
