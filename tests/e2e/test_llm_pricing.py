@@ -242,3 +242,33 @@ async def test_gemini_native_thoughts_and_cached_tokens_are_priced(nursery, log_
     assert thoughts == THOUGHTS and 0 < cached < prompt
     expected = ((prompt - cached) * 0.3 + cached * 0.075 + (output - thoughts) * 2.5 + thoughts * 4) / 1e6
     assert line["gen_ai.usage.cost"] == pytest.approx(expected)
+
+
+async def test_a_client_gone_mid_stream_still_costs_what_was_reported(nursery):
+    """Anthropic reports the input tokens first (``message_start``): a client that leaves after it is a
+    499 whose cost the history and the counter still hold, since the provider bills them."""
+    mock = MockOpenAI()
+    await nursery.start(mock.serve, 0)
+    gw = await start_gateway(nursery, """
+        binds:
+        - port: {port}
+          listeners:
+          - routes:
+            - backends:
+              - ai: {{name: claude, provider: {{anthropic: {{}}}}, hostOverride: "127.0.0.1:{mock}"}}
+              policies:
+                backendAuth: {{key: sk-ant}}
+        """, port=free_port(), mock=mock.port)
+    body = {"model": "claude-haiku-4-5", "max_tokens": 64, "stream": True,
+            "messages": [{"role": "user", "content": "hello"}]}
+    async with gw.client() as client:
+        async with client.stream("POST", "/v1/messages", json=body, headers={
+                "x-mock-total-tokens": "2000", "x-mock-chunks": "1000", "x-mock-chunk-delay-ms": "20"}) as response:
+            async for chunk in response.aiter_raw():
+                if b"message_start" in chunk:
+                    break  # gone, with the input tokens reported
+        [entry] = await history(gw, 1)
+        metrics = await client.get(f"http://{gw.info.stats}/metrics")
+    # 1000 input tokens at $1 and message_start's first output token at $5, per million
+    assert entry["status"] == 499 and entry["cost"] == pytest.approx((1000 * 1 + 1 * 5) / 1e6)
+    assert cost_samples(metrics.text) == {("anthropic", "claude-haiku-4-5"): pytest.approx(1005 / 1e6)}
