@@ -21,7 +21,7 @@ from tests.conftest import LOOPBACK_SERVERS, free_port
 from tests.postgres_helpers import postgres_cluster, postgres_url  # noqa: F401 - fixtures
 from trioproxy.config import parse_config
 from trioproxy.frontend.server import serve_gateway
-from trioproxy.keys import KeyService, open_store
+from trioproxy.keys import KeyService
 
 CONFIG = """\
 config:
@@ -208,7 +208,7 @@ async def test_spend_by_model_day_and_csv_safe_against_formulas(nursery, store):
             principal = await service.authenticate(secret)
             reservation = await service.reserve(principal, tokens=1000, cost=1.0)
             service.settle(reservation, tokens=sum(tokens), cost=cost, model=model, provider="openai", status=status,
-                           input_tokens=tokens[0], output_tokens=tokens[1], log={"latencyMs": 12.5})
+                           input_tokens=tokens[0], output_tokens=tokens[1], log={"latency_ms": 12.5})
         with trio.fail_after(10):
             while len((await admin.get("/api/spend", params={"group_by": "model"})).json()["rows"]) < 2:
                 await trio.sleep(0.05)
@@ -271,7 +271,7 @@ async def test_shutdown_flushes_settlements(tmp_path):
                        input_tokens=40, output_tokens=2)
         info.shutdown.set()
     assert info.runtime.keys_host.service is None
-    reader = KeyService(open_store(path), info.runtime.state.config.keys)
+    reader = KeyService.open(path, info.runtime.state.config.keys)
     try:
         rows = await reader.spend("model")
     finally:

@@ -18,7 +18,7 @@ import trio
 from tests.admin_helpers import GatewayProcess
 from tests.conftest import ROOT, free_port, run_cli
 from trioproxy.config.model import KeysSettings
-from trioproxy.keys import KeyService, open_store
+from trioproxy.keys import KeyService
 
 CONFIG = """\
 config:
@@ -109,13 +109,13 @@ def test_spend_and_logs(gw, tmp_path):
     created = ok_json(gw, "create", "--name", "=cmd|' /C calc'!A0", "--metadata", "user=bob")
     # Spend without the request path: this process writes a settled request into the gateway's store.
     async def settle() -> None:
-        service = KeyService(open_store(str(gw.config.parent / "keys.db")), KeysSettings(request_log_enabled=True))
+        service = KeyService.open(str(gw.config.parent / "keys.db"), KeysSettings(request_log_enabled=True))
         try:
             principal = await service.authenticate(created["key"])
             for model, cost, status in (("gpt-4o", 0.5, 200), ("claude-3-5-sonnet", 0.25, 429)):
                 reservation = await service.reserve(principal, tokens=100, cost=1.0)
                 service.settle(reservation, tokens=30, cost=cost, model=model, provider="openai", status=status,
-                               input_tokens=20, output_tokens=10, log={"latencyMs": 5.0})
+                               input_tokens=20, output_tokens=10, log={"latency_ms": 5.0})
         finally:
             await service.aclose()
 

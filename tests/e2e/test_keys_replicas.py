@@ -5,15 +5,17 @@ loses no settled spend."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
+import tempfile
 from pathlib import Path
 
 import httpx
 import trio
 
 from fixtures.mock_openai import MockOpenAI
-from tests.conftest import free_port
-from tests.postgres_helpers import postgres_cluster, postgres_url  # noqa: F401 (fixtures)
+from tests.conftest import free_port, start_gateway
+from tests.postgres_helpers import PostgresCluster, find_bin_dir, postgres_cluster, postgres_url  # noqa: F401
 from tests.workers_helpers import WorkersGateway, start_workers
 
 CONFIG = """
@@ -115,3 +117,57 @@ async def test_sigterm_loses_no_settled_spend(nursery, tmp_path, postgres_url): 
         assert row["totalTokens"] == 5 * 20
     finally:
         b.stop()
+
+
+async def test_a_store_that_goes_down_is_503_when_closed_and_unmetered_when_open(nursery):
+    """Two gateways on their own PostgreSQL, one ``failureMode: closed`` (the default), one ``open``:
+    with the server stopped, a cached key gets 503 ``key store unavailable`` from the first and
+    passes unmetered through the second; once it is back, the first admits again."""
+    bin_dir = find_bin_dir()
+    assert bin_dir is not None, "PostgreSQL is not installed (apt-get install postgresql; .ci/run does it)"
+    directory = Path(tempfile.mkdtemp(prefix="trioproxy-pg-down-"))
+    cluster = PostgresCluster(bin_dir, directory)
+    try:
+        await trio.to_thread.run_sync(cluster.start)
+        mock = MockOpenAI()
+        await nursery.start(mock.serve, 0)
+        closed, opened = [await start_gateway(nursery, IN_PROCESS, port=free_port(), mock=mock.port,
+                                              store=json.dumps(cluster.url()), mode=mode)
+                          for mode in ("closed", "open")]
+        async with httpx.AsyncClient(base_url=closed.admin_url, timeout=10) as admin:
+            secret = (await admin.post("/api/keys", json={"name": "k", "limits": {"tokens": {"day": 10**6}}})).json()["key"]
+        for gateway in (closed, opened):  # each caches the key
+            assert (await chat_url(gateway.url, secret)).status_code == 200
+        await trio.to_thread.run_sync(cluster.pause)
+        refused = await chat_url(closed.url, secret)
+        assert refused.status_code == 503
+        assert refused.json()["error"]["message"] == "key store unavailable"
+        assert (await chat_url(opened.url, secret)).status_code == 200
+        await trio.to_thread.run_sync(cluster.resume)
+        with trio.fail_after(20):  # the pool reconnects
+            while (await chat_url(closed.url, secret)).status_code != 200:
+                await trio.sleep(0.1)
+    finally:
+        await trio.to_thread.run_sync(cluster.stop)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+IN_PROCESS = """
+config:
+  store: {store}
+  keys: {{failureMode: {mode}}}
+binds:
+- port: {port}
+  listeners:
+  - routes:
+    - name: llm
+      policies:
+        apiKey: {{runtimeKeys: true, mode: strict}}
+      backends:
+      - ai: {{name: gpt, provider: {{openAI: {{}}}}, hostOverride: "127.0.0.1:{mock}"}}
+"""
+
+
+async def chat_url(url: str, secret: str) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=10) as client:
+        return await client.post(f"{url}/v1/chat/completions", json=BODY, headers={"authorization": f"Bearer {secret}"})

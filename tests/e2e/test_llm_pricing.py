@@ -5,6 +5,8 @@ whole and a streamed answer, a translated one, a model without a price, and a ``
 
 from __future__ import annotations
 
+import os
+
 import httpx
 import openai
 import pytest
@@ -13,6 +15,7 @@ import trio.testing
 from prometheus_client.parser import text_string_to_metric_families
 
 from fixtures.mock_anthropic import MockAnthropic
+from fixtures.mock_gemini import THOUGHTS, MockGemini
 from fixtures.mock_openai import MockOpenAI
 from tests.conftest import free_port, start_gateway
 from tests.e2e.test_observability import OtlpReceiver, _attributes, log_lines, requests_of  # noqa: F401 (fixture)
@@ -183,3 +186,89 @@ async def test_the_server_span_carries_the_cost(nursery):
     attributes = _attributes(server)
     assert attributes["gen_ai.usage.cost"] == pytest.approx(COST)
     assert attributes["gen_ai.request.model"] == "gpt-4o-mini"
+
+
+async def test_a_reload_applies_new_prices_to_the_next_answers(nursery, tmp_path, mock_clock):
+    mock = MockOpenAI()
+    await nursery.start(mock.serve, 0)
+    path = tmp_path / "gw.yaml"
+    text = GATEWAY.format(port=free_port(), mock=mock.port, extra="  prices: {gpt-4o-mini: {output: OUT}}")
+    path.write_text(text.replace("OUT", "1"))
+    gw = await start_gateway(nursery, path.read_text().replace("{", "{{").replace("}", "}}"), config_path=str(path))
+
+    async def cost() -> float:
+        async with gw.client() as client:
+            assert (await client.post("/v1/chat/completions", json=CHAT, headers=HEADERS)).status_code == 200
+        await trio.testing.wait_all_tasks_blocked()
+        return (await history(gw, 1))[0]["cost"]
+
+    assert await cost() == pytest.approx((600 * 0.15 + 400 * 0.075 + 1000 * 1) / 1e6)
+    replacement = tmp_path / "gw.yaml.new"
+    replacement.write_text(text.replace("OUT", "3"))
+    os.replace(replacement, path)  # renamed into place: applied at the watcher's next poll
+    for _ in range(40):
+        mock_clock.jump(0.125)
+        await trio.testing.wait_all_tasks_blocked()
+    assert gw.info.runtime.metrics.registry.get_sample_value("trioproxy_config_reloads_total",
+                                                             {"result": "applied"}) == 1
+    assert await cost() == pytest.approx((600 * 0.15 + 400 * 0.075 + 1000 * 3) / 1e6)
+
+
+@pytest.mark.parametrize("method", ["generateContent", "streamGenerateContent?alt=sse"])
+async def test_gemini_native_thoughts_and_cached_tokens_are_priced(nursery, log_lines, method):  # noqa: F811
+    """Gemini's own API passed through: ``promptTokenCount`` includes the cached tokens, the thoughts are
+    output billed at ``reasoning``; ``modelVersion`` is the model priced."""
+    mock = MockGemini()
+    await nursery.start(mock.serve, 0)
+    gw = await start_gateway(nursery, """
+        config:
+          prices: {{gemini/gemini-cached-thinking: {{input: 0.3, output: 2.5, cachedInput: 0.075, reasoning: 4}}}}
+        binds:
+        - port: {port}
+          listeners:
+          - routes:
+            - backends:
+              - ai: {{name: gemini, provider: {{gemini: {{}}}}, hostOverride: "127.0.0.1:{mock}"}}
+              policies:
+                backendAuth: {{key: sk-provider}}
+        """, port=free_port(), mock=mock.port)
+    body = {"contents": [{"role": "user", "parts": [{"text": "hello there gemini, think about it"}]}]}
+    async with gw.client() as client:
+        answer = await client.post(f"/v1beta/models/gemini-cached-thinking:{method}", json=body)
+    assert answer.status_code == 200, answer.text
+    [line] = requests_of(await log_lines())
+    prompt, cached = line["gen_ai.usage.input_tokens"], line["gen_ai.usage.cache_read.input_tokens"]
+    output, thoughts = line["gen_ai.usage.output_tokens"], line["gen_ai.usage.reasoning.output_tokens"]
+    assert thoughts == THOUGHTS and 0 < cached < prompt
+    expected = ((prompt - cached) * 0.3 + cached * 0.075 + (output - thoughts) * 2.5 + thoughts * 4) / 1e6
+    assert line["gen_ai.usage.cost"] == pytest.approx(expected)
+
+
+async def test_a_client_gone_mid_stream_still_costs_what_was_reported(nursery):
+    """Anthropic reports the input tokens first (``message_start``): a client that leaves after it is a
+    499 whose cost the history and the counter still hold, since the provider bills them."""
+    mock = MockOpenAI()
+    await nursery.start(mock.serve, 0)
+    gw = await start_gateway(nursery, """
+        binds:
+        - port: {port}
+          listeners:
+          - routes:
+            - backends:
+              - ai: {{name: claude, provider: {{anthropic: {{}}}}, hostOverride: "127.0.0.1:{mock}"}}
+              policies:
+                backendAuth: {{key: sk-ant}}
+        """, port=free_port(), mock=mock.port)
+    body = {"model": "claude-haiku-4-5", "max_tokens": 64, "stream": True,
+            "messages": [{"role": "user", "content": "hello"}]}
+    async with gw.client() as client:
+        async with client.stream("POST", "/v1/messages", json=body, headers={
+                "x-mock-total-tokens": "2000", "x-mock-chunks": "1000", "x-mock-chunk-delay-ms": "20"}) as response:
+            async for chunk in response.aiter_raw():
+                if b"message_start" in chunk:
+                    break  # gone, with the input tokens reported
+        [entry] = await history(gw, 1)
+        metrics = await client.get(f"http://{gw.info.stats}/metrics")
+    # 1000 input tokens at $1 and message_start's first output token at $5, per million
+    assert entry["status"] == 499 and entry["cost"] == pytest.approx((1000 * 1 + 1 * 5) / 1e6)
+    assert cost_samples(metrics.text) == {("anthropic", "claude-haiku-4-5"): pytest.approx(1005 / 1e6)}

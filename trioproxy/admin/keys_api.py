@@ -114,9 +114,7 @@ def _key_routes(app: Quart, endpoint: Callable[[Handler], Handler], service: Cal
     @endpoint
     async def list_keys() -> tuple[int, Any]:
         keys = await service().list_keys(team=request.args.get("team") or None)
-        now = time.time()
-        usage = await wire.usages(service(), keys, now)
-        return 200, {"keys": [wire.key_json(k, now, usage.get(k.id, {})) for k in keys]}
+        return 200, {"keys": await service().keys_json(keys)}
 
     @app.post("/api/keys")
     @endpoint
@@ -124,7 +122,7 @@ def _key_routes(app: Quart, endpoint: Callable[[Handler], Handler], service: Cal
         fields = wire.key_fields(await body(), create=True)
         await check_team(fields)
         record, secret = await service().create_key(**fields)
-        return 201, {**wire.key_json(record, time.time()), "key": secret}
+        return 201, {**record.to_json(time.time()), "key": secret}
 
     async def check_team(fields: dict[str, Any]) -> None:
         if fields.get("team") is not None and await service().get_team(fields["team"]) is None:
@@ -133,10 +131,7 @@ def _key_routes(app: Quart, endpoint: Callable[[Handler], Handler], service: Cal
     @app.get("/api/keys/<key_id>")
     @endpoint
     async def get_key(key_id: str) -> tuple[int, Any]:
-        record = await found_key(key_id)
-        now = time.time()
-        usage = await wire.usages(service(), [record], now)
-        return 200, wire.key_json(record, now, usage.get(record.id, {}))
+        return 200, (await service().keys_json([await found_key(key_id)]))[0]
 
     @app.patch("/api/keys/<key_id>")
     @endpoint
@@ -146,13 +141,13 @@ def _key_routes(app: Quart, endpoint: Callable[[Handler], Handler], service: Cal
             raise ApiError(400, "body: nothing to change")
         await found_key(key_id)
         await check_team(changes)
-        return 200, wire.key_json(await service().update_key(key_id, **changes), time.time())
+        return 200, (await service().update_key(key_id, **changes)).to_json(time.time())
 
     @app.delete("/api/keys/<key_id>")
     @endpoint
     async def revoke_key(key_id: str) -> tuple[int, Any]:
         await found_key(key_id)
-        return 200, wire.key_json(await service().revoke_key(key_id), time.time())
+        return 200, (await service().revoke_key(key_id)).to_json(time.time())
 
     @app.post("/api/keys/<key_id>/rotate")
     @endpoint
@@ -169,7 +164,7 @@ def _key_routes(app: Quart, endpoint: Callable[[Handler], Handler], service: Cal
         if record.status(time.time()) != "active":
             raise ApiError(400, f"{key_id}: the key is {record.status(time.time())}; only an active key can be rotated")
         record, secret = await service().rotate_key(key_id, grace=grace)
-        return 200, {**wire.key_json(record, time.time()), "key": secret}
+        return 200, {**record.to_json(time.time()), "key": secret}
 
 
 def _team_routes(app: Quart, endpoint: Callable[[Handler], Handler], service: Callable[[], KeyService]) -> None:
@@ -184,22 +179,18 @@ def _team_routes(app: Quart, endpoint: Callable[[Handler], Handler], service: Ca
     @app.get("/api/teams")
     @endpoint
     async def list_teams() -> tuple[int, Any]:
-        teams = await service().list_teams()
-        usage = await wire.usages(service(), teams, time.time())
-        return 200, {"teams": [wire.team_json(t, usage.get(t.id, {})) for t in teams]}
+        return 200, {"teams": await service().teams_json(await service().list_teams())}
 
     @app.post("/api/teams")
     @endpoint
     async def create_team() -> tuple[int, Any]:
         team = await service().create_team(**wire.team_fields(await body(), create=True))
-        return 201, wire.team_json(team)
+        return 201, team.to_json()
 
     @app.get("/api/teams/<team_id>")
     @endpoint
     async def get_team(team_id: str) -> tuple[int, Any]:
-        team = await found_team(team_id)
-        usage = await wire.usages(service(), [team], time.time())
-        return 200, wire.team_json(team, usage.get(team.id, {}))
+        return 200, (await service().teams_json([await found_team(team_id)]))[0]
 
     @app.patch("/api/teams/<team_id>")
     @endpoint
@@ -208,7 +199,7 @@ def _team_routes(app: Quart, endpoint: Callable[[Handler], Handler], service: Ca
         if not changes:
             raise ApiError(400, "body: nothing to change")
         await found_team(team_id)
-        return 200, wire.team_json(await service().update_team(team_id, **changes))
+        return 200, (await service().update_team(team_id, **changes)).to_json()
 
     @app.delete("/api/teams/<team_id>")
     @endpoint

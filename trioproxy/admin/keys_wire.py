@@ -11,11 +11,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import trio
-
 from ..errors import KeyStoreUnavailable
-from ..keys import FieldError, KeyRecord, KeyService, LimitsError, StoreError, Team, parse_key_fields, parse_team_fields
-from ..keys.limits import resets_at, window_start
+from ..keys import FieldError, KeyService, LimitsError, StoreError, parse_key_fields, parse_team_fields
 from ..keys.records import format_time
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
@@ -74,56 +71,6 @@ def key_fields(body: Any, *, create: bool) -> dict[str, Any]:
 
 def team_fields(body: Any, *, create: bool) -> dict[str, Any]:
     return parse_team_fields(body, partial=not create)
-
-
-# -- records and usage -----------------------------------------------------------------------------
-
-Usage = dict[str, dict[str, dict[str, Any]]]
-
-
-async def usages(service: KeyService, records: Sequence[KeyRecord | Team], now: float) -> dict[str, Usage]:
-    """``{subject id: {metric: {window: {used, reserved, limit, resetsAt}}}}`` for every limit of
-    ``records``, read from the store's counters in one query (windows not started yet: 0 used)."""
-    subjects = {_subject(r): r for r in records if r.limits}
-    if not subjects:
-        return {}
-    try:
-        rows = await trio.to_thread.run_sync(service.store.counters, list(subjects))
-    except StoreError as error:
-        raise KeyStoreUnavailable() from error
-    found = {(row.subject, row.metric, row.window, row.window_start): row for row in rows}
-    out: dict[str, Usage] = {}
-    for subject, record in subjects.items():
-        usage: Usage = {}
-        for limit in record.limits:
-            start = window_start(limit.window, now)
-            row = found.get((subject, limit.metric, limit.window, start))
-            used, reserved = (row.used, row.reserved) if row is not None else (0.0, 0.0)
-            usage.setdefault(limit.metric, {})[limit.window] = {
-                "used": _number(limit.metric, used), "reserved": _number(limit.metric, max(0.0, reserved)),
-                "limit": _number(limit.metric, limit.limit), "resetsAt": format_time(resets_at(limit.window, now))}
-        out[record.id] = usage
-    return out
-
-
-def _subject(record: KeyRecord | Team) -> str:
-    return f"{'key' if isinstance(record, KeyRecord) else 'team'}:{record.id}"
-
-
-def _number(metric: str, value: float) -> int | float:
-    return int(round(value)) if metric != "cost" else round(value, 9)
-
-
-def key_json(record: KeyRecord, now: float, usage: Usage | None = None) -> dict[str, Any]:
-    """A key on the wire (never its digest or secret)."""
-    return record.to_json(now, usage)
-
-
-def team_json(team: Team, usage: Usage | None = None) -> dict[str, Any]:
-    out = team.to_json()
-    if usage is not None:
-        out["usage"] = usage
-    return out
 
 
 # -- spend and the request log ---------------------------------------------------------------------

@@ -86,6 +86,10 @@ def config_dump(config: Config) -> dict[str, Any]:
             "backend": _renamed(config.backend, BACKEND_NAMES),
             "workers": config.workers,
             "history": {"size": config.history.size},
+            **({"prices": {name: {wire: value for wire, value in (
+                ("input", o.input), ("output", o.output), ("cachedInput", o.cached_input), ("reasoning", o.reasoning),
+                ("cacheWrite", o.cache_write)) if value is not None} for name, o in config.prices}}
+               if config.prices else {}),  # the overrides, over the bundled catalog (docs/pricing.md)
         },
         "frontendPolicies": {"http": _renamed(config.frontend, FRONTEND_NAMES)},
         "binds": [

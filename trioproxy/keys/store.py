@@ -317,6 +317,9 @@ class Store:
         conn = sqlite3.connect(self.location, timeout=self.busy_timeout, isolation_level=None,
                                check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        # WAL with synchronous=NORMAL: a commit is not fsynced (a checkpoint is), so a crashed or
+        # killed process loses nothing committed; a power cut may lose the last commits (docs/keys.md)
+        conn.execute("PRAGMA synchronous = NORMAL")
         return conn
 
     def _setup_sqlite(self) -> None:

@@ -37,7 +37,7 @@ import attrs
 from ..config.model import PriceOverride
 from .usage import Usage
 
-__all__ = ["FIELDS", "MissingPrice", "Price", "PriceCatalog", "base_name", "namespaces", "uncached_input"]
+__all__ = ["CACHE_SIZE", "FIELDS", "MissingPrice", "Price", "PriceCatalog", "base_name", "namespaces", "uncached_input"]
 
 #: wire name (prices.json, config.prices) -> attribute
 FIELDS = {"input": "input", "output": "output", "cachedInput": "cached_input", "reasoning": "reasoning",
@@ -52,6 +52,8 @@ _SPACES = {
     "vertex": ("vertex", "gemini", "anthropic"),  # Gemini and Claude on Vertex AI, at their own prices
     "bedrock": ("bedrock",),
 }
+#: lookups remembered per catalog (cleared whole when full)
+CACHE_SIZE = 1024
 #: the namespaces searched, in order, when the provider is not known (``price(None, model)``)
 _ANY_ORDER = ("openai", "anthropic", "gemini", "mistral", "deepseek", "groq", "bedrock")
 
@@ -144,7 +146,7 @@ class PriceCatalog:
     """Prices by provider and model (module docstring: how a name is found). Immutable: an override
     makes a new catalog."""
 
-    __slots__ = ("_aliases", "_base", "_entries", "date", "source")
+    __slots__ = ("_aliases", "_base", "_cache", "_entries", "date", "source")
 
     def __init__(self, entries: Mapping[Key, Price], aliases: Mapping[Key, Key] | None = None, *,
                  source: str = "", date: str = "") -> None:
@@ -160,6 +162,8 @@ class PriceCatalog:
         for alias, key in self._aliases.items():
             base.setdefault((alias[0], base_name(alias[1])), key)
         self._base = base
+        #: (provider, model) -> what ``price`` found: a lookup runs per LLM answer, the names repeat
+        self._cache: dict[tuple[str | None, str], Price | None] = {}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PriceCatalog:
@@ -206,7 +210,7 @@ class PriceCatalog:
             if key is not None:
                 return key
         qualifier, sep, rest = model.partition("/")
-        if sep and rest and qualifier.lower() in self._namespaces():
+        if sep:  # a name qualified by a namespace (one that is not finds nothing)
             key = self._find(qualifier.lower(), rest)
             if key is not None:
                 return key
@@ -227,8 +231,16 @@ class PriceCatalog:
         ``azure``, ``bedrock``...; ``None``: any provider's), or ``None`` when the catalog has none."""
         if not model:
             return None
+        asked = (provider, model)
+        cache = self._cache
+        if asked in cache:
+            return cache[asked]
         key = self._resolve(provider, model)
-        return self._entries[key] if key is not None else None
+        found = self._entries[key] if key is not None else None
+        if len(cache) >= CACHE_SIZE:  # names come from clients and providers: keep it bounded
+            cache.clear()
+        cache[asked] = found
+        return found
 
     def cost(self, provider: str | None, model: str | None, usage: Usage) -> float | None:
         """The USD cost of ``usage`` at ``model``'s price; ``None`` when the model has no price."""
@@ -247,7 +259,7 @@ class PriceCatalog:
         """
         items = overrides.items() if isinstance(overrides, Mapping) else overrides
         entries = dict(self._entries)
-        changed = PriceCatalog(entries, self._aliases, source=self.source, date=self.date)
+        changed = self
         for name, override in items:
             found: list[tuple[Key, Price | None]] = []
             qualifier, sep, rest = name.partition("/")

@@ -23,7 +23,6 @@ import trio
 
 from ..config.model import DEFAULT_STORE, Config
 from ..keys.service import KeyService
-from ..keys.store import open_store
 
 log = logging.getLogger("trioproxy")
 
@@ -137,5 +136,5 @@ class KeysHost:
 
 
 def open_service(store: str, config: Config) -> KeyService:
-    """A service on ``store`` (nothing is opened until its first use)."""
-    return KeyService(open_store(store), config.keys)
+    """A service on ``store``, which its ``aclose`` closes (nothing is opened until its first use)."""
+    return KeyService.open(store, config.keys)

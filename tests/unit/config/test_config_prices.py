@@ -10,6 +10,7 @@ import pytest
 
 from tests.conftest import ROOT
 from trioproxy.config import ConfigError, parse_config
+from trioproxy.config.dump import config_dump
 from trioproxy.config.model import PriceOverride
 from trioproxy.llm.pricing import Price
 from trioproxy.proxy.runtime import GatewayState
@@ -42,11 +43,14 @@ def test_prices_compile_in_order_and_the_gateway_applies_them():
     assert prices.price("openAI", "gpt-4o-2024-08-06") == Price(input=3.0, output=10.0, cached_input=1.5)
     assert prices.price("bedrock", "amazon.nova-pro-v1:0") == Price(input=0.8, output=3.0, cached_input=0.2)
     assert prices.price("vllm", "my-llama") == Price(input=0.1, output=0.2, reasoning=0.3, cache_write=0.0)
+    assert config_dump(config)["config"]["prices"] == {  # /config_dump shows the overrides as written
+        "gpt-4o": {"input": 3.0, "cachedInput": 1.5}, "bedrock/amazon.nova-pro-v1:0": {"output": 3.0},
+        "my-llama": {"input": 0.1, "output": 0.2, "reasoning": 0.3, "cacheWrite": 0.0}}
 
 
 def test_no_prices_is_the_bundled_catalog():
     config = load("binds: []")
-    assert config.prices == ()
+    assert config.prices == () and "prices" not in config_dump(config)["config"]
     assert GatewayState(config).prices.price("openAI", "gpt-4o") == Price(input=2.5, output=10.0, cached_input=1.25)
 
 

@@ -300,3 +300,68 @@ def test_the_first_of_several_entries_with_one_base_wins():
                                                  "p/m-2025-01-01": {"input": 2, "output": 2}}})
     assert catalog.price("p", "m").input == 1 and catalog.price("p", "m-2026-01-01").input == 1
     assert catalog.price("p", "m-2025-01-01").input == 2
+
+
+# --- what the bundled catalog (read once, at import) cannot show: each rule on a catalog of its own ---
+
+
+def test_from_json_keeps_the_file_s_source_date_and_each_entry_s_page():
+    catalog = PriceCatalog.from_json({"source": "pages", "date": "2025-10-01", "models": {
+        "p/a": {"input": 1, "output": 0, "reasoning": 3, "source": "https://p.example/pricing"},
+        "p/b": {"input": 1, "output": 1, "source": 123},
+        "groq/vendor/Model": {"input": 1, "output": 1}}})
+    assert (catalog.source, catalog.date) == ("pages", "2025-10-01")
+    a = catalog.price("p", "a")
+    assert a == Price(input=1.0, output=0.0, reasoning=3.0)  # output 0 is a price; reasoning after a missing field
+    assert a.source == "https://p.example/pricing"
+    assert catalog.price("p", "b").source is None  # not a string: no page
+    assert catalog.price("groq", "vendor/model") is not None  # the namespace is the first part only
+    assert PriceCatalog({}).source == "" and PriceCatalog({}).date == ""
+
+
+def test_an_alias_wins_over_another_entry_s_base_name():
+    catalog = PriceCatalog.from_json({"models": {"p/big": {"input": 2, "output": 2, "aliases": ["Small-Latest"]},
+                                                 "p/small": {"input": 1, "output": 1}}})
+    assert catalog.price("p", "small-latest").input == 2 and catalog.price("p", "small").input == 1
+
+
+def test_a_name_is_tried_as_given_before_its_models_path_is_cut():
+    catalog = CATALOG.with_overrides({"tunedModels/My-Model": PriceOverride(input=1, output=1)})
+    assert catalog.price("gemini", "tunedModels/my-model") == Price(input=1.0, output=1.0)
+    assert base_name("tunedmodels/x/models/gemini-2.0-flash") == "gemini-2.0-flash"  # the last models/ segment
+    assert CATALOG.price("openrouter", "groq/openai/gpt-oss-120b") is CATALOG.price("groq", "openai/gpt-oss-120b")
+
+
+def test_rounding_keeps_twelve_decimals():
+    assert Price(input=0.1234567, output=0).cost(Usage(1, 0, 1)) == 1.23457e-07
+
+
+def test_an_override_keeps_the_catalog_s_aliases_source_and_date():
+    changed = CATALOG.with_overrides({"gpt-4o-mini": PriceOverride(input=1)})
+    assert (changed.source, changed.date) == (CATALOG.source, CATALOG.date)
+    assert changed.price("openAI", "chatgpt-4o-latest") is not None  # an alias, kept
+    again = changed.with_overrides({"o3": PriceOverride(input=1)})
+    assert again.price("openAI", "chatgpt-4o-latest") is not None and again.date == CATALOG.date
+    assert CATALOG.with_overrides([]) is CATALOG  # nothing to change: the same catalog
+    by_alias = CATALOG.with_overrides({"chatgpt-4o-latest": PriceOverride(input=3)})  # found through its alias
+    assert by_alias.price("openAI", "chatgpt-4o-latest") == Price(input=3.0, output=10.0, cached_input=1.25)
+    assert by_alias.price("openAI", "gpt-4o") == CATALOG.price("openAI", "gpt-4o")
+
+
+def test_a_qualified_override_starts_from_its_own_namespace_only():
+    with pytest.raises(MissingPrice):  # Mistral has no gpt-4o: OpenAI's is not its starting point
+        CATALOG.with_overrides({"mistral/gpt-4o": PriceOverride(input=1)})
+    named = CATALOG.with_overrides({"openai": PriceOverride(input=1, output=1)})  # a model named as a namespace
+    assert named.price("vllm", "openai") == Price(input=1.0, output=1.0)
+
+
+def test_lookups_are_remembered_and_the_memory_is_bounded(monkeypatch):
+    import trioproxy.llm.pricing as pricing
+
+    catalog = PriceCatalog.from_json({"models": {"p/m": {"input": 1, "output": 1}}})
+    monkeypatch.setattr(pricing, "CACHE_SIZE", 3)
+    assert catalog.price("p", "m-2024-01-01") is catalog.price("p", "m-2024-01-01") is catalog.price("p", "m")
+    assert catalog.price("p", "x") is None and catalog.price("p", "x") is None
+    assert len(catalog._cache) == 3  # m-2024-01-01, m, x
+    assert catalog.price("p", "y") is None
+    assert list(catalog._cache) == [("p", "y")]  # full: cleared, then the new one kept
