@@ -30,7 +30,7 @@ same one), each call a client span; ``x.attempts`` names every target tried (acc
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from math import inf
 from typing import Any
 
@@ -41,13 +41,21 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from ..config.model import Backend, Route
+from ..config.model import Address, Backend, Config, Route
 from ..errors import ProxyError, UpstreamTimeout
-from ..policies.resilience import DEFAULT_HEALTH, DEFAULT_RETRY_BUDGET, BalancerSpec, RetryBudget, VirtualModel
+from ..policies.resilience import (
+    DEFAULT_HEALTH,
+    DEFAULT_RETRY_BUDGET,
+    BalancerSpec,
+    HealthSpec,
+    RetryBudget,
+    VirtualModel,
+)
 from ..policies.retry import RetrySpec, retryable_error
 from ..upstream.balancer import Balancer
 from ..upstream.health import HealthRegistry, failed_status, retry_after_seconds
-from ..upstream.pool import UpstreamResponse
+from ..upstream.health_check import HealthChecker
+from ..upstream.pool import UpstreamPool, UpstreamResponse
 from .exchange import Exchange
 from .stage import Phase
 
@@ -125,6 +133,20 @@ class _EjectedCollector(Collector):
         yield family
 
 
+def _checked_targets(config: Config) -> Iterator[tuple[str, Address, HealthSpec]]:
+    """The host backends of ``config`` with an active health check, each target once."""
+    seen: set[str] = set()
+    for bind in config.binds:
+        for listener in bind.listeners:
+            for route in listener.routes:
+                for backend in route.backends:
+                    spec = backend.health
+                    key = target_key(backend)
+                    if spec is not None and spec.check is not None and backend.ai is None and key not in seen:
+                        seen.add(key)
+                        yield key, backend.target, spec
+
+
 def _now() -> float:
     try:
         return trio.current_time()
@@ -136,19 +158,29 @@ class Resilience:
     """The process's memory of its targets (kept across reloads): outlier detection, latency and
     load, the retry budgets; and their metrics."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, rng: random.Random | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, rng: random.Random | None = None, *,
+                 pool: UpstreamPool | None = None, config: Callable[[], Config] | None = None) -> None:
         self.rng = rng if rng is not None else random.Random()
         self.balancer = Balancer(self.rng)
         self.budgets: dict[str, RetryBudgetState] = {}
         self.ejections: Counter | None = None
         self.retries: Counter | None = None
         self.health = HealthRegistry(self._ejected)
+        self.checker = HealthChecker(pool, self.health, lambda: _checked_targets(config())) \
+            if pool is not None and config is not None else None
         if registry is not None:
             self.ejections = Counter("trioproxy_upstream_ejections", "Targets ejected by outlier detection",
                                      ["target", "reason"], registry=registry)
             self.retries = Counter("trioproxy_upstream_retries", "Attempts after a request's first, by outcome "
                                    "(attempted, budget_exhausted)", ["route", "outcome"], registry=registry)
             registry.register(_EjectedCollector(self))
+
+    async def run_checks(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The active health checks (``health.activeCheck``), in the root nursery until cancelled."""
+        if self.checker is None:
+            task_status.started()
+            return
+        await self.checker.run(task_status=task_status)
 
     def seed(self, rng: random.Random) -> None:
         """The random source of every pick and jittered wait (a test makes them deterministic)."""

@@ -136,7 +136,7 @@ class Runtime:
         #: remote JWKS by URL, kept across reloads; its ``run`` task lives in the root nursery
         self.jwks = JwksRegistry(self.metrics.registry)
         #: outlier detection, balancing and retry budgets of the targets, kept across reloads
-        self.resilience = Resilience(self.metrics.registry)
+        self.resilience = Resilience(self.metrics.registry, pool=self.pool, config=lambda: self.state.config)
         #: requestMirror copies; its ``run`` task lives in the root nursery
         self.mirrors = MirrorSender(self.pool)
         #: the metric families the admin API summarises: this process's, unless a supervisor sums its
