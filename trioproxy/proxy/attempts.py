@@ -275,6 +275,8 @@ async def run_attempts(resilience: Resilience, x: Exchange, route: Route, plan: 
                        reset: Callable[[], None]) -> UpstreamResponse:
     """The calls of one request to ``plan``'s targets until one answers (module docstring)."""
     spec = x.retry
+    if spec is None and plan.virtual is None and len(plan.candidates) == 1 and plan.candidates[0].backend.health is None:
+        return await attempt(plan.candidates[0], 0, Replay(plan.body))  # one call, nothing to remember
     budget = resilience.budget(route.key)
     limits = spec.budget if spec is not None else DEFAULT_RETRY_BUDGET
     most = len(plan.candidates) if plan.virtual is not None else 1
@@ -283,43 +285,36 @@ async def run_attempts(resilience: Resilience, x: Exchange, route: Route, plan: 
     tried: list[int] = []
     replay = Replay(plan.body)
     budget.requests += 1
+    holding = False  # a retry's slot in the budget, from its admission to the end of its call
     try:
         n = 0
+        index = resilience.choose(plan, tried, trio.current_time())
         while True:
-            now = trio.current_time()
-            index = resilience.choose(plan, tried, now)
             candidate = plan.candidates[index]
-            retry = n > 0  # its slot in the budget was taken when it was admitted
-            if retry:
+            if n:
                 if index in tried:
                     wait = resilience.backoff(spec, tried.count(index))
                     if wait:
                         await trio.sleep(wait)
                 reset()
             tried.append(index)
-            names = x.attempts if x.attempts is not None else []
-            x.attempts = [*names, candidate.backend.name]
-            try:
-                outcome = await _call(resilience, x, plan, candidate, n, replay, attempt)
-            finally:
-                if retry:
-                    budget.retries -= 1
-            response, error, reason = outcome
+            x.attempts = [*(x.attempts or ()), candidate.backend.name]
+            response, error, reason = await _call(resilience, x, plan, candidate, n, replay, attempt)
+            if holding:
+                budget.retries -= 1
+                holding = False
             n += 1
-            if reason is None or n >= most or replay.body is None:
-                if error is not None:
-                    raise error
-                assert response is not None
-                return response
-            if not budget.admits(limits):
-                if resilience.retries is not None:
-                    resilience.retries.labels(route.key, "budget_exhausted").inc()
-                x.tracer.event("retry", severity="warn", attempt=n, result="budget exhausted", reason=reason)
+            if reason is None or n >= most or replay.body is None or not budget.admits(limits):
+                if reason is not None and n < most and replay.body is not None:  # refused by the budget
+                    if resilience.retries is not None:
+                        resilience.retries.labels(route.key, "budget_exhausted").inc()
+                    x.tracer.event("retry", severity="warn", attempt=n, result="budget exhausted", reason=reason)
                 if error is not None:
                     raise error
                 assert response is not None
                 return response
             budget.retries += 1  # taken now: the awaits below let other requests ask the budget
+            holding = True
             if response is not None:
                 await response.aclose()  # the client never sees a response that is retried
             if resilience.retries is not None:
@@ -330,7 +325,10 @@ async def run_attempts(resilience: Resilience, x: Exchange, route: Route, plan: 
                                next=plan.candidates[following].backend.name)
             else:
                 x.tracer.event("retry", severity="warn", attempt=n, reason=reason)
+            index = following
     finally:
+        if holding:
+            budget.retries -= 1
         budget.requests -= 1
 
 

@@ -400,3 +400,13 @@ def test_an_active_check_on_an_ai_backend_is_refused():
     with pytest.raises(ConfigError) as info:
         parse_config(text, env={})
     assert "active health checks apply to host backends" in str(info.value)
+
+
+async def test_a_request_cut_by_its_timeout_mid_retry_gives_its_budget_back(autojump_clock):
+    config = bind_config("{attempts: 50, codes: [503], backoff: 1s}").replace(
+        "policies: {retry:", "policies: {timeout: {requestTimeout: 2500ms}, retry:")
+    async with memory_gateway(config, {"b.test:80": Backend(answer(503))}) as gw:
+        response = await gw.request()
+        (state,) = gw.runtime.resilience.budgets.values()
+    assert response.status == 504
+    assert (state.requests, state.retries) == (0, 0)
