@@ -487,7 +487,7 @@ def _ai_routes(policy: d.AiPolicy, r: Reader) -> tuple[tuple[str, str], ...]:
 
 def _backend(backend: d.Backend, r: Reader) -> m.Backend:
     compiled = _plain_backend(backend, r)
-    health = resilience.health_spec(backend.policies.health) if backend.policies is not None else None
+    health = resilience.backend_health(backend, r)
     return attrs.evolve(compiled, health=health) if health is not None else compiled
 
 
@@ -550,7 +550,8 @@ def _route(route: d.Route, listener_key: str, r: Reader) -> m.Route:
             for b in backends)
     if route.policies is not None and route.policies.health is not None:  # likewise outlier detection
         health = resilience.health_spec(route.policies.health)
-        backends = tuple(b if b.health is not None else attrs.evolve(b, health=health) for b in backends)
+        backends = tuple(b if b.health is not None else attrs.evolve(b, health=resilience.for_backend(health, b))
+                         for b in backends)
     if not backends and policies.direct_response is None and policies.request_redirect is None:
         r.warn(route, None, f"route {name} has no backends and no directResponse or requestRedirect: "
                             f"every request it matches is answered 503 no backend available for route {name}")

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..policies.resilience import DEFAULT_HEALTH, BalancerSpec, HealthSpec, VirtualModel, VirtualTarget
+import attrs
+
+from ..policies.resilience import DEFAULT_HEALTH, ActiveCheckSpec, BalancerSpec, HealthSpec, VirtualModel, VirtualTarget
 from ..policies.retry import RetrySpec
 from .resilience_document import Health, LlmVirtualModel, LoadBalancer
 
 if TYPE_CHECKING:
     from . import document as d
+    from . import model as m
     from .describe import Reader
     from .model import LlmModelRoute
 
-__all__ = ["balancer_spec", "health_spec", "retry_spec", "virtual_models"]
+__all__ = ["backend_health", "balancer_spec", "for_backend", "health_spec", "retry_spec", "virtual_models"]
 
 
 def health_spec(value: Health | None) -> HealthSpec | None:
@@ -26,8 +29,29 @@ def health_spec(value: Health | None) -> HealthSpec | None:
         fields.update(consecutive_failures=eviction.consecutive_failures, duration=eviction.duration,
                       max_duration=eviction.max_duration, interval=eviction.interval,
                       failure_percentage=eviction.failure_percentage, minimum_requests=eviction.minimum_requests)
+    check = value.active_check
+    if check is not None:
+        fields["check"] = ActiveCheckSpec(check.path, check.interval, check.timeout, check.unhealthy_threshold,
+                                          check.healthy_threshold)
     spec = HealthSpec(**fields)
     return DEFAULT_HEALTH if spec == DEFAULT_HEALTH else spec
+
+
+def backend_health(backend: d.Backend, r: Reader) -> HealthSpec | None:
+    """A backend's own ``health``; an active check only on a host backend."""
+    value = backend.policies.health if backend.policies is not None else None
+    spec = health_spec(value)
+    if spec is not None and spec.check is not None and backend.ai is not None:
+        r.at(value, "activeCheck", "active health checks apply to host backends, not ai providers")
+        return attrs.evolve(spec, check=None)
+    return spec
+
+
+def for_backend(spec: HealthSpec | None, backend: m.Backend) -> HealthSpec | None:
+    """A route's ``health`` for one of its backends: without the active check on an ``ai`` backend."""
+    if spec is not None and spec.check is not None and backend.ai is not None:
+        return attrs.evolve(spec, check=None)
+    return spec
 
 
 def balancer_spec(value: LoadBalancer | None) -> BalancerSpec | None:

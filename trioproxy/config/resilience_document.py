@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from .describe import Integer, described, field
-from .scalars import CEL, DURATION
+from .scalars import CEL, DURATION, PATH
 
 Duration = Annotated[float, DURATION]
 CelText = Annotated[str, CEL]
@@ -34,6 +34,19 @@ class Eviction:
 
 
 @described
+class ActiveCheck:
+    """Active health checks of a host backend (trioproxy; Envoy's HTTP health checks)."""
+
+    path: Annotated[str, PATH] = field("Path of the GET request; a 2xx answer passes.", default="/")
+    interval: Duration = field("Time between checks.", default=10.0)
+    timeout: Duration = field("A check without an answer by then fails.", default=1.0)
+    unhealthy_threshold: Annotated[int, Integer(1, 1000)] = field(
+        "Failed checks in a row that take the backend out.", default=3)
+    healthy_threshold: Annotated[int, Integer(1, 1000)] = field(
+        "Passed checks in a row that bring it back.", default=2)
+
+
+@described
 class Health:
     """Outlier detection: failing targets are ejected, then probed back with one request."""
 
@@ -41,6 +54,8 @@ class Health:
     count_429: bool = field(
         "Count 429 answers as failures (trioproxy; a 429 or 503 with retry-after always ejects for that long).",
         name="count429", default=True)
+    active_check: ActiveCheck | None = field(
+        "Active health checks (host backends only; trioproxy): GET a path on a timer.", default=None)
 
 
 @described

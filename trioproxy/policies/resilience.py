@@ -9,7 +9,20 @@ from typing import Literal
 
 from attrs import frozen
 
-__all__ = ["BalancerSpec", "HealthSpec", "RetryBudget", "VirtualModel", "VirtualTarget"]
+__all__ = ["ActiveCheckSpec", "BalancerSpec", "HealthSpec", "RetryBudget", "VirtualModel", "VirtualTarget"]
+
+
+@frozen
+class ActiveCheckSpec:
+    """``health.activeCheck`` (host backends): ``GET path`` every ``interval``; a 2xx within
+    ``timeout`` passes. ``unhealthy_threshold`` failed checks in a row take the target out until
+    ``healthy_threshold`` checks in a row pass (Envoy's health checks)."""
+
+    path: str = "/"
+    interval: float = 10.0
+    timeout: float = 1.0
+    unhealthy_threshold: int = 3
+    healthy_threshold: int = 2
 
 
 @frozen
@@ -28,6 +41,7 @@ class HealthSpec:
     minimum_requests: int = 50             # Envoy failure_percentage_request_volume
     #: statuses that count as failures (besides connect errors, resets and timeouts): 5xx and 429
     failure_statuses: Literal["5xx+429", "5xx"] = "5xx+429"
+    check: ActiveCheckSpec | None = None   # active health checks (host backends)
 
 
 #: what a virtual model's targets and an ``llm:`` model get when they set no ``health``

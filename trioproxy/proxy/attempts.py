@@ -30,7 +30,7 @@ same one), each call a client span; ``x.attempts`` names every target tried (acc
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from math import inf
 from typing import Any
 
@@ -41,13 +41,21 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from ..config.model import Backend, Route
+from ..config.model import Address, Backend, Config, Route
 from ..errors import ProxyError, UpstreamTimeout
-from ..policies.resilience import DEFAULT_HEALTH, DEFAULT_RETRY_BUDGET, BalancerSpec, RetryBudget, VirtualModel
+from ..policies.resilience import (
+    DEFAULT_HEALTH,
+    DEFAULT_RETRY_BUDGET,
+    BalancerSpec,
+    HealthSpec,
+    RetryBudget,
+    VirtualModel,
+)
 from ..policies.retry import RetrySpec, retryable_error
 from ..upstream.balancer import Balancer
 from ..upstream.health import HealthRegistry, failed_status, retry_after_seconds
-from ..upstream.pool import UpstreamResponse
+from ..upstream.health_check import HealthChecker
+from ..upstream.pool import UpstreamPool, UpstreamResponse
 from .exchange import Exchange
 from .stage import Phase
 
@@ -125,6 +133,20 @@ class _EjectedCollector(Collector):
         yield family
 
 
+def _checked_targets(config: Config) -> Iterator[tuple[str, Address, HealthSpec]]:
+    """The host backends of ``config`` with an active health check, each target once."""
+    seen: set[str] = set()
+    for bind in config.binds:
+        for listener in bind.listeners:
+            for route in listener.routes:
+                for backend in route.backends:
+                    spec = backend.health
+                    key = target_key(backend)
+                    if spec is not None and spec.check is not None and backend.ai is None and key not in seen:
+                        seen.add(key)
+                        yield key, backend.target, spec
+
+
 def _now() -> float:
     try:
         return trio.current_time()
@@ -136,19 +158,29 @@ class Resilience:
     """The process's memory of its targets (kept across reloads): outlier detection, latency and
     load, the retry budgets; and their metrics."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, rng: random.Random | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, rng: random.Random | None = None, *,
+                 pool: UpstreamPool | None = None, config: Callable[[], Config] | None = None) -> None:
         self.rng = rng if rng is not None else random.Random()
         self.balancer = Balancer(self.rng)
         self.budgets: dict[str, RetryBudgetState] = {}
         self.ejections: Counter | None = None
         self.retries: Counter | None = None
         self.health = HealthRegistry(self._ejected)
+        self.checker = HealthChecker(pool, self.health, lambda: _checked_targets(config())) \
+            if pool is not None and config is not None else None
         if registry is not None:
             self.ejections = Counter("trioproxy_upstream_ejections", "Targets ejected by outlier detection",
                                      ["target", "reason"], registry=registry)
             self.retries = Counter("trioproxy_upstream_retries", "Attempts after a request's first, by outcome "
                                    "(attempted, budget_exhausted)", ["route", "outcome"], registry=registry)
             registry.register(_EjectedCollector(self))
+
+    async def run_checks(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The active health checks (``health.activeCheck``), in the root nursery until cancelled."""
+        if self.checker is None:
+            task_status.started()
+            return
+        await self.checker.run(task_status=task_status)
 
     def seed(self, rng: random.Random) -> None:
         """The random source of every pick and jittered wait (a test makes them deterministic)."""
@@ -243,6 +275,8 @@ async def run_attempts(resilience: Resilience, x: Exchange, route: Route, plan: 
                        reset: Callable[[], None]) -> UpstreamResponse:
     """The calls of one request to ``plan``'s targets until one answers (module docstring)."""
     spec = x.retry
+    if spec is None and plan.virtual is None and len(plan.candidates) == 1 and plan.candidates[0].backend.health is None:
+        return await attempt(plan.candidates[0], 0, Replay(plan.body))  # one call, nothing to remember
     budget = resilience.budget(route.key)
     limits = spec.budget if spec is not None else DEFAULT_RETRY_BUDGET
     most = len(plan.candidates) if plan.virtual is not None else 1
@@ -251,43 +285,36 @@ async def run_attempts(resilience: Resilience, x: Exchange, route: Route, plan: 
     tried: list[int] = []
     replay = Replay(plan.body)
     budget.requests += 1
+    holding = False  # a retry's slot in the budget, from its admission to the end of its call
     try:
         n = 0
+        index = resilience.choose(plan, tried, trio.current_time())
         while True:
-            now = trio.current_time()
-            index = resilience.choose(plan, tried, now)
             candidate = plan.candidates[index]
-            retry = n > 0  # its slot in the budget was taken when it was admitted
-            if retry:
+            if n:
                 if index in tried:
                     wait = resilience.backoff(spec, tried.count(index))
                     if wait:
                         await trio.sleep(wait)
                 reset()
             tried.append(index)
-            names = x.attempts if x.attempts is not None else []
-            x.attempts = [*names, candidate.backend.name]
-            try:
-                outcome = await _call(resilience, x, plan, candidate, n, replay, attempt)
-            finally:
-                if retry:
-                    budget.retries -= 1
-            response, error, reason = outcome
+            x.attempts = [*(x.attempts or ()), candidate.backend.name]
+            response, error, reason = await _call(resilience, x, plan, candidate, n, replay, attempt)
+            if holding:
+                budget.retries -= 1
+                holding = False
             n += 1
-            if reason is None or n >= most or replay.body is None:
-                if error is not None:
-                    raise error
-                assert response is not None
-                return response
-            if not budget.admits(limits):
-                if resilience.retries is not None:
-                    resilience.retries.labels(route.key, "budget_exhausted").inc()
-                x.tracer.event("retry", severity="warn", attempt=n, result="budget exhausted", reason=reason)
+            if reason is None or n >= most or replay.body is None or not budget.admits(limits):
+                if reason is not None and n < most and replay.body is not None:  # refused by the budget
+                    if resilience.retries is not None:
+                        resilience.retries.labels(route.key, "budget_exhausted").inc()
+                    x.tracer.event("retry", severity="warn", attempt=n, result="budget exhausted", reason=reason)
                 if error is not None:
                     raise error
                 assert response is not None
                 return response
             budget.retries += 1  # taken now: the awaits below let other requests ask the budget
+            holding = True
             if response is not None:
                 await response.aclose()  # the client never sees a response that is retried
             if resilience.retries is not None:
@@ -298,7 +325,10 @@ async def run_attempts(resilience: Resilience, x: Exchange, route: Route, plan: 
                                next=plan.candidates[following].backend.name)
             else:
                 x.tracer.event("retry", severity="warn", attempt=n, reason=reason)
+            index = following
     finally:
+        if holding:
+            budget.retries -= 1
         budget.requests -= 1
 
 

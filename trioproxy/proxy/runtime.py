@@ -146,7 +146,7 @@ class Runtime:
         #: remote JWKS by URL, kept across reloads; its ``run`` task lives in the root nursery
         self.jwks = JwksRegistry(self.metrics.registry)
         #: outlier detection, balancing and retry budgets of the targets, kept across reloads
-        self.resilience = Resilience(self.metrics.registry)
+        self.resilience = Resilience(self.metrics.registry, pool=self.pool, config=lambda: self.state.config)
         #: the relays of mcp backends (docs/mcp.md)
         self.mcp = McpHub(self.metrics.registry)
         #: requestMirror copies; its ``run`` task lives in the root nursery

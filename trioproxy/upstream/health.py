@@ -54,8 +54,9 @@ def retry_after_seconds(value: bytes | None, now_epoch: float) -> float | None:
 class TargetHealth:
     """One target's outlier state; every method takes ``now`` (trio's clock)."""
 
-    __slots__ = ("consecutive", "ejected_until", "ejections", "healthy_since", "last_reason", "probe_started",
-                 "spec", "total_ejections", "window_failures", "window_requests", "window_start")
+    __slots__ = ("check_failures", "check_passes", "checked_down", "consecutive", "ejected_until", "ejections",
+                 "healthy_since", "last_reason", "probe_started", "spec", "total_ejections", "window_failures",
+                 "window_requests", "window_start")
 
     def __init__(self, spec: HealthSpec = DEFAULT_HEALTH) -> None:
         self.spec = spec
@@ -69,8 +70,34 @@ class TargetHealth:
         self.window_start = 0.0
         self.window_requests = 0
         self.window_failures = 0
+        self.checked_down = False  # active health checks took it out (``checked``)
+        self.check_failures = 0
+        self.check_passes = 0
+
+    def checked(self, passed: bool) -> bool:
+        """One active health check's result; True when it takes the target out (``spec.check``'s
+        thresholds: that many failed checks in a row out, that many passed in a row back)."""
+        check = self.spec.check
+        if check is None:
+            return False
+        if passed:
+            self.check_passes += 1
+            self.check_failures = 0
+            if self.checked_down and self.check_passes >= check.healthy_threshold:
+                self.checked_down = False
+            return False
+        self.check_failures += 1
+        self.check_passes = 0
+        if not self.checked_down and self.check_failures >= check.unhealthy_threshold:
+            self.checked_down = True
+            self.total_ejections += 1
+            self.last_reason = "activeCheck"
+            return True
+        return False
 
     def state(self, now: float) -> Literal["healthy", "ejected", "probing"]:
+        if self.checked_down:
+            return "ejected"
         if self.ejected_until is None:
             return "healthy"
         return "ejected" if now < self.ejected_until or self.probe_started is None else "probing"
@@ -78,6 +105,8 @@ class TargetHealth:
     def admit(self, now: float) -> Admission:
         """May a request go to this target now: ``ok``, ``probe`` (the one request let through after
         an ejection; tell its outcome with ``probe=True``) or ``ejected``."""
+        if self.checked_down:
+            return "ejected"
         until = self.ejected_until
         if until is None:
             return "ok"
@@ -90,6 +119,8 @@ class TargetHealth:
 
     def available(self, now: float) -> bool:
         """Would ``admit`` let a request through (without taking the probe slot)?"""
+        if self.checked_down:
+            return False
         until = self.ejected_until
         if until is None:
             return True
@@ -189,6 +220,11 @@ class HealthRegistry:
         if ejected is not None:
             self.on_eject(key, health.last_reason or "")
         return ejected
+
+    def checked(self, key: str, spec: HealthSpec, passed: bool) -> None:
+        health = self.get(key, spec)
+        if health.checked(passed):
+            self.on_eject(key, "activeCheck")
 
     def __iter__(self) -> Iterator[tuple[str, TargetHealth]]:
         return iter(sorted(self.targets.items()))

@@ -359,3 +359,54 @@ binds:
     (first, *_) = backends["d.test:80"].received
     assert first.target == "/v1/messages" and first.header("x-api-key") == "key-d"
     assert json.loads(first.body)["model"] == "claude-x"
+
+
+async def test_active_health_checks_take_a_backend_out_and_bring_it_back(autojump_clock):
+    health = {"ok": False}
+
+    async def checked(conn: BackendConnection) -> None:
+        while (request := await conn.request()) is not None:
+            if request.target == "/healthz":
+                await conn.respond(200 if health["ok"] else 503)
+            else:
+                await conn.respond(200, b"b")  # its traffic works: only the check says it is down
+
+    config = ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {health: {activeCheck: "
+              "{path: /healthz, interval: 5s, unhealthyThreshold: 2, healthyThreshold: 2}}}\n"
+              '      backends: [{host: "a.test:80"}, {host: "b.test:80"}]\n')
+    backends = {"a.test:80": Backend(answer(200, b"a")), "b.test:80": Backend(checked)}
+    async with memory_gateway(config, backends) as gw:
+        gw.runtime.resilience.seed(random.Random(9))
+        await gw.nursery.start(gw.runtime.resilience.run_checks)
+        await trio.sleep(5.1)  # checks at 0 and 5: two failures
+        down = [(await gw.request()).body for _ in range(50)]
+        health["ok"] = True
+        await trio.sleep(10)  # checks at 10 and 15 pass
+        up = [(await gw.request()).body for _ in range(50)]
+        states = {u["target"]: u["state"] for u in gw.runtime.resilience.snapshot(
+            (r.key, b) for r in gw.config.binds[0].listeners[0].routes for b in r.backends)}
+    assert down == [b"a"] * 50
+    assert b"b" in up and states == {"a.test:80": "healthy", "b.test:80": "healthy"}
+    checks = [r for r in backends["b.test:80"].received if r.target == "/healthz"]
+    assert len(checks) == 4 and checks[0].header("user-agent") == "trioproxy-health-check"
+
+
+def test_an_active_check_on_an_ai_backend_is_refused():
+    from trioproxy.config import ConfigError, parse_config
+
+    text = ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - backends:\n"
+            "      - ai: {name: x, provider: {openAI: {}}, hostOverride: 'a.test:80'}\n"
+            "        policies: {health: {activeCheck: {path: /}}}\n")
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, env={})
+    assert "active health checks apply to host backends" in str(info.value)
+
+
+async def test_a_request_cut_by_its_timeout_mid_retry_gives_its_budget_back(autojump_clock):
+    config = bind_config("{attempts: 50, codes: [503], backoff: 1s}").replace(
+        "policies: {retry:", "policies: {timeout: {requestTimeout: 2500ms}, retry:")
+    async with memory_gateway(config, {"b.test:80": Backend(answer(503))}) as gw:
+        response = await gw.request()
+        (state,) = gw.runtime.resilience.budgets.values()
+    assert response.status == 504
+    assert (state.requests, state.retries) == (0, 0)

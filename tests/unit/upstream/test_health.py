@@ -119,3 +119,20 @@ def test_registry_tells_each_ejection_and_keeps_state_across_spec_changes():
     wider = HealthSpec(consecutive_failures=10)
     assert registry.get("a", wider).spec == wider and registry.get("a", wider).total_ejections == 1
     assert [key for key, _ in registry] == ["a"]
+
+
+def test_active_checks_take_the_target_out_after_the_unhealthy_threshold_and_back_after_the_healthy_one():
+    from trioproxy.policies.resilience import ActiveCheckSpec
+
+    h = TargetHealth(HealthSpec(check=ActiveCheckSpec(unhealthy_threshold=2, healthy_threshold=3)))
+    assert h.checked(False) is False and h.available(0.0)
+    h.checked(True)  # a pass between resets the count
+    assert h.checked(False) is False
+    assert h.checked(False) is True and not h.available(0.0) and h.admit(0.0) == "ejected"
+    assert h.state(0.0) == "ejected" and h.last_reason == "activeCheck"
+    h.checked(True)
+    h.checked(True)
+    assert not h.available(0.0)
+    h.checked(True)
+    assert h.available(0.0) and h.state(0.0) == "healthy"
+    assert TargetHealth(SPEC).checked(False) is False  # no check configured: nothing changes

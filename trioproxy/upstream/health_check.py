@@ -1,0 +1,69 @@
+"""Active health checks of host backends (``health.activeCheck``, docs/resilience.md): a task in the
+root nursery sends ``GET path`` to each checked target every ``interval`` over the upstream pool;
+the results go to the target's ``TargetHealth.checked`` (upstream/health.py), which takes it out
+after ``unhealthyThreshold`` failures in a row and back after ``healthyThreshold`` passes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import trio
+
+from ..config.model import Address
+from ..errors import ProxyError
+from ..policies.resilience import HealthSpec
+from .health import HealthRegistry
+from .pool import UpstreamPool
+
+__all__ = ["HealthChecker"]
+
+#: how often the due checks are looked for
+TICK = 0.25
+
+Target = tuple[str, Address, HealthSpec]  # key, address, spec with ``check`` set
+
+
+class HealthChecker:
+    """Runs the checks of ``targets()`` (read at each tick: a reload's new targets are picked up)."""
+
+    def __init__(self, pool: UpstreamPool, registry: HealthRegistry, targets: Callable[[], Iterable[Target]]) -> None:
+        self.pool = pool
+        self.registry = registry
+        self.targets = targets
+        self.due: dict[str, float] = {}
+        self.running: set[str] = set()
+        self.checks = 0
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            task_status.started()
+            while True:
+                now = trio.current_time()
+                for key, address, spec in self.targets():
+                    check = spec.check
+                    if check is None or key in self.running:
+                        continue
+                    due = self.due.setdefault(key, now)
+                    if now >= due:
+                        self.due[key] = now + check.interval
+                        self.running.add(key)
+                        nursery.start_soon(self._check, key, address, spec)
+                await trio.sleep(TICK)
+
+    async def _check(self, key: str, address: Address, spec: HealthSpec) -> None:
+        check = spec.check
+        assert check is not None
+        passed = False
+        try:
+            with trio.move_on_after(check.timeout):
+                headers = [(b"host", str(address).encode()), (b"user-agent", b"trioproxy-health-check")]
+                response = await self.pool.request(address, b"GET", check.path.encode(), headers, b"")
+                async with response:
+                    await response.read()
+                passed = 200 <= response.status < 300
+        except (ProxyError, OSError):
+            passed = False
+        finally:
+            self.running.discard(key)
+        self.checks += 1
+        self.registry.checked(key, spec, passed)
