@@ -2,6 +2,7 @@
 
     python servers.py math [--port 8001]    # tools add, slow_count; prompt review; resource math://pi
     python servers.py text [--port 8002]    # tools echo, shout; prompt greet
+    python servers.py math --stdio          # the same over stdin/stdout (a gateway `stdio` target)
 
 Each prints ``listening on http://127.0.0.1:<port>/mcp`` once it accepts connections (``--port 0``
 picks a free port: the tests run them so). The gateway in config.yaml puts both behind one endpoint.
@@ -93,8 +94,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("server", choices=["math", "text"])
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout instead of HTTP")
     args = parser.parse_args(argv)
     server = math_server() if args.server == "math" else text_server()
+    if args.stdio:
+        server.run("stdio")
+        return
     try:
         asyncio.run(serve(server, args.port))
     except KeyboardInterrupt:

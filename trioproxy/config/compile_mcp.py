@@ -65,8 +65,9 @@ def backend(value: d.Backend, policies: m.Policies, r: Reader, authorization: Au
             r.at(target, "sse", "sse targets (the older HTTP+SSE transport) are not supported by this version of "
                                 "trioproxy; use mcp (Streamable HTTP)")
         elif target.stdio is not None:
-            r.at(target, "stdio", "stdio targets are not supported by this version of trioproxy; use mcp "
-                                  "(Streamable HTTP)")
+            stdio = target.stdio
+            targets.append(m.McpTarget(target.name, "stdio", cmd=stdio.cmd, args=stdio.args,
+                                       env=tuple(sorted(stdio.env.items()))))
     own = value.policies.mcp_authorization if value.policies is not None else None
     mcp = m.McpBackend(tuple(targets), stateful=spec.stateful_mode == "stateful", prefix_mode=spec.prefix_mode,
                        fail_open=spec.failure_mode == "failOpen",

@@ -33,6 +33,7 @@ from ..config.model import McpBackend, McpTarget
 from ..policies.authorization import AuthorizationPolicy, decide
 from . import jsonrpc as rpc
 from .session import SessionCodec, TargetSessions
+from .stdio import StdioPool, StdioReply
 from .upstream import HttpTargets, TargetFailure, TargetReply
 
 __all__ = ["DEFAULT_VERSION", "McpAnswer", "McpCall", "McpRelay", "McpRequest"]
@@ -108,10 +109,12 @@ def _header(headers: list[Header], name: bytes) -> str | None:
 class McpRelay:
     """The relay of one ``mcp`` backend; stateless itself (the session is in the id)."""
 
-    def __init__(self, spec: McpBackend, codec: SessionCodec, http: HttpTargets) -> None:
+    def __init__(self, spec: McpBackend, codec: SessionCodec, http: HttpTargets,
+                 stdio: StdioPool | None = None) -> None:
         self.spec = spec
         self.codec = codec
         self.http = http
+        self.stdio = stdio or StdioPool()
         self.targets = {t.name: t for t in spec.targets}
         self.index = {t.name: i for i, t in enumerate(spec.targets)}
         self.policy = AuthorizationPolicy(spec.authorization) if spec.authorization is not None else None
@@ -335,8 +338,13 @@ class McpRelay:
     async def _close(self, sessions: TargetSessions) -> None:
         with trio.CancelScope(shield=True):
             for name, (sid, version) in sessions.items():
-                if sid is not None:
-                    await self.http.delete(self.targets[name].url, sid, version)
+                target = self.targets.get(name)
+                if sid is None or target is None:
+                    continue
+                if target.transport == "stdio":
+                    self.stdio.stop(sid)
+                else:
+                    await self.http.delete(target.url, sid, version)
 
     def _check_failures(self, failures: dict[str, str], count: int) -> None:
         if not failures:
@@ -503,7 +511,9 @@ class McpRelay:
         return [(name, value) for name, value in request.headers if name in (b"authorization",)]
 
     async def _post(self, request: McpRequest, target: McpTarget, message: dict[str, Any], sid: str | None,
-                    version: str | None) -> TargetReply:
+                    version: str | None) -> TargetReply | StdioReply:
+        if target.transport == "stdio":
+            return await self.stdio.post(target, message, sid)
         return await self.http.post(target.url, message, session_id=sid, version=version,
                                     headers=self._forwarded_headers(request))
 
@@ -540,7 +550,7 @@ class McpRelay:
 class _Relayed:
     """A routed call's answer from its target, passed on to the client (whole, or as a stream)."""
 
-    def __init__(self, relay: McpRelay, reply: TargetReply, id: Any, target: str, call: McpCall,
+    def __init__(self, relay: McpRelay, reply: TargetReply | StdioReply, id: Any, target: str, call: McpCall,
                  done: Callable[..., McpAnswer], temporary: TargetSessions | None) -> None:
         self.relay, self.reply, self.id, self.target, self.call = relay, reply, id, target, call
         self.done = done
@@ -612,7 +622,7 @@ def _server_request_id(id: Any) -> tuple[int, Any] | None:
         return None
 
 
-async def _response_of(reply: TargetReply, id: Any) -> dict[str, Any]:
+async def _response_of(reply: TargetReply | StdioReply, id: Any) -> dict[str, Any]:
     """The response to ``id`` in a target's answer (notifications before it are dropped)."""
     async for message in reply.messages():
         if "method" not in message and message.get("id") == id:

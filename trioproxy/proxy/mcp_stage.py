@@ -17,12 +17,14 @@ from collections.abc import AsyncGenerator, Sequence
 from types import TracebackType
 from typing import Any
 
+import trio
 from prometheus_client import CollectorRegistry, Counter
 
 from ..config.model import Backend, McpBackend
 from ..errors import AuthenticationFailed, DirectResponse
 from ..mcp.relay import McpAnswer, McpCall, McpRelay, McpRequest
 from ..mcp.session import SessionCodec
+from ..mcp.stdio import StdioPool
 from ..mcp.upstream import HttpTargets
 from ..policies.jwt import JwtFailure, JwtVerifier, UnknownKey, bearer_token
 from ..policies.mcp_auth import (
@@ -146,6 +148,8 @@ class McpHub:
         self.http: HttpTargets | None = None
         self.codec: SessionCodec | None = None
         self.relays: dict[McpBackend, McpRelay] = {}
+        #: stdio targets' processes; ``run`` (in the root nursery) owns them
+        self.stdio = StdioPool()
         self.calls = Counter("trioproxy_mcp_calls", "MCP JSON-RPC calls through mcp backends, by result "
                              "(ok, error, denied)", ("route", "method", "target", "name", "result"),
                              registry=registry)
@@ -158,8 +162,12 @@ class McpHub:
             self.http = HttpTargets()
         relay = self.relays.get(spec)
         if relay is None:
-            relay = self.relays[spec] = McpRelay(spec, self.codec, self.http)
+            relay = self.relays[spec] = McpRelay(spec, self.codec, self.http, self.stdio)
         return relay
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the stdio targets' processes until cancelled (then they are ended)."""
+        await self.stdio.run(task_status=task_status)
 
     async def respond(self, x: Exchange, backend: Backend, key: bytes | None, max_body: int) -> McpResponse:
         """The answer of ``backend``'s relay to the request (steps 6 for an ``mcp`` backend)."""
@@ -189,5 +197,4 @@ class McpHub:
 
 
 def _now() -> float:
-    import trio
     return trio.current_time()
