@@ -22,7 +22,9 @@ class McpServer:
 
     def __init__(self, kind: str, port: int = 0) -> None:
         self.kind = kind
-        self.process = subprocess.Popen([sys.executable, str(SERVERS), kind, "--port", str(port)],
+        kind, _, transport = kind.partition("/")  # "text/sse": the older HTTP+SSE transport
+        self.process = subprocess.Popen([sys.executable, str(SERVERS), kind, "--port", str(port),
+                                         *(["--sse"] if transport == "sse" else [])],
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.process.stdout.readline() if self.process.stdout else ""
         if not line.startswith("listening on "):

@@ -3,6 +3,7 @@
     python servers.py math [--port 8001]    # tools add, slow_count; prompt review; resource math://pi
     python servers.py text [--port 8002]    # tools echo, shout; prompt greet
     python servers.py math --stdio          # the same over stdin/stdout (a gateway `stdio` target)
+    python servers.py text --sse            # the older HTTP+SSE transport at /sse (an `sse` target)
 
 Each prints ``listening on http://127.0.0.1:<port>/mcp`` once it accepts connections (``--port 0``
 picks a free port: the tests run them so). The gateway in config.yaml puts both behind one endpoint.
@@ -67,7 +68,7 @@ def text_server() -> MCPServer:
     return server
 
 
-async def serve(server: MCPServer, port: int) -> None:
+async def serve(server: MCPServer, port: int, sse: bool = False) -> None:
     from hypercorn.asyncio import serve as hypercorn_serve
     from hypercorn.config import Config
 
@@ -80,11 +81,11 @@ async def serve(server: MCPServer, port: int) -> None:
     config.bind = [f"fd://{sock.fileno()}"]
     config.accesslog = None
     config.errorlog = None
-    app = server.streamable_http_app()
+    app = server.sse_app() if sse else server.streamable_http_app()
 
     async def announce() -> None:
         await asyncio.sleep(0)
-        print(f"listening on http://127.0.0.1:{sock.getsockname()[1]}/mcp", flush=True)
+        print(f"listening on http://127.0.0.1:{sock.getsockname()[1]}/{'sse' if sse else 'mcp'}", flush=True)
 
     asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(announce()))
     await hypercorn_serve(app, config)  # type: ignore[arg-type]
@@ -95,13 +96,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("server", choices=["math", "text"])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout instead of HTTP")
+    parser.add_argument("--sse", action="store_true", help="speak the older HTTP+SSE transport (/sse)")
     args = parser.parse_args(argv)
     server = math_server() if args.server == "math" else text_server()
     if args.stdio:
         server.run("stdio")
         return
     try:
-        asyncio.run(serve(server, args.port))
+        asyncio.run(serve(server, args.port, args.sse))
     except KeyboardInterrupt:
         sys.exit(0)
 

@@ -92,3 +92,36 @@ async def test_a_stdio_session_elsewhere_fails_naming_the_target_and_shutdown_en
         [process] = first.info.runtime.mcp.stdio.processes.values()
         first.info.shutdown.set()
         await until(lambda: process.process.returncode is not None)
+
+
+SSE_ROUTE = """
+- name: tools
+  matches: [{{path: {{pathPrefix: /mcp}}}}]
+  backends:
+  - mcp:
+      targets:
+      - {{name: math, mcp: {{host: "{math}"}}}}
+      - {{name: text, sse: {{host: "{text}"}}}}
+"""
+
+
+async def test_an_sse_target_speaks_the_older_transport_behind_the_same_endpoint(nursery):
+    async with mcp_servers("math", "text/sse") as (math, text):
+        assert text.url.endswith("/sse")
+        gw = await start_routes(nursery, SSE_ROUTE, port=free_port(), math=math.url, text=text.url)
+        pool = gw.info.runtime.mcp.stdio
+        async with mcp_client(gw.url + "/mcp") as session:
+            names = [t.name for t in (await session.list_tools()).tools]
+            assert names == ["math_add", "math_slow_count", "text_echo", "text_shout"]
+            assert (await session.call_tool("text_shout", {"text": "sse"})).structured_content == {"result": "SSE"}
+            greeting = await session.get_prompt("text_greet", {"name": "Ada"})
+            assert greeting.messages[0].content.text == "Hello, Ada!"
+            [stream] = pool.processes.values()
+            assert stream.endpoint.startswith(text.url.removesuffix("/sse") + "/messages/")
+            text.kill()  # the server goes: its calls fail naming it, the other target serves
+            await until(lambda: stream.exited is not None)
+            with pytest.raises(MCPError) as raised:
+                await session.call_tool("text_echo", {"text": "x"})
+            assert raised.value.error.message.startswith("MCP target 'text' failed: its event stream")
+            assert (await session.call_tool("math_add", {"a": 1, "b": 1})).structured_content == {"result": 2}
+        await until(lambda: not pool.processes)

@@ -61,9 +61,10 @@ def backend(value: d.Backend, policies: m.Policies, r: Reader, authorization: Au
             url = _url(target.mcp, "/mcp", r)
             if url is not None:
                 targets.append(m.McpTarget(target.name, "mcp", url=url))
-        elif target.sse is not None:  # not built yet: refused by name rather than served wrongly
-            r.at(target, "sse", "sse targets (the older HTTP+SSE transport) are not supported by this version of "
-                                "trioproxy; use mcp (Streamable HTTP)")
+        elif target.sse is not None:
+            url = _url(target.sse, "/sse", r)
+            if url is not None:
+                targets.append(m.McpTarget(target.name, "sse", url=url))
         elif target.stdio is not None:
             stdio = target.stdio
             targets.append(m.McpTarget(target.name, "stdio", cmd=stdio.cmd, args=stdio.args,

@@ -341,7 +341,7 @@ class McpRelay:
                 target = self.targets.get(name)
                 if sid is None or target is None:
                     continue
-                if target.transport == "stdio":
+                if target.transport in ("stdio", "sse"):
                     self.stdio.stop(sid)
                 else:
                     await self.http.delete(target.url, sid, version)
@@ -512,7 +512,7 @@ class McpRelay:
 
     async def _post(self, request: McpRequest, target: McpTarget, message: dict[str, Any], sid: str | None,
                     version: str | None) -> TargetReply | StdioReply:
-        if target.transport == "stdio":
+        if target.transport in ("stdio", "sse"):
             return await self.stdio.post(target, message, sid)
         return await self.http.post(target.url, message, session_id=sid, version=version,
                                     headers=self._forwarded_headers(request))

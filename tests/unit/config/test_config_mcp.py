@@ -34,7 +34,7 @@ def test_targets_and_modes_are_read():
     ('[{name: a_b, mcp: {host: "http://h:1/mcp"}}]', "mcp.targets[0].name: a target name must be non-empty"),
     ('[{name: a, mcp: {host: "ftp://h/x"}}]', "mcp.targets[0].mcp.host: expected an http:// or https:// URL"),
     ('[{name: a, mcp: {host: "h"}}]', "mcp.targets[0].mcp.port: the port is required"),
-    ('[{name: a, sse: {host: "http://h:1/sse"}}]', "mcp.targets[0].sse: sse targets (the older HTTP+SSE"),
+    ('[{name: a, sse: {host: "h"}}]', "mcp.targets[0].sse.port: the port is required"),
     ('[{name: a, mcp: {host: "http://h:1/mcp"}, stdio: {cmd: x}}]', "expected exactly one of: mcp, sse, stdio"),
     ('[{name: a, openapi: {}}]', "'openapi' is an agentgateway feature that trioproxy does not implement"),
     ("[]", "mcp.targets: expected at least one entry"),
@@ -45,9 +45,11 @@ def test_bad_targets_are_named(targets, expected):
 
 
 def test_a_stdio_target_is_read():
-    config = load(ROUTE.format(policies="{}", targets="[{name: ev, stdio: {cmd: npx, args: [-y, srv], env: {A: b}}}]"))
-    [target] = config.binds[0].listeners[0].routes[0].backends[0].mcp.targets
-    assert (target.transport, target.cmd, target.args, target.env) == ("stdio", "npx", ("-y", "srv"), (("A", "b"),))
+    config = load(ROUTE.format(policies="{}", targets="[{name: ev, stdio: {cmd: npx, args: [-y, srv], env: {A: b}}}, "
+                                                      "{name: old, sse: {host: 'h', port: 9}}]"))
+    stdio, sse = config.binds[0].listeners[0].routes[0].backends[0].mcp.targets
+    assert (stdio.transport, stdio.cmd, stdio.args, stdio.env) == ("stdio", "npx", ("-y", "srv"), (("A", "b"),))
+    assert (sse.transport, sse.url) == ("sse", "http://h:9/sse")
 
 
 def test_session_key_and_policies_checked():
