@@ -188,7 +188,7 @@ class McpRelay:
         def failed(error: rpc.JsonRpcError) -> McpAnswer:
             error.id = id
             return done(_json_answer(error.body(), error.status), error=error.message,
-                        result="denied" if getattr(error, "denied", False) else "error")
+                        result="denied" if error.denied else "error")
 
         if kind == "request" and method == "initialize":
             try:
@@ -230,6 +230,8 @@ class McpRelay:
                 if temporary:
                     sessions = await self._open_all(request, call)
                 await self._fanout(request, message, sessions, call)
+                if temporary:
+                    await self._close(sessions)
                 return done(_json_answer(rpc.result_message(id, {})))
             answer = await self._route(request, message, sessions, call, temporary, done)
             return answer
@@ -333,7 +335,7 @@ class McpRelay:
         except rpc.JsonRpcError:
             await self._close(sessions)
             raise
-        return sessions
+        return {t.name: sessions[t.name] for t in self.spec.targets if t.name in sessions}  # the targets' order
 
     async def _close(self, sessions: TargetSessions) -> None:
         with trio.CancelScope(shield=True):
@@ -483,7 +485,7 @@ class McpRelay:
         call.target, call.name = target_name, name
         arguments = params.get("arguments")
         if not self.allowed(request.activation, method, kind, target_name, name, arguments):
-            unknown.denied = True  # type: ignore[attr-defined]
+            unknown.denied = True
             raise unknown
         if target_name not in sessions:
             raise rpc.JsonRpcError(rpc.INTERNAL_ERROR, f"MCP target '{target_name}' is unavailable: it is not "
