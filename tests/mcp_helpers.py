@@ -50,14 +50,14 @@ async def mcp_servers(*kinds: str) -> AsyncIterator[list[McpServer]]:
 
 
 @asynccontextmanager
-async def mcp_client(url: str, headers: dict[str, str] | None = None) -> AsyncIterator[Any]:
+async def mcp_client(url: str, headers: dict[str, str] | None = None, **session_options: Any) -> AsyncIterator[Any]:
     """The SDK's ClientSession over Streamable HTTP, initialized (the legacy handshake the gateway speaks)."""
     import httpx2  # the SDK's own HTTP client package
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
     async with httpx2.AsyncClient(headers=headers or {}, timeout=30) as http, \
-            streamable_http_client(url, http_client=http) as (read, write), ClientSession(read, write) as session:
+            streamable_http_client(url, http_client=http) as (read, write), ClientSession(read, write, **session_options) as session:
         await session.initialize()
         yield session
 

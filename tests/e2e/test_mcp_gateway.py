@@ -185,3 +185,21 @@ async def test_a_target_down_at_initialize_fails_closed_naming_it_or_is_left_out
             with pytest.raises(MCPError) as raised:
                 await session.call_tool("text_echo", {"text": "x"})
             assert raised.value.error.message.startswith("MCP target 'text' is unavailable")
+
+
+async def test_a_servers_own_request_reaches_the_client_and_its_answer_the_server(nursery):
+    from mcp.types import ElicitResult
+
+    async with mcp_servers("math", "ask") as (math, ask):
+        gw = await start_routes(nursery, ROUTE.replace("name: text", "name: ask"), port=free_port(), math=math.url,
+                                text=ask.url, failure="failClosed")
+        asked: list[str] = []
+
+        async def answer(context, params) -> ElicitResult:
+            asked.append(params.message)
+            return ElicitResult(action="accept", content={"name": "Ada"})
+
+        async with mcp_client(gw.url + "/mcp", elicitation_callback=answer) as session:
+            result = await session.call_tool("ask_greet_me", {})
+            assert result.structured_content == {"result": "Hello, Ada!"}
+            assert asked == ["What is your name?"]
