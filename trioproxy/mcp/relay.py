@@ -142,6 +142,29 @@ class McpRelay:
             return None
         return target, rest
 
+    def describe(self, body: bytes) -> dict[str, Any] | None:
+        """CEL's ``mcp`` for a request body before it is relayed: its method, and for a routed call
+        the item (``tool``, ``prompt``, ``resource``: ``name`` at its target, ``target``; the exposed
+        name when no target is known yet) and ``arguments``; None for a body that is not one message."""
+        try:
+            message = rpc.parse(body)
+        except rpc.JsonRpcError:
+            return None
+        method = message.get("method")
+        if not isinstance(method, str):
+            return None
+        out: dict[str, Any] = {"method": method}
+        params = message.get("params") or {}
+        routed = ROUTED.get(method)
+        if routed is not None and isinstance(params.get(routed[0]), str):
+            field, kind = routed
+            found = self.resolve(params[field], kind, {})
+            target, name = found if found is not None else ("", params[field])
+            out[kind] = {"name": name, "target": target}
+            if "arguments" in params:
+                out["arguments"] = params["arguments"]
+        return out
+
     def allowed(self, activation: Mapping[str, Any], method: str, kind: str, target: str, name: str,
                 arguments: Any = None) -> bool:
         """``mcpAuthorization`` for one item (a call, or an entry of a listing)."""

@@ -20,7 +20,7 @@ from typing import Any
 import trio
 from prometheus_client import CollectorRegistry, Counter
 
-from ..config.model import Backend, McpBackend
+from ..config.model import Backend, Config, McpBackend
 from ..errors import AuthenticationFailed, DirectResponse
 from ..mcp.relay import McpAnswer, McpCall, McpRelay, McpRequest
 from ..mcp.session import SessionCodec
@@ -169,11 +169,22 @@ class McpHub:
         """Own the stdio targets' processes until cancelled (then they are ended)."""
         await self.stdio.run(task_status=task_status)
 
+    async def peek(self, x: Exchange, spec: McpBackend, config: Config) -> None:
+        """Before the route phase: read the POST's JSON-RPC message, so CEL sees ``mcp.method`` and
+        ``mcp.tool.name``/``target`` (``prompt``, ``resource``) and ``mcp.arguments`` in the route's
+        authorization rules and remoteRateLimit descriptors; the relay reuses the body."""
+        if x.scope["method"] != "POST":
+            return
+        x.mcp_body = body = await x.read_body(config.frontend.max_buffer_size)
+        x.mcp_call = self.relay(spec, config.session_key).describe(body)
+
     async def respond(self, x: Exchange, backend: Backend, key: bytes | None, max_body: int) -> McpResponse:
         """The answer of ``backend``'s relay to the request (steps 6 for an ``mcp`` backend)."""
         assert backend.mcp is not None
         relay = self.relay(backend.mcp, key)
-        body = await x.read_body(max_body) if x.scope["method"] == "POST" else b""
+        body = x.mcp_body
+        if body is None:
+            body = await x.read_body(max_body) if x.scope["method"] == "POST" else b""
         tr = x.tracer
         tr.snapshot("final request", x)
         x.upstream_started = now = _now()

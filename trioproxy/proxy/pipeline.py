@@ -133,6 +133,9 @@ class Pipeline:
         tr = x.tracer
         route = compiled.route
 
+        if compiled.mcp_peek is not None:  # the JSON-RPC call, for CEL ``mcp`` in the route's stages (docs/mcp.md)
+            await self.runtime.mcp.peek(x, compiled.mcp_peek, self.runtime.state.config)
+
         # 4. route phase
         tr.policy_selection("route", route.policies)
         for stage in compiled.phase.request:
