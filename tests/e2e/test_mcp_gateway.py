@@ -203,3 +203,23 @@ async def test_a_servers_own_request_reaches_the_client_and_its_answer_the_serve
             result = await session.call_tool("ask_greet_me", {})
             assert result.structured_content == {"result": "Hello, Ada!"}
             assert asked == ["What is your name?"]
+
+
+async def test_workers_share_one_session_key_when_the_config_names_none(tmp_path):
+    async with mcp_servers("math", "text") as (math, text):
+        port = free_port()
+        routes = "\n".join("      " + line for line in ROUTE.format(
+            failure="failClosed", math=math.url, text=text.url).strip("\n").splitlines())
+        config = f"binds:\n- port: {port}\n  listeners:\n  - routes:\n{routes}\n"
+        gw = await start_workers(tmp_path, config, workers=2, bind_port=port)
+        try:
+            url = gw.url + "/mcp"
+            session = (await rpc(url, INITIALIZE)).headers["mcp-session-id"]
+            for i in range(12):  # a new connection each: both workers take some
+                r = await rpc(url, {"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                                    "params": {"name": "math_add", "arguments": {"a": i, "b": 0}}}, session=session)
+                assert r.status_code == 200 and f'"text":"{i}"' in r.text.replace(" ", ""), r.text
+            served = await gw.per_worker()
+            assert len([n for n in served.values() if n > 0]) == 2, served
+        finally:
+            gw.stop()

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, Counter
 from ..config.model import Backend, Config, McpBackend
 from ..errors import AuthenticationFailed, DirectResponse
 from ..mcp.relay import McpAnswer, McpCall, McpRelay, McpRequest
-from ..mcp.session import SessionCodec
+from ..mcp.session import SessionCodec, inherited_key
 from ..mcp.stdio import StdioPool
 from ..mcp.upstream import HttpTargets
 from ..policies.jwt import JwtFailure, JwtVerifier, UnknownKey, bearer_token
@@ -155,6 +155,7 @@ class McpHub:
                              registry=registry)
 
     def relay(self, spec: McpBackend, key: bytes | None) -> McpRelay:
+        key = key if key is not None else inherited_key()
         if self.codec is None or (key is not None and self.codec.key != key):
             self.codec = SessionCodec(key)
             self.relays.clear()
