@@ -22,7 +22,9 @@ class McpServer:
 
     def __init__(self, kind: str, port: int = 0) -> None:
         self.kind = kind
-        self.process = subprocess.Popen([sys.executable, str(SERVERS), kind, "--port", str(port)],
+        kind, _, transport = kind.partition("/")  # "text/sse": the older HTTP+SSE transport
+        self.process = subprocess.Popen([sys.executable, str(SERVERS), kind, "--port", str(port),
+                                         *(["--sse"] if transport == "sse" else [])],
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.process.stdout.readline() if self.process.stdout else ""
         if not line.startswith("listening on "):
@@ -48,14 +50,14 @@ async def mcp_servers(*kinds: str) -> AsyncIterator[list[McpServer]]:
 
 
 @asynccontextmanager
-async def mcp_client(url: str, headers: dict[str, str] | None = None) -> AsyncIterator[Any]:
+async def mcp_client(url: str, headers: dict[str, str] | None = None, **session_options: Any) -> AsyncIterator[Any]:
     """The SDK's ClientSession over Streamable HTTP, initialized (the legacy handshake the gateway speaks)."""
     import httpx2  # the SDK's own HTTP client package
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
     async with httpx2.AsyncClient(headers=headers or {}, timeout=30) as http, \
-            streamable_http_client(url, http_client=http) as (read, write), ClientSession(read, write) as session:
+            streamable_http_client(url, http_client=http) as (read, write), ClientSession(read, write, **session_options) as session:
         await session.initialize()
         yield session
 

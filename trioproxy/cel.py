@@ -353,6 +353,7 @@ def build_activation(
     basic_auth: Mapping[str, Any] | None = None,
     key: Mapping[str, Any] | None = None,
     team: Mapping[str, Any] | None = None,
+    mcp: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The CEL variables of one request, with agentgateway's names.
 
@@ -397,4 +398,6 @@ def build_activation(
         activation["response"] = response
     if backend is not None:
         activation["backend"] = backend
+    if mcp is not None:  # a JSON-RPC call to an mcp backend: mcp.method, mcp.tool.name... (docs/mcp.md)
+        activation["mcp"] = mcp
     return activation

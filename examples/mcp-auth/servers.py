@@ -2,6 +2,9 @@
 
     python servers.py math [--port 8001]    # tools add, slow_count; prompt review; resource math://pi
     python servers.py text [--port 8002]    # tools echo, shout; prompt greet
+    python servers.py math --stdio          # the same over stdin/stdout (a gateway `stdio` target)
+    python servers.py text --sse            # the older HTTP+SSE transport at /sse (an `sse` target)
+    python servers.py ask                   # tool greet_me, which asks the client for a name (elicitation)
 
 Each prints ``listening on http://127.0.0.1:<port>/mcp`` once it accepts connections (``--port 0``
 picks a free port: the tests run them so). The gateway in config.yaml puts both behind one endpoint.
@@ -15,6 +18,7 @@ import socket
 import sys
 
 from mcp.server.mcpserver import Context, MCPServer
+from pydantic import BaseModel
 
 
 def math_server() -> MCPServer:
@@ -66,7 +70,22 @@ def text_server() -> MCPServer:
     return server
 
 
-async def serve(server: MCPServer, port: int) -> None:
+def ask_server() -> MCPServer:
+    server = MCPServer("ask")
+
+    class Name(BaseModel):
+        name: str
+
+    @server.tool()
+    async def greet_me(ctx: Context) -> str:
+        """Ask the user for a name (an elicitation: the server's own request to the client)."""
+        answer = await ctx.elicit("What is your name?", Name)
+        return f"Hello, {answer.data.name}!" if answer.action == "accept" else "no name given"
+
+    return server
+
+
+async def serve(server: MCPServer, port: int, sse: bool = False) -> None:
     from hypercorn.asyncio import serve as hypercorn_serve
     from hypercorn.config import Config
 
@@ -79,11 +98,11 @@ async def serve(server: MCPServer, port: int) -> None:
     config.bind = [f"fd://{sock.fileno()}"]
     config.accesslog = None
     config.errorlog = None
-    app = server.streamable_http_app()
+    app = server.sse_app() if sse else server.streamable_http_app()
 
     async def announce() -> None:
         await asyncio.sleep(0)
-        print(f"listening on http://127.0.0.1:{sock.getsockname()[1]}/mcp", flush=True)
+        print(f"listening on http://127.0.0.1:{sock.getsockname()[1]}/{'sse' if sse else 'mcp'}", flush=True)
 
     asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(announce()))
     await hypercorn_serve(app, config)  # type: ignore[arg-type]
@@ -91,12 +110,17 @@ async def serve(server: MCPServer, port: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("server", choices=["math", "text"])
+    parser.add_argument("server", choices=["math", "text", "ask"])
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout instead of HTTP")
+    parser.add_argument("--sse", action="store_true", help="speak the older HTTP+SSE transport (/sse)")
     args = parser.parse_args(argv)
-    server = math_server() if args.server == "math" else text_server()
+    server = {"math": math_server, "text": text_server, "ask": ask_server}[args.server]()
+    if args.stdio:
+        server.run("stdio")
+        return
     try:
-        asyncio.run(serve(server, args.port))
+        asyncio.run(serve(server, args.port, args.sse))
     except KeyboardInterrupt:
         sys.exit(0)
 

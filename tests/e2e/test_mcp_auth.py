@@ -15,7 +15,7 @@ import yaml
 from mcp.shared.exceptions import MCPError
 
 from fixtures.keycloak import open_keycloak
-from tests.conftest import free_port, run_cli, start_gateway
+from tests.conftest import ROOT, free_port, run_cli, start_gateway
 from tests.mcp_helpers import mcp_client, mcp_servers, rpc
 from trioproxy.config import parse_config
 from trioproxy.idp.keycloak_setup import SetupRequest, UserSpec, run_setup
@@ -148,3 +148,29 @@ async def test_idp_setup_prints_the_mcp_authentication_block_to_paste(tmp_path):
         out = json.loads(again.stdout)
         assert out["mcp"] == {"clientId": "mcp-client", "clientUuid": client.id, "resource": resource}
         assert [m["name"] for m in client.mappers] == ["mcp-resource-audience", "group"]
+
+
+async def test_the_example_runs_as_its_readme_says(nursery):
+    port = free_port()
+    resource = f"http://127.0.0.1:{port}/mcp"
+    async with open_keycloak() as kc, mcp_servers("math", "text") as (math, text):
+        result = await prepared(kc, resource)
+        config = (ROOT / "examples" / "mcp-auth" / "config.yaml").read_text()
+        for fixed, actual in (("127.0.0.1:8080", f"127.0.0.1:{kc.port}"), ("127.0.0.1:3000", f"127.0.0.1:{port}"),
+                              ("port: 3000", f"port: {port}"), ("http://127.0.0.1:8001/mcp", math.url),
+                              ("http://127.0.0.1:8002/mcp", text.url)):
+            assert fixed in config
+            config = config.replace(fixed, actual)
+        await start_gateway(nursery, config.replace("{", "{{").replace("}", "}}"))
+        alice = await password_token(result.token_endpoint, "mcp-client", "alice", "pw-a")
+        bob = await password_token(result.token_endpoint, "mcp-client", "bob", "pw-b")
+        async with mcp_client(resource, {"authorization": f"Bearer {bob}"}) as session:
+            assert [t.name for t in (await session.list_tools()).tools] == ["text_echo", "text_shout"]
+        async with mcp_client(resource, {"authorization": f"Bearer {alice}"}) as session:
+            assert len((await session.list_tools()).tools) == 4
+            text.kill()
+            assert (await session.call_tool("math_add", {"a": 2, "b": 3})).structured_content == {"result": 5}
+            assert [t.name for t in (await session.list_tools()).tools] == ["math_add", "math_slow_count"]
+            with pytest.raises(MCPError) as raised:
+                await session.call_tool("text_echo", {"text": "x"})
+            assert raised.value.error.message.startswith("MCP target 'text' failed: unreachable")

@@ -136,3 +136,90 @@ async def test_a_session_continues_on_a_second_gateway_process_with_the_same_key
         finally:
             for gw in gateways:
                 gw.stop()
+
+
+MODES = """
+- name: tools
+  matches: [{{path: {{pathPrefix: /mcp}}}}]
+  backends:
+  - mcp:
+      statefulMode: {stateful}
+      prefixMode: {prefix}
+      failureMode: {failure}
+      targets:
+      - {{name: math, mcp: {{host: "{math}"}}}}
+      - {{name: text, mcp: {{host: "{text}"}}}}
+"""
+
+
+async def test_stateless_mode_gives_no_session_and_prefix_never_finds_the_owner_by_listing(nursery):
+    async with mcp_servers("math", "text") as (math, text):
+        gw = await start_routes(nursery, MODES, port=free_port(), math=math.url, text=text.url, stateful="stateless",
+                                prefix="never", failure="failClosed")
+        url = gw.url + "/mcp"
+        r = await rpc(url, INITIALIZE)
+        assert r.status_code == 200 and "mcp-session-id" not in r.headers
+        r = await rpc(url, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        assert [t["name"] for t in r.json()["result"]["tools"]] == ["add", "slow_count", "echo", "shout"]
+        r = await rpc(url, {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                            "params": {"name": "shout", "arguments": {"text": "never"}}})
+        assert "NEVER" in r.text
+        r = await rpc(url, {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "nope"}})
+        assert r.json()["error"] == {"code": -32602, "message": "Unknown tool: nope"}
+        async with mcp_client(url) as session:  # the SDK is content without a session
+            assert (await session.call_tool("add", {"a": 1, "b": 1})).structured_content == {"result": 2}
+
+
+async def test_a_target_down_at_initialize_fails_closed_naming_it_or_is_left_out_failing_open(nursery):
+    async with mcp_servers("math", "text") as (math, text):
+        text.kill()
+        closed = await start_routes(nursery, MODES, port=free_port(), math=math.url, text=text.url,
+                                    stateful="stateful", prefix="conditional", failure="failClosed")
+        r = await rpc(closed.url + "/mcp", INITIALIZE)
+        assert r.json()["error"]["code"] == -32603
+        assert r.json()["error"]["message"].startswith("MCP target 'text' failed: unreachable")
+        opened = await start_routes(nursery, MODES, port=free_port(), math=math.url, text=text.url,
+                                    stateful="stateful", prefix="conditional", failure="failOpen")
+        async with mcp_client(opened.url + "/mcp") as session:
+            assert [t.name for t in (await session.list_tools()).tools] == ["math_add", "math_slow_count"]
+            with pytest.raises(MCPError) as raised:
+                await session.call_tool("text_echo", {"text": "x"})
+            assert raised.value.error.message.startswith("MCP target 'text' is unavailable")
+
+
+async def test_a_servers_own_request_reaches_the_client_and_its_answer_the_server(nursery):
+    from mcp.types import ElicitResult
+
+    async with mcp_servers("math", "ask") as (math, ask):
+        gw = await start_routes(nursery, ROUTE.replace("name: text", "name: ask"), port=free_port(), math=math.url,
+                                text=ask.url, failure="failClosed")
+        asked: list[str] = []
+
+        async def answer(context, params) -> ElicitResult:
+            asked.append(params.message)
+            return ElicitResult(action="accept", content={"name": "Ada"})
+
+        async with mcp_client(gw.url + "/mcp", elicitation_callback=answer) as session:
+            result = await session.call_tool("ask_greet_me", {})
+            assert result.structured_content == {"result": "Hello, Ada!"}
+            assert asked == ["What is your name?"]
+
+
+async def test_workers_share_one_session_key_when_the_config_names_none(tmp_path):
+    async with mcp_servers("math", "text") as (math, text):
+        port = free_port()
+        routes = "\n".join("      " + line for line in ROUTE.format(
+            failure="failClosed", math=math.url, text=text.url).strip("\n").splitlines())
+        config = f"binds:\n- port: {port}\n  listeners:\n  - routes:\n{routes}\n"
+        gw = await start_workers(tmp_path, config, workers=2, bind_port=port)
+        try:
+            url = gw.url + "/mcp"
+            session = (await rpc(url, INITIALIZE)).headers["mcp-session-id"]
+            for i in range(12):  # a new connection each: both workers take some
+                r = await rpc(url, {"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                                    "params": {"name": "math_add", "arguments": {"a": i, "b": 0}}}, session=session)
+                assert r.status_code == 200 and f'"text":"{i}"' in r.text.replace(" ", ""), r.text
+            served = await gw.per_worker()
+            assert len([n for n in served.values() if n > 0]) == 2, served
+        finally:
+            gw.stop()

@@ -61,12 +61,14 @@ def backend(value: d.Backend, policies: m.Policies, r: Reader, authorization: Au
             url = _url(target.mcp, "/mcp", r)
             if url is not None:
                 targets.append(m.McpTarget(target.name, "mcp", url=url))
-        elif target.sse is not None:  # not built yet: refused by name rather than served wrongly
-            r.at(target, "sse", "sse targets (the older HTTP+SSE transport) are not supported by this version of "
-                                "trioproxy; use mcp (Streamable HTTP)")
+        elif target.sse is not None:
+            url = _url(target.sse, "/sse", r)
+            if url is not None:
+                targets.append(m.McpTarget(target.name, "sse", url=url))
         elif target.stdio is not None:
-            r.at(target, "stdio", "stdio targets are not supported by this version of trioproxy; use mcp "
-                                  "(Streamable HTTP)")
+            stdio = target.stdio
+            targets.append(m.McpTarget(target.name, "stdio", cmd=stdio.cmd, args=stdio.args,
+                                       env=tuple(sorted(stdio.env.items()))))
     own = value.policies.mcp_authorization if value.policies is not None else None
     mcp = m.McpBackend(tuple(targets), stateful=spec.stateful_mode == "stateful", prefix_mode=spec.prefix_mode,
                        fail_open=spec.failure_mode == "failOpen",

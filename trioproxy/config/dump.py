@@ -118,6 +118,7 @@ def config_dump(config: Config) -> dict[str, Any]:
                                         "target": str(backend.target),
                                         "weight": backend.weight,
                                         "ai": _plain(backend.ai),
+                                        **({"mcp": _plain(backend.mcp)} if backend.mcp is not None else {}),
                                         "tls": _plain(backend.tls),
                                         "policies": policies_by_kind(backend.policies, "backend"),
                                     }

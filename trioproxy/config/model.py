@@ -268,7 +268,7 @@ class McpTarget:
     url: str = ""                                   # http(s)://host:port/path (mcp, sse)
     cmd: str = ""                                   # stdio
     args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
+    env: tuple[tuple[str, str], ...] = attrs.field(default=(), metadata={"secret": True})  # redacted in dumps
 
 
 @frozen

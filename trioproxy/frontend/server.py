@@ -383,6 +383,7 @@ async def serve_gateway(
                     await background.start(runtime.jwks.run)  # first JWKS fetches, then refreshes
                     await background.start(runtime.mirrors.run)  # requestMirror copies run here
                     await background.start(runtime.resilience.run_checks)  # health.activeCheck
+                    await background.start(runtime.mcp.run)  # stdio MCP servers run here
                     if config_path is not None:
                         background.start_soon(partial(watch_config, Path(config_path), runtime, watched=watched))
                     if extra_tasks is not None:

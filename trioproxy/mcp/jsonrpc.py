@@ -23,12 +23,13 @@ Id = str | int | None
 class JsonRpcError(Exception):
     """An error answered as a JSON-RPC error object (``id`` null when the request's is unknown)."""
 
-    def __init__(self, code: int, message: str, id: Id = None, *, status: int = 200) -> None:
+    def __init__(self, code: int, message: str, id: Id = None, *, status: int = 200, denied: bool = False) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.id = id
         self.status = status  # the HTTP status it is answered with
+        self.denied = denied  # mcpAuthorization refused it (answered as unknown; counted as denied)
 
     def body(self) -> dict[str, Any]:
         return error_message(self.id, self.code, self.message)

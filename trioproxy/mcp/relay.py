@@ -33,6 +33,7 @@ from ..config.model import McpBackend, McpTarget
 from ..policies.authorization import AuthorizationPolicy, decide
 from . import jsonrpc as rpc
 from .session import SessionCodec, TargetSessions
+from .stdio import StdioPool, StdioReply
 from .upstream import HttpTargets, TargetFailure, TargetReply
 
 __all__ = ["DEFAULT_VERSION", "McpAnswer", "McpCall", "McpRelay", "McpRequest"]
@@ -108,10 +109,12 @@ def _header(headers: list[Header], name: bytes) -> str | None:
 class McpRelay:
     """The relay of one ``mcp`` backend; stateless itself (the session is in the id)."""
 
-    def __init__(self, spec: McpBackend, codec: SessionCodec, http: HttpTargets) -> None:
+    def __init__(self, spec: McpBackend, codec: SessionCodec, http: HttpTargets,
+                 stdio: StdioPool | None = None) -> None:
         self.spec = spec
         self.codec = codec
         self.http = http
+        self.stdio = stdio or StdioPool()
         self.targets = {t.name: t for t in spec.targets}
         self.index = {t.name: i for i, t in enumerate(spec.targets)}
         self.policy = AuthorizationPolicy(spec.authorization) if spec.authorization is not None else None
@@ -138,6 +141,29 @@ class McpRelay:
         if not plus or target not in self.targets or not rest:
             return None
         return target, rest
+
+    def describe(self, body: bytes) -> dict[str, Any] | None:
+        """CEL's ``mcp`` for a request body before it is relayed: its method, and for a routed call
+        the item (``tool``, ``prompt``, ``resource``: ``name`` at its target, ``target``; the exposed
+        name when no target is known yet) and ``arguments``; None for a body that is not one message."""
+        try:
+            message = rpc.parse(body)
+        except rpc.JsonRpcError:
+            return None
+        method = message.get("method")
+        if not isinstance(method, str):
+            return None
+        out: dict[str, Any] = {"method": method}
+        params = message.get("params") or {}
+        routed = ROUTED.get(method)
+        if routed is not None and isinstance(params.get(routed[0]), str):
+            field, kind = routed
+            found = self.resolve(params[field], kind, {})
+            target, name = found if found is not None else ("", params[field])
+            out[kind] = {"name": name, "target": target}
+            if "arguments" in params:
+                out["arguments"] = params["arguments"]
+        return out
 
     def allowed(self, activation: Mapping[str, Any], method: str, kind: str, target: str, name: str,
                 arguments: Any = None) -> bool:
@@ -185,7 +211,7 @@ class McpRelay:
         def failed(error: rpc.JsonRpcError) -> McpAnswer:
             error.id = id
             return done(_json_answer(error.body(), error.status), error=error.message,
-                        result="denied" if getattr(error, "denied", False) else "error")
+                        result="denied" if error.denied else "error")
 
         if kind == "request" and method == "initialize":
             try:
@@ -227,6 +253,8 @@ class McpRelay:
                 if temporary:
                     sessions = await self._open_all(request, call)
                 await self._fanout(request, message, sessions, call)
+                if temporary:
+                    await self._close(sessions)
                 return done(_json_answer(rpc.result_message(id, {})))
             answer = await self._route(request, message, sessions, call, temporary, done)
             return answer
@@ -330,13 +358,18 @@ class McpRelay:
         except rpc.JsonRpcError:
             await self._close(sessions)
             raise
-        return sessions
+        return {t.name: sessions[t.name] for t in self.spec.targets if t.name in sessions}  # the targets' order
 
     async def _close(self, sessions: TargetSessions) -> None:
         with trio.CancelScope(shield=True):
             for name, (sid, version) in sessions.items():
-                if sid is not None:
-                    await self.http.delete(self.targets[name].url, sid, version)
+                target = self.targets.get(name)
+                if sid is None or target is None:
+                    continue
+                if target.transport in ("stdio", "sse"):
+                    self.stdio.stop(sid)
+                else:
+                    await self.http.delete(target.url, sid, version)
 
     def _check_failures(self, failures: dict[str, str], count: int) -> None:
         if not failures:
@@ -475,7 +508,7 @@ class McpRelay:
         call.target, call.name = target_name, name
         arguments = params.get("arguments")
         if not self.allowed(request.activation, method, kind, target_name, name, arguments):
-            unknown.denied = True  # type: ignore[attr-defined]
+            unknown.denied = True
             raise unknown
         if target_name not in sessions:
             raise rpc.JsonRpcError(rpc.INTERNAL_ERROR, f"MCP target '{target_name}' is unavailable: it is not "
@@ -503,7 +536,9 @@ class McpRelay:
         return [(name, value) for name, value in request.headers if name in (b"authorization",)]
 
     async def _post(self, request: McpRequest, target: McpTarget, message: dict[str, Any], sid: str | None,
-                    version: str | None) -> TargetReply:
+                    version: str | None) -> TargetReply | StdioReply:
+        if target.transport in ("stdio", "sse"):
+            return await self.stdio.post(target, message, sid)
         return await self.http.post(target.url, message, session_id=sid, version=version,
                                     headers=self._forwarded_headers(request))
 
@@ -540,7 +575,7 @@ class McpRelay:
 class _Relayed:
     """A routed call's answer from its target, passed on to the client (whole, or as a stream)."""
 
-    def __init__(self, relay: McpRelay, reply: TargetReply, id: Any, target: str, call: McpCall,
+    def __init__(self, relay: McpRelay, reply: TargetReply | StdioReply, id: Any, target: str, call: McpCall,
                  done: Callable[..., McpAnswer], temporary: TargetSessions | None) -> None:
         self.relay, self.reply, self.id, self.target, self.call = relay, reply, id, target, call
         self.done = done
@@ -612,7 +647,7 @@ def _server_request_id(id: Any) -> tuple[int, Any] | None:
         return None
 
 
-async def _response_of(reply: TargetReply, id: Any) -> dict[str, Any]:
+async def _response_of(reply: TargetReply | StdioReply, id: Any) -> dict[str, Any]:
     """The response to ``id`` in a target's answer (notifications before it are dropped)."""
     async for message in reply.messages():
         if "method" not in message and message.get("id") == id:

@@ -13,7 +13,20 @@ import hmac
 import json
 import os
 
-__all__ = ["SessionCodec", "TargetSessions"]
+__all__ = ["SESSION_KEY_ENV", "SessionCodec", "TargetSessions", "inherited_key"]
+
+#: the key a supervisor hands its workers when the config names none (all workers read each
+#: other's session ids; a restart still forgets them)
+SESSION_KEY_ENV = "TRIOPROXY_MCP_SESSION_KEY"
+
+
+def inherited_key() -> bytes | None:
+    """The supervisor's key for its workers (``SESSION_KEY_ENV``), when this process is one."""
+    try:
+        key = bytes.fromhex(os.environ.get(SESSION_KEY_ENV, ""))
+    except ValueError:
+        return None
+    return key if len(key) == 32 else None
 
 #: target name -> (its session id, or None for a server without sessions; its protocol version)
 TargetSessions = dict[str, tuple[str | None, str]]

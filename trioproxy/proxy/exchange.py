@@ -94,6 +94,8 @@ class Exchange:
         "llm_request",
         "llm_strip",
         "mcp",
+        "mcp_body",
+        "mcp_call",
         "mirrors",
         "nursery",
         "receive",
@@ -130,6 +132,8 @@ class Exchange:
         self.limits: list[tuple[LocalRateLimiter, Decision]] = []
         self.llm: dict[str, Any] | None = None
         self.mcp: dict[str, Any] | None = None  # an mcp backend's last call: access-log fields (mcp_stage.py)
+        self.mcp_call: dict[str, Any] | None = None  # CEL ``mcp`` of a route to MCP servers (mcp_stage.peek)
+        self.mcp_body: bytes | None = None  # the JSON-RPC body read by mcp_stage.peek, for the relay
         self.jwt: dict[str, Any] | None = None  # claims of a validated token (CEL ``jwt``)
         self.api_key: dict[str, Any] | None = None  # an apiKey's metadata, key redacted (CEL ``apiKey``)
         self.basic_auth: dict[str, Any] | None = None  # {"username"} of verified Basic credentials (CEL ``basicAuth``)

@@ -17,12 +17,14 @@ from collections.abc import AsyncGenerator, Sequence
 from types import TracebackType
 from typing import Any
 
+import trio
 from prometheus_client import CollectorRegistry, Counter
 
-from ..config.model import Backend, McpBackend
+from ..config.model import Backend, Config, McpBackend
 from ..errors import AuthenticationFailed, DirectResponse
 from ..mcp.relay import McpAnswer, McpCall, McpRelay, McpRequest
-from ..mcp.session import SessionCodec
+from ..mcp.session import SessionCodec, inherited_key
+from ..mcp.stdio import StdioPool
 from ..mcp.upstream import HttpTargets
 from ..policies.jwt import JwtFailure, JwtVerifier, UnknownKey, bearer_token
 from ..policies.mcp_auth import (
@@ -146,11 +148,14 @@ class McpHub:
         self.http: HttpTargets | None = None
         self.codec: SessionCodec | None = None
         self.relays: dict[McpBackend, McpRelay] = {}
+        #: stdio targets' processes; ``run`` (in the root nursery) owns them
+        self.stdio = StdioPool()
         self.calls = Counter("trioproxy_mcp_calls", "MCP JSON-RPC calls through mcp backends, by result "
                              "(ok, error, denied)", ("route", "method", "target", "name", "result"),
                              registry=registry)
 
     def relay(self, spec: McpBackend, key: bytes | None) -> McpRelay:
+        key = key if key is not None else inherited_key()
         if self.codec is None or (key is not None and self.codec.key != key):
             self.codec = SessionCodec(key)
             self.relays.clear()
@@ -158,14 +163,29 @@ class McpHub:
             self.http = HttpTargets()
         relay = self.relays.get(spec)
         if relay is None:
-            relay = self.relays[spec] = McpRelay(spec, self.codec, self.http)
+            relay = self.relays[spec] = McpRelay(spec, self.codec, self.http, self.stdio)
         return relay
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the stdio targets' processes until cancelled (then they are ended)."""
+        await self.stdio.run(task_status=task_status)
+
+    async def peek(self, x: Exchange, spec: McpBackend, config: Config) -> None:
+        """Before the route phase: read the POST's JSON-RPC message, so CEL sees ``mcp.method`` and
+        ``mcp.tool.name``/``target`` (``prompt``, ``resource``) and ``mcp.arguments`` in the route's
+        authorization rules and remoteRateLimit descriptors; the relay reuses the body."""
+        if x.scope["method"] != "POST":
+            return
+        x.mcp_body = body = await x.read_body(config.frontend.max_buffer_size)
+        x.mcp_call = self.relay(spec, config.session_key).describe(body)
 
     async def respond(self, x: Exchange, backend: Backend, key: bytes | None, max_body: int) -> McpResponse:
         """The answer of ``backend``'s relay to the request (steps 6 for an ``mcp`` backend)."""
         assert backend.mcp is not None
         relay = self.relay(backend.mcp, key)
-        body = await x.read_body(max_body) if x.scope["method"] == "POST" else b""
+        body = x.mcp_body
+        if body is None:
+            body = await x.read_body(max_body) if x.scope["method"] == "POST" else b""
         tr = x.tracer
         tr.snapshot("final request", x)
         x.upstream_started = now = _now()
@@ -189,5 +209,4 @@ class McpHub:
 
 
 def _now() -> float:
-    import trio
     return trio.current_time()

@@ -147,6 +147,8 @@ class Pipeline:
     async def route_stages(self, x: Exchange, compiled: CompiledRoute) -> None:
         """Step 4: the route's stages."""
         tr = x.tracer
+        if compiled.mcp_peek is not None:  # the JSON-RPC call, for CEL ``mcp`` in the route's stages (docs/mcp.md)
+            await self.runtime.mcp.peek(x, compiled.mcp_peek, self.runtime.state.config)
         tr.policy_selection("route", compiled.route.policies)
         for stage in compiled.phase.request:
             await stage.request(x)

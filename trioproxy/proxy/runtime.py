@@ -42,7 +42,7 @@ from .stages import compile_phase, local_limiter
 class CompiledRoute:
     """A route plus its phases and what choosing among its backends needs, computed once."""
 
-    __slots__ = ("backend_phases", "backends", "cumulative", "limiter", "llm", "phase", "phases_by_index",
+    __slots__ = ("backend_phases", "backends", "cumulative", "limiter", "llm", "mcp_peek", "phase", "phases_by_index",
                  "request_timeout", "route")
 
     def __init__(self, route: Route, phase: Phase, backend_phases: tuple[Phase, ...],
@@ -51,6 +51,10 @@ class CompiledRoute:
         self.phase = phase
         #: a route to LLM providers: endpoint kinds, and the gateway's errors in the provider's dialect
         self.llm = bool(route.models) or any(b.ai is not None for b in route.backends)
+        #: a route to MCP servers whose authorization rules or remoteRateLimit descriptors may read CEL
+        #: ``mcp``: its JSON-RPC call is read before the route phase (else only once authenticated)
+        self.mcp_peek = next((b.mcp for b in route.backends if b.mcp is not None), None) \
+            if route.policies.authorization is not None or route.policies.remote_rate_limit is not None else None
         self.phases_by_index = backend_phases  # route.backends[i]'s phase (the llm: format picks by model)
         chosen = [(b, p) for b, p in zip(route.backends, backend_phases) if b.weight > 0]
         self.backends = tuple(b for b, _ in chosen)

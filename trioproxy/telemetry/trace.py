@@ -137,7 +137,7 @@ def activation(x: Traced) -> dict[str, Any]:
         method=scope["method"], path=x.uri(), host=x.host, headers=x.headers,
         scheme=scope.get("scheme", "http"), version=f"HTTP/{scope.get('http_version', '1.1')}",
         source_address=client[0], source_port=client[1], llm=x.llm, jwt=x.jwt, api_key=x.api_key,
-        basic_auth=x.basic_auth, key=x.key, team=x.team,
+        basic_auth=x.basic_auth, key=x.key, team=x.team, mcp=getattr(x, "mcp_call", None),
     )
 
 

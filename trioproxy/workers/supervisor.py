@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -43,6 +44,7 @@ from ..frontend.server import (
     serve_own_servers,
 )
 from ..frontend.server import watch_config as server_watch_config
+from ..mcp.session import SESSION_KEY_ENV
 from ..proxy.runtime import Runtime
 from ..settle import POLL_SECONDS, SettledFile
 from ..telemetry.history import Summary
@@ -112,6 +114,7 @@ class WorkerPool:
             "log_level": self.log_level,
         }
         fds = [fd for _, fd in binds] + [child.fileno(), self.limits.fd, self.table.fd]
+        os.environ.setdefault(SESSION_KEY_ENV, secrets.token_hex(32))  # one MCP session key for all workers
         try:
             process = await trio.lowlevel.open_process(
                 [sys.executable, "-m", "trioproxy.workers.worker", json.dumps(spec)], pass_fds=fds,

@@ -116,6 +116,7 @@ async def run_worker(spec: dict[str, Any]) -> None:
                 await background.start(runtime.jwks.run)
                 await background.start(runtime.mirrors.run)  # requestMirror copies
                 await background.start(runtime.resilience.run_checks)  # health.activeCheck
+                await background.start(runtime.mcp.run)  # stdio MCP servers
                 background.start_soon(commands)
                 background.start_soon(signals)
                 background.start_soon(history)
