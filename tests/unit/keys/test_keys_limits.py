@@ -115,3 +115,27 @@ def test_budget_exceeded_names_the_subject_metric_window_limit_and_reset():
     assert total.message == "budget exceeded: team research's cost in total (2.5); it does not reset"
     assert not any(name == b"retry-after" for name, _ in total.headers)
     assert b'"type": "rate_limit_error"' in error_response(error, "openai")[2]
+
+
+def test_windows_do_not_depend_on_the_local_time_zone(monkeypatch):
+    import time
+
+    monkeypatch.setenv("TZ", "Pacific/Honolulu")  # UTC-10: a UTC midnight is the day before here
+    time.tzset()
+    try:
+        assert window_start("week", t(2026, 11, 30, 1)) == t(2026, 11, 30)
+        assert window_start("month", t(2026, 12, 1, 1)) == t(2026, 12, 1)
+        assert resets_at("month", t(2026, 11, 30, 23)) == t(2026, 12, 1)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_an_unknown_window_is_named():
+    with pytest.raises(ValueError, match="^unknown window 'fortnight'$"):
+        window_start("fortnight", NOW)  # type: ignore[arg-type]
+
+
+def test_zero_and_fractional_cost_limits_are_limits():
+    assert limits_from_json({"requests": {"day": 0}, "cost": {"day": 0.5}}) == (
+        Limit("requests", "day", 0.0), Limit("cost", "day", 0.5))
