@@ -241,3 +241,31 @@ def test_narrow_window(page, gw):
     for slug in ("keys", "spend", "logs"):
         page.open(slug)
         assert ui.evaluate("document.documentElement.scrollWidth") <= 420, slug
+
+
+def test_off_loopback_the_pages_send_the_admin_token(browser, tmp_path):
+    gw = GatewayProcess(tmp_path, admin_host="0.0.0.0", token="t0ken-for-keys", config_text=CONFIG)
+    try:
+        page = Page(browser, gw)
+        ui = page.page
+        ui.goto(f"{gw.admin}/ui#/keys")
+        ui.locator("#token-dialog").wait_for(state="visible")
+        ui.locator("#token-input").fill("t0ken-for-keys")
+        ui.get_by_role("button", name="Use token").click()
+        ui.wait_for_selector("body[data-loaded='keys']")
+        ui.get_by_role("button", name="New key").click()
+        ui.locator("#key-name").fill("through-the-token")
+        ui.get_by_role("button", name="Create key").click()
+        ui.wait_for_selector("#key-secret:not([hidden])")
+        auth = {"authorization": "Bearer t0ken-for-keys"}
+        assert [k["name"] for k in httpx.get(f"{gw.admin}/api/keys", headers=auth).json()["keys"]] == ["through-the-token"]
+        # The CSV is fetched with the token (a plain link could not send it) and saved.
+        page.open("spend")
+        with ui.expect_download() as download:
+            ui.get_by_role("link", name="Download CSV").click()
+        saved = tmp_path / "spend.csv"
+        download.value.save_as(saved)
+        assert saved.read_text().startswith("key,name,requests,")
+        page.close()
+    finally:
+        gw.close()
