@@ -348,8 +348,9 @@ class KeyService:
                            digest=key_digest(secret), team=fields.get("team"), metadata=fields.get("metadata", {}),
                            models=tuple(fields.get("models", ())), limits=tuple(fields.get("limits", ())),
                            expires_at=fields.get("expires_at"), created_at=now)
-        await self._call(self.store.insert_key, record)
-        self._remember(record)
+        async with self._refresh_lock:  # a refresh read before this write cannot overwrite it
+            await self._call(self.store.insert_key, record)
+            self._remember(record)
         return record, secret
 
     async def list_keys(self, team: str | None = None) -> list[KeyRecord]:
@@ -365,8 +366,9 @@ class KeyService:
         return record
 
     async def _save_key(self, record: KeyRecord) -> KeyRecord:
-        await self._call(self.store.update_key, record)
-        self._remember(record)
+        async with self._refresh_lock:  # a refresh read before this write cannot undo it (a revocation)
+            await self._call(self.store.update_key, record)
+            self._remember(record)
         return record
 
     async def update_key(self, key_id: str, **changes: Any) -> KeyRecord:
@@ -407,8 +409,9 @@ class KeyService:
         fields = _checked(fields, _TEAM_CHANGES, required=("name",))
         team = Team(id=new_id("team"), name=fields["name"], metadata=fields.get("metadata", {}),
                     limits=tuple(fields.get("limits", ())), created_at=self.clock())
-        await self._call(self.store.insert_team, team)
-        self._teams[team.id] = team
+        async with self._refresh_lock:
+            await self._call(self.store.insert_team, team)
+            self._teams[team.id] = team
         return team
 
     async def list_teams(self) -> list[Team]:
@@ -425,8 +428,9 @@ class KeyService:
         if "limits" in changes:
             changes["limits"] = tuple(changes["limits"])
         team = attrs.evolve(team, **changes)
-        await self._call(self.store.update_team, team)
-        self._teams[team.id] = team
+        async with self._refresh_lock:
+            await self._call(self.store.update_team, team)
+            self._teams[team.id] = team
         return team
 
     async def delete_team(self, team_id: str) -> bool:
@@ -435,8 +439,9 @@ class KeyService:
         members = [k for k in await self.list_keys(team_id) if k.status(now) != "revoked"]
         if members:
             raise FieldError(f"team {team_id} still has {len(members)} key(s); move or revoke them first")
-        deleted = await self._call(self.store.delete_team, team_id, now)
-        self._teams.pop(team_id, None)
+        async with self._refresh_lock:
+            deleted = await self._call(self.store.delete_team, team_id, now)
+            self._teams.pop(team_id, None)
         return deleted
 
     # --- usage, spend, the request log ------------------------------------------------------------------

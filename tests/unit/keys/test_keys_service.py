@@ -319,15 +319,16 @@ async def test_run_flushes_in_the_background_and_survives_store_errors(tmp_path,
         return apply(entries, now)
 
     svc.store.apply = flaky  # type: ignore[method-assign]
+    for _ in range(3):
+        svc.settle(await svc.reserve(principal, tokens=1, cost=None), tokens=5, cost=0.0, model="m",
+                   provider="p", status=200)
     async with trio.open_nursery() as nursery:
         await nursery.start(svc.run)
-        for _ in range(3):
-            svc.settle(await svc.reserve(principal, tokens=1, cost=None), tokens=5, cost=0.0, model="m",
-                       provider="p", status=200)
-        await trio.sleep(0.1)
-        assert svc.pending == 3
+        await trio.sleep(0.1)  # before the first flushInterval
+        assert svc.pending == 3 and calls == []
         await trio.sleep(1.0)
-        assert svc.pending == 0 and calls == [3, 3, 3]
+        assert svc.pending == 0
+        assert calls == [3, 3, 3]  # two failed attempts kept the batch; the third wrote it
         nursery.cancel_scope.cancel()
     [row] = await svc.spend("model")
     assert row["requests"] == 3 and row["totalTokens"] == 15
