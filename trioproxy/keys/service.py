@@ -104,6 +104,7 @@ class KeyService:
         self._refresh_lock = trio.Lock()
         self._flush_lock = trio.Lock()
         self._pending: list[SettleEntry] = []
+        self._writing = 0  # settlements of the batch being written
         self._flush_now = trio.Event()
         self._failing: set[str] = set()  # loops whose last attempt failed (logged once per outage)
         self._closed = False
@@ -199,11 +200,14 @@ class KeyService:
             while self._pending:
                 batch = self._pending[:BATCH]
                 del self._pending[:BATCH]
+                self._writing = len(batch)
                 try:
                     await self._call(self.store.apply, batch, self.clock())
                 except BaseException:
                     self._pending[:0] = batch
                     raise
+                finally:
+                    self._writing = 0
 
     async def maintenance(self) -> None:
         """Give back expired reservations, drop old counters and request-log rows past retention."""
@@ -214,8 +218,8 @@ class KeyService:
 
     @property
     def pending(self) -> int:
-        """Settlements queued and not yet written."""
-        return len(self._pending)
+        """Settlements not yet written (queued, or in a batch being written)."""
+        return len(self._pending) + self._writing
 
     # --- the cache -----------------------------------------------------------------------------------
 
