@@ -73,11 +73,6 @@ class PostgresCluster:
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
         self.start_server()
 
-    def pause(self) -> None:
-        """Stop the server cleanly (a checkpoint: with synchronous_commit off an immediate stop may lose
-        the last commits), for ``start_server``: a store that goes down and comes back."""
-        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop", timeout=60)
-
     def start_server(self) -> None:
         """Start the server (again, after ``stop`` or ``pause``: same port, same data)."""
         options = (f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 -c fsync=off "
