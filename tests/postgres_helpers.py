@@ -66,27 +66,25 @@ class PostgresCluster:
         return done
 
     def start(self) -> None:
+        """initdb, then start the server."""
         if self.as_postgres:
             user = pwd.getpwnam("postgres")
             os.chown(self.directory, user.pw_uid, user.pw_gid)
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
-        self.resume()
+        self.start_server()
 
-    def pause(self) -> None:
-        """Stop the server cleanly (a checkpoint: with synchronous_commit off an immediate stop may lose
-        the last commits), for ``resume``: a store that goes down and comes back."""
-        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop", timeout=60)
-
-    def resume(self) -> None:
-        """Start the server on the data directory ``start`` made (again, after ``stop``)."""
+    def start_server(self) -> None:
+        """Start the server (again, after ``stop`` or ``pause``: same port, same data)."""
         options = (f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 -c fsync=off "
                    f"-c synchronous_commit=off -c full_page_writes=off -c max_connections=300")
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.directory / "server.log"), "-o", options,
                   "-w", "-t", "60", "start")
 
-    def stop(self) -> None:
+    def stop(self, mode: str = "immediate") -> None:
+        """Stop the server; ``immediate`` is a crash (with this cluster's synchronous_commit=off the
+        last commits may be lost), ``fast`` a clean shutdown that ends every connection."""
         try:
-            self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", timeout=60)
+            self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop", timeout=60)
         except (RuntimeError, subprocess.TimeoutExpired):
             pass
 

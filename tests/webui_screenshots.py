@@ -1,7 +1,8 @@
 """Regenerate the README's web UI screenshots (docs/images/webui-*.png) with the real browser.
 
 Run from the repo root: ``python -m tests.webui_screenshots``. It starts the same gateway as the
-browser tests, sends some traffic (a few 429s included), and shoots each page at 1280×800.
+browser tests, sends some traffic (a few 429s included), and shoots each page at 1280×800; then a
+gateway with runtime keys for the Keys and Spend pages (``keys_pages``, which runs on its own too).
 """
 
 from __future__ import annotations
@@ -78,7 +79,84 @@ def main() -> None:
         finally:
             browser.close()
             gw.close()
+    keys_pages()
     print(f"screenshots written to {OUT}")
+
+
+KEYS_CONFIG = """\
+config:
+  store: keys.db
+  keys: {{flushInterval: 50ms, requestLog: {{enabled: true}}}}
+binds:
+- port: {port}
+  listeners:
+  - routes:
+    - policies: {{apiKey: {{runtimeKeys: true, mode: strict}}}}
+      backends: [{{host: "127.0.0.1:{backend}"}}]
+"""
+
+
+def keys_pages() -> None:
+    """The Keys and Spend pages (docs/images/webui-keys.png, webui-spend.png): two teams' keys and
+    two weeks of spend on three models, settled into the gateway's store by a KeyService here."""
+    import random
+    import time
+
+    import trio
+
+    from trioproxy.config.model import KeysSettings
+    from trioproxy.keys import KeyService
+
+    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
+        gw = GatewayProcess(Path(tmp), config_text=KEYS_CONFIG)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            admin = httpx.Client(base_url=gw.admin)
+            research = admin.post("/api/teams", json={"name": "research", "limits": {"cost": {"month": 500}}}).json()
+            support = admin.post("/api/teams", json={"name": "support", "limits": {"tokens": {"day": 2_000_000}}}).json()
+            keys = [admin.post("/api/keys", json=body).json() for body in (
+                {"name": "alice-laptop", "team": research["id"], "models": ["gpt-4o", "anthropic/*"],
+                 "limits": {"tokens": {"day": 200_000}, "cost": {"month": 50}}, "metadata": {"owner": "alice"}},
+                {"name": "support-bot", "team": support["id"], "models": ["gpt-4o-mini"],
+                 "limits": {"requests": {"minute": 60}, "tokens": {"day": 500_000}}, "metadata": {"owner": "ops"}},
+                {"name": "ci-evals", "limits": {"cost": {"total": 20}}, "expiresAt": "2027-01-31T00:00:00Z"})]
+            admin.delete(f"/api/keys/{admin.post('/api/keys', json={'name': 'old-intern'}).json()['id']}")
+            rng = random.Random(30)
+            now = time.time()
+
+            async def settle() -> None:
+                for day in range(13, -1, -1):
+                    service = KeyService.open(str(Path(tmp) / "keys.db"), KeysSettings(request_log_enabled=True),
+                                              clock=lambda day=day: now - day * 86400)
+                    try:
+                        for key, model, price in ((keys[0], "gpt-4o", 0.012), (keys[0], "claude-3-5-sonnet", 0.018),
+                                                  (keys[1], "gpt-4o-mini", 0.0009), (keys[2], "gpt-4o", 0.012)):
+                            principal = await service.authenticate(key["key"])
+                            for _ in range(rng.randrange(1, 6)):
+                                tokens = rng.randrange(800, 4000)
+                                reservation = await service.reserve(principal, tokens=tokens, cost=None)
+                                service.settle(reservation, tokens=tokens, cost=price * tokens / 1000 * rng.uniform(3, 9),
+                                               model=model, provider=model.split("-")[0], status=200,
+                                               input_tokens=tokens * 3 // 4, output_tokens=tokens // 4,
+                                               log={"latency_ms": rng.uniform(300, 2500)})
+                    finally:
+                        await service.aclose()
+
+            trio.run(settle)
+            page = Page(browser, gw)
+            ui = page.page
+            page.open("keys")
+            ui.screenshot(path=str(OUT / "webui-keys.png"))
+            page.open("spend")
+            ui.locator("#spend-from").fill(time.strftime("%Y-%m-%d", time.gmtime(now - 13 * 86400)))
+            ui.locator("#spend-from").dispatch_event("change")
+            ui.locator("#spend-group").select_option("model")
+            ui.wait_for_selector("#spend-rows tr[data-group='claude-3-5-sonnet']")
+            ui.screenshot(path=str(OUT / "webui-spend.png"))
+            page.close()
+        finally:
+            browser.close()
+            gw.close()
 
 
 if __name__ == "__main__":

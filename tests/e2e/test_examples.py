@@ -33,9 +33,12 @@ def test_every_example_validates_as_shipped(name):
     assert load_config(EXAMPLES / name / "config.yaml").binds
 
 
-async def start(nursery, name: str, **targets: int):
-    """The example with its fixed ports replaced; returns (gateway, {example port: url})."""
+async def start(nursery, name: str, store: Path | None = None, **targets: int):
+    """The example with its fixed ports (and its key store, when given) replaced; returns (gateway,
+    {example port: url})."""
     text = (EXAMPLES / name / "config.yaml").read_text()
+    if store is not None:
+        text = text.replace("store: trioproxy.db", f"store: {store}")
     for fixed, port in (("127.0.0.1:8080", "echo"), ("127.0.0.1:8000", "mock"), ("127.0.0.1:8081", "rls")):
         if port in targets:
             text = text.replace(fixed, f"127.0.0.1:{targets[port]}")
@@ -108,6 +111,24 @@ async def test_tracing_serves_without_a_collector(nursery, backend):
         echoed = (await client.get(f"{url[3000]}/hello")).json()
     assert any(name == "traceparent" for name, _ in echoed["headers"])  # randomSampling: true
     assert gw.info.runtime.otel is not None
+
+
+async def test_llm_keys(nursery, tmp_path):
+    mock = MockOpenAI()
+    await nursery.start(mock.serve)
+    gw, url = await start(nursery, "llm-keys", store=tmp_path / "keys.db", mock=mock.port)
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+    async with httpx.AsyncClient() as client:
+        assert (await client.post(f"{url[3000]}/v1/chat/completions", json=body)).status_code == 401
+        made = await client.post(f"{gw.admin_url}/api/keys", json={
+            "name": "alice", "models": ["gpt-4o-mini"], "limits": {"tokens": {"day": 2000}}})
+        auth = {"authorization": f"Bearer {made.json()['key']}"}
+        assert (await client.post(f"{url[3000]}/v1/chat/completions", json=body, headers=auth)).status_code == 200
+        refused = await client.post(f"{url[3000]}/v1/chat/completions", json={**body, "model": "gpt-4o"},
+                                    headers=auth)
+    assert refused.status_code == 403
+    assert refused.json()["error"]["message"] == "model 'gpt-4o' is not allowed for key alice"
+    assert not (EXAMPLES / "llm-keys" / "trioproxy.db").exists()
 
 
 def test_examples_are_listed_in_the_readme():

@@ -162,6 +162,12 @@ async def test_bad_input_unknown_ids_and_cross_site_writes(nursery, tmp_path):
         bad_grace = await admin.post(f"/api/keys/{key['id']}/rotate", json={"gracePeriod": "a while"})
         assert bad_grace.status_code == 400 and bad_grace.json()["error"].startswith("gracePeriod: ")
         assert (await admin.patch(f"/api/keys/{key['id']}", json={})).json() == {"error": "body: nothing to change"}
+        team = (await admin.post("/api/teams", json={"name": "busy"})).json()
+        member = (await admin.post("/api/keys", json={"name": "member", "team": team["id"]})).json()
+        busy = await admin.delete(f"/api/teams/{team['id']}")
+        assert busy.status_code == 400 and "still has 1 key" in busy.json()["error"]
+        await admin.delete(f"/api/keys/{member['id']}")
+        assert (await admin.delete(f"/api/teams/{team['id']}")).status_code == 200
 
         for query, message in [({"group_by": "colour"}, "group_by: expected one of"),
                                ({"group_by": "key", "from": "yesterday"}, "from: expected an ISO date"),
@@ -179,7 +185,7 @@ async def test_bad_input_unknown_ids_and_cross_site_writes(nursery, tmp_path):
         answer = await admin.post("/api/keys", json={"name": "planted"}, headers=evil)
         assert answer.status_code == 403
         assert (await admin.delete(f"/api/keys/{key['id']}", headers=evil)).status_code == 403
-        assert [k["name"] for k in (await admin.get("/api/keys")).json()["keys"]] == ["a"]
+        assert [k["name"] for k in (await admin.get("/api/keys")).json()["keys"]] == ["a", "member"]
         assert (await admin.get(f"/api/keys/{key['id']}")).json()["status"] == "active"
 
 

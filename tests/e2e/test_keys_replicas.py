@@ -138,12 +138,12 @@ async def test_a_store_that_goes_down_is_503_when_closed_and_unmetered_when_open
             secret = (await admin.post("/api/keys", json={"name": "k", "limits": {"tokens": {"day": 10**6}}})).json()["key"]
         for gateway in (closed, opened):  # each caches the key
             assert (await chat_url(gateway.url, secret)).status_code == 200
-        await trio.to_thread.run_sync(cluster.pause)
+        await trio.to_thread.run_sync(cluster.stop, "fast")
         refused = await chat_url(closed.url, secret)
         assert refused.status_code == 503
         assert refused.json()["error"]["message"] == "key store unavailable"
         assert (await chat_url(opened.url, secret)).status_code == 200
-        await trio.to_thread.run_sync(cluster.resume)
+        await trio.to_thread.run_sync(cluster.start_server)
         with trio.fail_after(20):  # the pool reconnects
             while (await chat_url(closed.url, secret)).status_code != 200:
                 await trio.sleep(0.1)

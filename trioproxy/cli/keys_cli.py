@@ -596,8 +596,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     t_update.add_argument("--limit", action="append", metavar="METRIC/WINDOW=N", help="repeatable; =none removes one")
     t_update.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="repeatable; KEY= removes one")
     t_update.set_defaults(keys_handler=cmd_team_update)
-    t_delete = teams.add_parser("delete", parents=[common], help="delete a team (its keys keep working, teamless)",
-                                description="Delete a team.")
+    t_delete = teams.add_parser("delete", parents=[common], help="delete a team that has no active keys left",
+                                description="Delete a team; move (update --team) or revoke its keys first.")
     t_delete.add_argument("id", metavar="ID|NAME")
     t_delete.set_defaults(keys_handler=cmd_team_delete)
 

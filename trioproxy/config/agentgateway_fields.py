@@ -78,7 +78,8 @@ UNIMPLEMENTED: dict[str, frozenset[str]] = {
         "http1HeaderCase http2ConnectionWindowSize http2FrameSize http2KeepaliveInterval http2KeepaliveTimeout "
         "http2MaxHeaderSize http2WindowSize maxConnectionDuration"),
     "BackendConnections": _names("keepalives"),
-    "Llm": _names("gateways tls providers policies"),
+    "Llm": _names("gateways tls providers"),
+    "LlmPolicies": _names("extAuthz extProc guardrails oidc transformations"),
     "LlmModel": _names(
         "id visibility passthrough authorization defaults overrides finalTransformation requestHeaders "
         "responseHeaders backendTLS tls auth backendTunnel guardrails promptCaching matches"

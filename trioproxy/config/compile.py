@@ -679,8 +679,8 @@ def _llm(llm: d.Llm, r: Reader) -> m.Bind:
     entries.sort(key=lambda e: -specificity(e.pattern))  # stable: config order among equals
     entries[:0] = resilience.virtual_models(llm, entries, r)  # exact public names, before any wildcard
     route = m.Route(key=f"{listener_key}/default/llm", name="llm", namespace="default", hostnames=(),
-                    matches=(m.RouteMatch(),), policies=m.EMPTY_POLICIES, backends=tuple(backends), index=0,
-                    models=tuple(entries))
+                    matches=(m.RouteMatch(),), policies=compile_policies(llm.policies, r), backends=tuple(backends),
+                    index=0, models=tuple(entries))
     listener = m.Listener(key=listener_key, name="llm", protocol="HTTP", hostname=None,
                           policies=m.EMPTY_POLICIES, routes=(route,))
     return m.Bind(port, (listener,))

@@ -1135,6 +1135,21 @@ class LlmModel:
 
 
 @described
+class LlmPolicies:
+    """Policies of the llm: format's requests, applied before a model is chosen (agentgateway's
+    LocalLLMPolicy: authentication, authorization, CORS and limits; `apiKey.runtimeKeys` takes the
+    runtime keys of docs/keys.md)."""
+
+    jwt_auth: JwtAuth | None = field(JWT_AUTH, default=None)
+    basic_auth: BasicAuth | None = field(BASIC_AUTH, default=None)
+    api_key: ApiKeyAuth | None = field(API_KEY, default=None)
+    authorization: Authorization | None = field(AUTHORIZATION, default=None)
+    cors: Cors | None = field(CORS, default=None)
+    local_rate_limit: LocalRateLimits = field(LOCAL_RATE_LIMIT, default=())
+    remote_rate_limit: RemoteRateLimit | None = field(REMOTE_RATE_LIMIT, default=None)
+
+
+@described
 class Llm:
     """The short LLM format: models served on one port, chosen by the request body's `model`; an unknown
     model is 404 `model_not_found` (JSON, as agentgateway). Compiles to a bind with one route of `ai`
@@ -1144,6 +1159,8 @@ class Llm:
     models: tuple[LlmModel, ...] = field("The models, most specific name first when several match.")
     virtual_models: tuple[LlmVirtualModel, ...] = field(
         "Names standing for several models, with failover, weights or conditions (docs/resilience.md).", default=())
+    policies: LlmPolicies | None = field(
+        "Policies of every request, before a model is chosen (authentication, authorization, limits).", default=None)
 
 
 @described

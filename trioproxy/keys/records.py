@@ -285,8 +285,3 @@ def parse_team_fields(value: Any, *, partial: bool = False) -> dict[str, Any]:
     if "limits" in value:
         out["limits"] = _limits(value["limits"])
     return out
-
-
-def digest_of(secret: str) -> str:
-    """The digest a secret is stored as (``policies.api_key.key_digest``)."""
-    return key_digest(secret)

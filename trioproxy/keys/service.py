@@ -104,6 +104,7 @@ class KeyService:
         self._refresh_lock = trio.Lock()
         self._flush_lock = trio.Lock()
         self._pending: list[SettleEntry] = []
+        self._writing = 0  # settlements of the batch being written
         self._flush_now = trio.Event()
         self._failing: set[str] = set()  # loops whose last attempt failed (logged once per outage)
         self._closed = False
@@ -199,11 +200,14 @@ class KeyService:
             while self._pending:
                 batch = self._pending[:BATCH]
                 del self._pending[:BATCH]
+                self._writing = len(batch)
                 try:
                     await self._call(self.store.apply, batch, self.clock())
                 except BaseException:
                     self._pending[:0] = batch
                     raise
+                finally:
+                    self._writing = 0
 
     async def maintenance(self) -> None:
         """Give back expired reservations, drop old counters and request-log rows past retention."""
@@ -214,8 +218,8 @@ class KeyService:
 
     @property
     def pending(self) -> int:
-        """Settlements queued and not yet written."""
-        return len(self._pending)
+        """Settlements not yet written (queued, or in a batch being written)."""
+        return len(self._pending) + self._writing
 
     # --- the cache -----------------------------------------------------------------------------------
 
@@ -348,8 +352,9 @@ class KeyService:
                            digest=key_digest(secret), team=fields.get("team"), metadata=fields.get("metadata", {}),
                            models=tuple(fields.get("models", ())), limits=tuple(fields.get("limits", ())),
                            expires_at=fields.get("expires_at"), created_at=now)
-        await self._call(self.store.insert_key, record)
-        self._remember(record)
+        async with self._refresh_lock:  # a refresh read before this write cannot overwrite it
+            await self._call(self.store.insert_key, record)
+            self._remember(record)
         return record, secret
 
     async def list_keys(self, team: str | None = None) -> list[KeyRecord]:
@@ -365,8 +370,9 @@ class KeyService:
         return record
 
     async def _save_key(self, record: KeyRecord) -> KeyRecord:
-        await self._call(self.store.update_key, record)
-        self._remember(record)
+        async with self._refresh_lock:  # a refresh read before this write cannot undo it (a revocation)
+            await self._call(self.store.update_key, record)
+            self._remember(record)
         return record
 
     async def update_key(self, key_id: str, **changes: Any) -> KeyRecord:
@@ -407,8 +413,9 @@ class KeyService:
         fields = _checked(fields, _TEAM_CHANGES, required=("name",))
         team = Team(id=new_id("team"), name=fields["name"], metadata=fields.get("metadata", {}),
                     limits=tuple(fields.get("limits", ())), created_at=self.clock())
-        await self._call(self.store.insert_team, team)
-        self._teams[team.id] = team
+        async with self._refresh_lock:
+            await self._call(self.store.insert_team, team)
+            self._teams[team.id] = team
         return team
 
     async def list_teams(self) -> list[Team]:
@@ -425,8 +432,9 @@ class KeyService:
         if "limits" in changes:
             changes["limits"] = tuple(changes["limits"])
         team = attrs.evolve(team, **changes)
-        await self._call(self.store.update_team, team)
-        self._teams[team.id] = team
+        async with self._refresh_lock:
+            await self._call(self.store.update_team, team)
+            self._teams[team.id] = team
         return team
 
     async def delete_team(self, team_id: str) -> bool:
@@ -435,8 +443,9 @@ class KeyService:
         members = [k for k in await self.list_keys(team_id) if k.status(now) != "revoked"]
         if members:
             raise FieldError(f"team {team_id} still has {len(members)} key(s); move or revoke them first")
-        deleted = await self._call(self.store.delete_team, team_id, now)
-        self._teams.pop(team_id, None)
+        async with self._refresh_lock:
+            deleted = await self._call(self.store.delete_team, team_id, now)
+            self._teams.pop(team_id, None)
         return deleted
 
     # --- usage, spend, the request log ------------------------------------------------------------------

@@ -132,3 +132,70 @@ def test_what_clients_send_is_read_with_errors_naming_the_field():
         assert str(info.value).startswith(message), (body, str(info.value))
     with pytest.raises(FieldError, match="models: unknown field"):
         parse_team_fields({"name": "t", "models": []})
+
+
+def test_every_secret_is_43_characters_after_the_prefix():
+    for _ in range(300):
+        secret = new_secret()
+        assert len(secret) == 49 and "=" not in secret
+
+
+def test_times_do_not_depend_on_the_local_time_zone(monkeypatch):
+    import time
+
+    monkeypatch.setenv("TZ", "Pacific/Honolulu")
+    time.tzset()
+    try:
+        assert format_time(T0) == "2026-11-19T00:00:00Z"
+        assert parse_time("2026-11-19T00:00:00", "x") == T0  # no offset: UTC
+        assert parse_time("2026-11-19t00:00:00z", "x") == T0  # lower-case letters, as RFC 3339 allows
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_revocation_counts_from_its_instant():
+    revoked = record(revoked_at=T0 + 5)
+    assert revoked.status(T0 + 5) == "revoked"
+    assert revoked.to_json(T0 + 6)["revokedAt"] == "2026-11-19T00:00:05Z"
+
+
+def test_key_fields_edges():
+    assert parse_key_fields({"name": "x" * 200})["name"] == "x" * 200
+    assert parse_key_fields({"team": "team_1"}, partial=True) == {"team": "team_1"}
+    assert parse_key_fields({"models": ("a", "b/*")}, partial=True) == {"models": ("a", "b/*")}
+    for body, message in [
+        ({"team": ""}, "team: expected a team id or null, got ''"),
+        ({"models": "gpt-4o"}, "models: expected a list of model names"),
+        ({"expiresAt": "later"}, "expiresAt: expected a time"),
+        ({"nam": "x"}, "nam: unknown field (expected expiresAt, limits, metadata, models, name, team)"),
+    ]:
+        with pytest.raises(FieldError) as info:
+            parse_key_fields(body, partial=True)
+        assert str(info.value).startswith(message), (body, str(info.value))
+
+
+def test_team_fields_are_read_like_a_keys():
+    assert parse_team_fields({"name": " research ", "metadata": {"cc": "42"}, "limits": {"cost": {"month": 50}}}) == {
+        "name": "research", "metadata": {"cc": "42"}, "limits": (Limit("cost", "month", 50.0),)}
+    assert parse_team_fields({"limits": None}, partial=True) == {"limits": ()}
+    assert parse_team_fields({}, partial=True) == {}
+    for body, partial, message in [
+        ({}, False, "name: expected a non-empty string, got None"),
+        ({"name": ""}, True, "name: expected a non-empty string, got ''"),
+        ({"name": "t", "metadata": {"cc": 42}}, False, "metadata.cc: expected a string, got 42"),
+        ({"name": "t", "limits": {"cost": {"year": 1}}}, False, "limits.cost.year: unknown window"),
+        ("t", False, "expected a JSON object, got 't'"),
+    ]:
+        with pytest.raises(FieldError) as info:
+            parse_team_fields(body, partial=partial)
+        assert str(info.value).startswith(message), (body, str(info.value))
+
+
+def test_partial_updates_read_only_what_is_given():
+    assert parse_key_fields({"name": " n "}, partial=True) == {"name": "n"}
+    assert parse_team_fields({"name": "t"}, partial=True) == {"name": "t"}
+    with pytest.raises(FieldError, match="^name: expected a non-empty string, got None$"):
+        parse_team_fields({"metadata": {}})  # a create needs a name
+    with pytest.raises(FieldError, match="^models: expected a list of model names"):
+        parse_key_fields({"models": 5}, partial=True)

@@ -319,15 +319,16 @@ async def test_run_flushes_in_the_background_and_survives_store_errors(tmp_path,
         return apply(entries, now)
 
     svc.store.apply = flaky  # type: ignore[method-assign]
+    for _ in range(3):
+        svc.settle(await svc.reserve(principal, tokens=1, cost=None), tokens=5, cost=0.0, model="m",
+                   provider="p", status=200)
     async with trio.open_nursery() as nursery:
         await nursery.start(svc.run)
-        for _ in range(3):
-            svc.settle(await svc.reserve(principal, tokens=1, cost=None), tokens=5, cost=0.0, model="m",
-                       provider="p", status=200)
-        await trio.sleep(0.1)
-        assert svc.pending == 3
+        await trio.sleep(0.1)  # before the first flushInterval
+        assert svc.pending == 3 and calls == []
         await trio.sleep(1.0)
-        assert svc.pending == 0 and calls == [3, 3, 3]
+        assert svc.pending == 0
+        assert calls == [3, 3, 3]  # two failed attempts kept the batch; the third wrote it
         nursery.cancel_scope.cancel()
     [row] = await svc.spend("model")
     assert row["requests"] == 3 and row["totalTokens"] == 15
@@ -442,3 +443,50 @@ async def test_an_unwritable_store_keeps_at_most_max_pending_settlements_queued(
     [row] = await again.spend("key")
     assert row["requests"] == 5 and row["totalTokens"] == 3 + 4 + 5 + 6 + 7  # the newest five
     await again.aclose()
+
+
+async def test_postgresql_going_down_and_back_loses_no_queued_spend(tmp_path):
+    """A real outage: the server stops under a running service and starts again."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from tests.postgres_helpers import PostgresCluster, find_bin_dir
+
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL is not installed")
+    cluster = PostgresCluster(bin_dir, Path(tempfile.mkdtemp(prefix="trioproxy-pg-")))
+    await trio.to_thread.run_sync(cluster.start)
+    try:
+        url = await trio.to_thread.run_sync(cluster.create_database)
+        svc = KeyService(Store(url, connect_timeout=1.0), KeysSettings(refresh_interval=0.1, flush_interval=0.1))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(svc.run)
+            _, secret = await svc.create_key(name="k", limits={"requests": {"day": 100}})
+            principal = await svc.authenticate(secret)
+            svc.settle(await svc.reserve(principal, tokens=1, cost=None), tokens=5, cost=0.5, model="m",
+                       provider="p", status=200)
+            await svc.flush()
+
+            await trio.to_thread.run_sync(cluster.stop, "fast")  # every connection ends; commits kept
+            with pytest.raises(KeyStoreUnavailable):
+                await svc.reserve(principal, tokens=1, cost=None)
+            assert (await svc.authenticate(secret)).key.name == "k"  # cached: no store needed
+            svc.settle(attrs_reservation(principal, 0.0), tokens=7, cost=0.25, model="m", provider="p", status=200)
+            await trio.sleep(0.5)
+            assert svc.pending == 1  # kept while the flushes fail
+
+            await trio.to_thread.run_sync(cluster.start_server)
+            with trio.fail_after(30):
+                while svc.pending:
+                    await trio.sleep(0.1)
+            await svc.reserve(principal, tokens=1, cost=None)
+            nursery.cancel_scope.cancel()
+        [row] = await svc.spend("key")
+        assert (row["requests"], row["totalTokens"], row["cost"]) == (2, 12, 0.75)
+        await svc.aclose()
+        svc.store.close()
+    finally:
+        await trio.to_thread.run_sync(cluster.stop)
+        shutil.rmtree(cluster.directory, ignore_errors=True)

@@ -241,7 +241,7 @@ async function revokeKey(key) {
 
 async function deleteTeam(team) {
   const answer = await confirmDialog({ title: `Delete team ${team.name}`, action: "Delete",
-    text: "The team's limits stop applying; its keys keep working without a team." });
+    text: "Only a team without active keys can be deleted: move or revoke its keys first." });
   if (!answer) return;
   await keysApi(`/api/teams/${encodeURIComponent(team.id)}`, "DELETE");
   await renderKeys();
