@@ -11,6 +11,7 @@ import httpx
 import openai
 import pytest
 import trio
+from prometheus_client.parser import text_string_to_metric_families
 
 from fixtures.mock_openai import MockOpenAI
 from tests.conftest import Gateway, free_port, start_gateway
@@ -244,3 +245,35 @@ async def test_spend_survives_a_restart(tmp_path):
         shown = (await gw.admin.get(f"/api/keys/{key['id']}")).json()
         assert shown["usage"]["tokens"]["total"]["used"] == 90
         nursery.cancel_scope.cancel()
+
+
+async def test_metrics_show_spend_per_key_and_the_budget_left(nursery, tmp_path):
+    gw = await start_keyed(nursery, tmp_path)
+    team = (await gw.admin.post("/api/teams", json={"name": "lab", "limits": {"cost": {"month": 10}}})).json()
+    secret, key = await gw.create_key(name="metered", team=team["id"], limits={"tokens": {"day": 1000}})
+    for _ in range(2):
+        await gw.client(secret).chat.completions.create(
+            model="gpt-4o-mini", messages=HELLO, extra_headers={"x-mock-total-tokens": "100"})
+    await gw.settled(key["id"], 2)
+
+    async def samples() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        async with httpx.AsyncClient(timeout=10) as client:
+            text = (await client.get(f"http://{gw.gateway.info.stats}/metrics")).text
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+
+    with trio.fail_after(15):  # the budget snapshot is taken every couple of seconds
+        while True:
+            found = await samples()
+            remaining = found.get(("trioproxy_budget_remaining", (
+                ("id", key["id"]), ("metric", "tokens"), ("name", "metered"), ("subject", "key"), ("window", "day"))))
+            if remaining == 800:
+                break
+            await trio.sleep(0.2)
+    assert found[("trioproxy_key_requests_total", (("key", "metered"), ("team", "lab")))] == 2
+    assert found[("trioproxy_key_tokens_total", (("key", "metered"), ("team", "lab")))] == 200
+    spend = found[("trioproxy_key_spend_usd_total", (("key", "metered"), ("model", "gpt-4o-mini"), ("team", "lab")))]
+    assert spend > 0
+    team_left = found[("trioproxy_budget_remaining", (
+        ("id", team["id"]), ("metric", "cost"), ("name", "lab"), ("subject", "team"), ("window", "month")))]
+    assert team_left == pytest.approx(10 - spend)

@@ -465,6 +465,15 @@ class KeyService:
 
     # --- usage, spend, the request log ------------------------------------------------------------------
 
+    def cached_keys(self) -> list[KeyRecord]:
+        """The active keys the cache holds (each once: a rotated key is there under two digests)."""
+        now = self.clock()
+        unique = {record.id: record for record in self._by_digest.values()}
+        return [record for record in unique.values() if record.status(now) == "active"]
+
+    def cached_teams(self) -> list[Team]:
+        return list(self._teams.values())
+
     async def usage(self, subjects: Iterable[tuple[str, Sequence[Limit]]]) -> list[dict[str, Any]]:
         """For each (subject, its limits): ``{metric: {window: {used, reserved, limit, resetsAt}}}`` in
         the current windows (one store read for all)."""

@@ -22,6 +22,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ..errors import KeyStoreUnavailable, ModelNotAllowed
+from ..keys.metrics import KeysMetrics
 from ..llm.pricing import PriceCatalog
 
 if TYPE_CHECKING:
@@ -119,8 +120,9 @@ async def admit(x: Exchange, service: KeyService, body: bytes | None, *, provide
                  tokens=prompt + completion, cost=cost)
 
 
-def settle(x: Exchange, service: KeyService, status: int, duration: float, log_payloads: bool = False) -> None:
-    """The admitted request's real usage (0 when it never reached a provider) replacing its estimate."""
+def settle(x: Exchange, service: KeyService, status: int, duration: float, metrics: KeysMetrics | None = None) -> None:
+    """The admitted request's real usage (0 when it never reached a provider) replacing its estimate,
+    charged to the provider and model that answered."""
     reservation = x.reservation
     if reservation is None:
         return
@@ -128,11 +130,13 @@ def settle(x: Exchange, service: KeyService, status: int, duration: float, log_p
     usage = x.usage
     llm = x.llm or {}
     tokens = getattr(usage, "total_tokens", None) or 0
-    input_tokens = getattr(usage, "prompt_tokens", None) or 0
-    output_tokens = getattr(usage, "completion_tokens", None) or 0
     cost = llm.get("cost") or 0.0
-    service.settle(reservation, tokens=tokens, cost=cost, model=llm.get("model") or llm.get("requestModel"),
-                   provider=llm.get("provider"), status=status,
-                   log={"latencyMs": round(duration * 1000, 3), "inputTokens": input_tokens,
-                        "outputTokens": output_tokens, "path": x.scope["path"],
-                        "route": x.route.key if x.route is not None else None})
+    model = llm.get("responseModel") or llm.get("model")
+    service.settle(reservation, tokens=tokens, cost=cost, model=model, provider=llm.get("provider"), status=status,
+                   input_tokens=getattr(usage, "prompt_tokens", None),
+                   output_tokens=getattr(usage, "completion_tokens", None),
+                   log={"latency_ms": round(duration * 1000, 3)})
+    if metrics is not None:
+        key = reservation.principal.key
+        team = reservation.principal.team
+        metrics.settled(key.name, team.name if team is not None else "", model or "", tokens, cost)
