@@ -277,3 +277,56 @@ async def test_metrics_show_spend_per_key_and_the_budget_left(nursery, tmp_path)
     team_left = found[("trioproxy_budget_remaining", (
         ("id", team["id"]), ("metric", "cost"), ("name", "lab"), ("subject", "team"), ("window", "month")))]
     assert team_left == pytest.approx(10 - spend)
+
+
+LOGGED = """
+config:
+  store: {store}
+  keys: {{flushInterval: 20ms, requestLog: {{enabled: true}}}}
+llm:
+  port: {port}
+  policies:
+    apiKey: {{runtimeKeys: true, mode: strict, logPayloads: {payloads}}}
+  models:
+  - name: gpt-4o-mini
+    provider: openAI
+    params: {{hostOverride: "127.0.0.1:{mock}"}}
+"""
+
+
+@pytest.mark.parametrize("payloads", [True, False])
+async def test_the_request_log_keeps_redacted_bodies_only_where_enabled(nursery, tmp_path, payloads):
+    mock = MockOpenAI()
+    await nursery.start(mock.serve, 0)
+    gateway = await start_gateway(nursery, LOGGED, port=free_port(), mock=mock.port, payloads=str(payloads).lower(),
+                                  store=json.dumps(str(tmp_path / "keys.db")))
+    gw = KeyedGateway(gateway, mock)
+    secret, key = await gw.create_key(name="logged")
+    await gw.client(secret).chat.completions.create(
+        model="gpt-4o-mini", messages=HELLO, metadata={"api_key": "sk-leaked-123", "purpose": "demo"},
+        extra_headers={"x-mock-total-tokens": "12"})
+    with trio.fail_after(10):
+        while not (entries := (await gw.admin.get("/api/logs", params={"key": key["id"]})).json()["entries"]):
+            await trio.sleep(0.02)
+    [entry] = entries
+    assert (entry["model"], entry["status"], entry["inputTokens"] + entry["outputTokens"]) == ("gpt-4o-mini", 200, 12)
+    assert entry["latencyMs"] > 0
+    if payloads:
+        request = json.loads(entry["request"])
+        assert request["metadata"] == {"api_key": "<redacted>", "purpose": "demo"}
+        assert "hello there gateway" in entry["response"]
+        assert "sk-leaked-123" not in json.dumps(entry)
+    else:
+        assert entry.get("request") is None and entry.get("response") is None
+
+
+def test_payload_text_redacts_credential_members_and_cuts_long_bodies():
+    from trioproxy.proxy.keys_stage import PAYLOAD_LIMIT, payload_text
+
+    assert json.loads(payload_text(b'{"max_tokens": 5, "x": {"Authorization": "Bearer a", "refresh_token": "b"}}')) \
+        == {"max_tokens": 5, "x": {"Authorization": "<redacted>", "refresh_token": "<redacted>"}}
+    stream = b'data: {"password": "hunter2", "text": "hi"}\n\ndata: [DONE]\n\n'
+    assert payload_text(stream) == 'data: {"password": "<redacted>", "text": "hi"}\n\ndata: [DONE]\n\n'
+    long = payload_text(json.dumps({"text": "x" * (2 * PAYLOAD_LIMIT)}).encode())
+    assert len(long) == PAYLOAD_LIMIT + len("...[truncated]") and long.endswith("...[truncated]")
+    assert payload_text(b"cut", truncated=True) == "cut...[truncated]"
