@@ -11,6 +11,7 @@ import httpx
 import openai
 import pytest
 import trio
+from prometheus_client.parser import text_string_to_metric_families
 
 from fixtures.mock_openai import MockOpenAI
 from tests.conftest import Gateway, free_port, start_gateway
@@ -244,3 +245,88 @@ async def test_spend_survives_a_restart(tmp_path):
         shown = (await gw.admin.get(f"/api/keys/{key['id']}")).json()
         assert shown["usage"]["tokens"]["total"]["used"] == 90
         nursery.cancel_scope.cancel()
+
+
+async def test_metrics_show_spend_per_key_and_the_budget_left(nursery, tmp_path):
+    gw = await start_keyed(nursery, tmp_path)
+    team = (await gw.admin.post("/api/teams", json={"name": "lab", "limits": {"cost": {"month": 10}}})).json()
+    secret, key = await gw.create_key(name="metered", team=team["id"], limits={"tokens": {"day": 1000}})
+    for _ in range(2):
+        await gw.client(secret).chat.completions.create(
+            model="gpt-4o-mini", messages=HELLO, extra_headers={"x-mock-total-tokens": "100"})
+    await gw.settled(key["id"], 2)
+
+    async def samples() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        async with httpx.AsyncClient(timeout=10) as client:
+            text = (await client.get(f"http://{gw.gateway.info.stats}/metrics")).text
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+
+    with trio.fail_after(15):  # the budget snapshot is taken every couple of seconds
+        while True:
+            found = await samples()
+            remaining = found.get(("trioproxy_budget_remaining", (
+                ("id", key["id"]), ("metric", "tokens"), ("name", "metered"), ("subject", "key"), ("window", "day"))))
+            if remaining == 800:
+                break
+            await trio.sleep(0.2)
+    assert found[("trioproxy_key_requests_total", (("key", "metered"), ("team", "lab")))] == 2
+    assert found[("trioproxy_key_tokens_total", (("key", "metered"), ("team", "lab")))] == 200
+    spend = found[("trioproxy_key_spend_usd_total", (("key", "metered"), ("model", "gpt-4o-mini"), ("team", "lab")))]
+    assert spend > 0
+    team_left = found[("trioproxy_budget_remaining", (
+        ("id", team["id"]), ("metric", "cost"), ("name", "lab"), ("subject", "team"), ("window", "month")))]
+    assert team_left == pytest.approx(10 - spend)
+
+
+LOGGED = """
+config:
+  store: {store}
+  keys: {{flushInterval: 20ms, requestLog: {{enabled: true}}}}
+llm:
+  port: {port}
+  policies:
+    apiKey: {{runtimeKeys: true, mode: strict, logPayloads: {payloads}}}
+  models:
+  - name: gpt-4o-mini
+    provider: openAI
+    params: {{hostOverride: "127.0.0.1:{mock}"}}
+"""
+
+
+@pytest.mark.parametrize("payloads", [True, False])
+async def test_the_request_log_keeps_redacted_bodies_only_where_enabled(nursery, tmp_path, payloads):
+    mock = MockOpenAI()
+    await nursery.start(mock.serve, 0)
+    gateway = await start_gateway(nursery, LOGGED, port=free_port(), mock=mock.port, payloads=str(payloads).lower(),
+                                  store=json.dumps(str(tmp_path / "keys.db")))
+    gw = KeyedGateway(gateway, mock)
+    secret, key = await gw.create_key(name="logged")
+    await gw.client(secret).chat.completions.create(
+        model="gpt-4o-mini", messages=HELLO, metadata={"api_key": "sk-leaked-123", "purpose": "demo"},
+        extra_headers={"x-mock-total-tokens": "12"})
+    with trio.fail_after(10):
+        while not (entries := (await gw.admin.get("/api/logs", params={"key": key["id"]})).json()["entries"]):
+            await trio.sleep(0.02)
+    [entry] = entries
+    assert (entry["model"], entry["status"], entry["inputTokens"] + entry["outputTokens"]) == ("gpt-4o-mini", 200, 12)
+    assert entry["latencyMs"] > 0
+    if payloads:
+        request = json.loads(entry["request"])
+        assert request["metadata"] == {"api_key": "<redacted>", "purpose": "demo"}
+        assert "hello there gateway" in entry["response"]
+        assert "sk-leaked-123" not in json.dumps(entry)
+    else:
+        assert entry.get("request") is None and entry.get("response") is None
+
+
+def test_payload_text_redacts_credential_members_and_cuts_long_bodies():
+    from trioproxy.proxy.keys_stage import PAYLOAD_LIMIT, payload_text
+
+    assert json.loads(payload_text(b'{"max_tokens": 5, "x": {"Authorization": "Bearer a", "refresh_token": "b"}}')) \
+        == {"max_tokens": 5, "x": {"Authorization": "<redacted>", "refresh_token": "<redacted>"}}
+    stream = b'data: {"password": "hunter2", "text": "hi"}\n\ndata: [DONE]\n\n'
+    assert payload_text(stream) == 'data: {"password": "<redacted>", "text": "hi"}\n\ndata: [DONE]\n\n'
+    long = payload_text(json.dumps({"text": "x" * (2 * PAYLOAD_LIMIT)}).encode())
+    assert len(long) == PAYLOAD_LIMIT + len("...[truncated]") and long.endswith("...[truncated]")
+    assert payload_text(b"cut", truncated=True) == "cut...[truncated]"

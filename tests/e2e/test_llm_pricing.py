@@ -18,7 +18,7 @@ from fixtures.mock_anthropic import MockAnthropic
 from fixtures.mock_gemini import THOUGHTS, MockGemini
 from fixtures.mock_openai import MockOpenAI
 from tests.conftest import free_port, start_gateway
-from tests.e2e.test_observability import OtlpReceiver, _attributes, log_lines, requests_of  # noqa: F401 (fixture)
+from tests.e2e.test_observability import OtlpReceiver, _attributes, requests_of
 from tests.e2e.test_trace import watch
 
 GATEWAY = """

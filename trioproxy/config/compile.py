@@ -352,7 +352,7 @@ def _api_key(value: d.ApiKeyAuth, r: Reader) -> ApiKeySpec:
     if not keys and not value.runtime_keys:
         r.at(value, "keys", "required field is missing (or set runtimeKeys: true)")
     return ApiKeySpec(tuple(keys), value.mode, _location(value.location) or CredentialLocation(),
-                      runtime_keys=value.runtime_keys)
+                      runtime_keys=value.runtime_keys, log_payloads=value.log_payloads)
 
 
 def _authorization(value: d.Authorization, r: Reader) -> AuthorizationSpec:

@@ -338,6 +338,10 @@ class ApiKeyAuth:
         "Also accept the runtime keys of the key store (`config.store`; created with `trioproxy keys create` or "
         "the admin API's /api/keys), with their models, limits and budgets (docs/keys.md). trioproxy only.",
         default=False)
+    log_payloads: bool = field(
+        "With runtimeKeys and config.keys.requestLog enabled: the request log also keeps the request and "
+        "response bodies of these requests (credential-named JSON members redacted, each cut at 16 KiB). "
+        "trioproxy only.", default=False)
     mode: Literal["strict", "optional", "permissive"] = field(
         "strict: a valid key is required. optional (default): requests without a key pass, invalid keys are "
         "rejected (401). permissive: missing or invalid keys pass without apiKey.", default="optional")

@@ -58,6 +58,8 @@ NEGATIVE_MAX = 10_000
 #: most settlements kept while the store cannot be written (an outage with failureMode open); past
 #: it the oldest are dropped, and said so, rather than growing memory without bound
 MAX_PENDING = 200_000
+#: seconds request-path store calls fail at once after a store failure (at least refreshInterval)
+FAIL_FAST = 1.0
 #: how often expired reservations, old counters and old request-log rows are cleaned up (seconds)
 MAINTENANCE_INTERVAL = 60.0
 
@@ -105,6 +107,7 @@ class KeyService:
         self._flush_lock = trio.Lock()
         self._pending: list[SettleEntry] = []
         self._writing = 0  # settlements of the batch being written
+        self._down_until = 0.0  # time.monotonic() until which request-path calls fail fast
         self._flush_now = trio.Event()
         self._failing: set[str] = set()  # loops whose last attempt failed (logged once per outage)
         self._closed = False
@@ -120,9 +123,20 @@ class KeyService:
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         try:
-            return await trio.to_thread.run_sync(partial(fn, *args), limiter=self._limiter)
+            result = await trio.to_thread.run_sync(partial(fn, *args), limiter=self._limiter)
         except StoreError as error:
+            # requests fail fast for a while instead of each waiting for the store's timeout
+            self._down_until = time.monotonic() + max(FAIL_FAST, self.settings.refresh_interval)
             raise KeyStoreUnavailable() from error
+        self._down_until = 0.0
+        return result
+
+    async def _request_call(self, fn: Callable[..., T], *args: Any) -> T:
+        """A store call on the request path: refused at once while the store was just found down
+        (the background refresh keeps trying and ends that as soon as the store answers)."""
+        if self._down_until and time.monotonic() < self._down_until:
+            raise KeyStoreUnavailable()
+        return await self._call(fn, *args)
 
     # --- background work -----------------------------------------------------------------------------
 
@@ -243,7 +257,7 @@ class KeyService:
         until = self._negative.get(digest)
         if until is not None and until > now:
             return None
-        record = await self._call(self.store.find_key, digest)
+        record = await self._request_call(self.store.find_key, digest)
         if record is None:
             if len(self._negative) >= NEGATIVE_MAX:
                 self._negative.clear()
@@ -251,7 +265,7 @@ class KeyService:
             return None
         self._remember(record)
         if record.team is not None and record.team not in self._teams:
-            team = await self._call(self.store.get_team, record.team)
+            team = await self._request_call(self.store.get_team, record.team)
             if team is not None:
                 self._teams[team.id] = team
         return record
@@ -295,7 +309,8 @@ class KeyService:
         if not items:
             return Reservation(None, principal, (), tokens, cost, now)
         reservation_id = uuid.uuid4().hex
-        refused = await self._call(self.store.reserve, reservation_id, items, now + self.settings.reservation_ttl, now)
+        refused = await self._request_call(self.store.reserve, reservation_id, items,
+                                           now + self.settings.reservation_ttl, now)
         if refused is not None:
             label = next(label for subject, label, limit in principal.subjects()
                          if subject == refused.subject and limit.metric == refused.metric
@@ -449,6 +464,15 @@ class KeyService:
         return deleted
 
     # --- usage, spend, the request log ------------------------------------------------------------------
+
+    def cached_keys(self) -> list[KeyRecord]:
+        """The active keys the cache holds (each once: a rotated key is there under two digests)."""
+        now = self.clock()
+        unique = {record.id: record for record in self._by_digest.values()}
+        return [record for record in unique.values() if record.status(now) == "active"]
+
+    def cached_teams(self) -> list[Team]:
+        return list(self._teams.values())
 
     async def usage(self, subjects: Iterable[tuple[str, Sequence[Limit]]]) -> list[dict[str, Any]]:
         """For each (subject, its limits): ``{metric: {window: {used, reserved, limit, resetsAt}}}`` in

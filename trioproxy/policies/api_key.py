@@ -111,3 +111,5 @@ class ApiKeySpec:
     location: CredentialLocation = CredentialLocation()
     #: also accept the key store's runtime keys (``trioproxy/keys``, docs/keys.md)
     runtime_keys: bool = False
+    #: the request log keeps runtime-keyed requests' bodies (redacted, cut: proxy/keys_stage.py)
+    log_payloads: bool = False

@@ -84,6 +84,7 @@ class Exchange:
         "host",
         "jwt",
         "key",
+        "payloads",
         "principal",
         "reservation",
         "team",
@@ -141,6 +142,7 @@ class Exchange:
         self.key: dict[str, Any] | None = None  # CEL ``key``: the runtime key's id, name, team, metadata
         self.team: dict[str, Any] | None = None  # CEL ``team``: its team's id, name, metadata
         self.reservation: Any = None  # the budget reserved before the upstream call, settled at the end
+        self.payloads: dict[str, Any] | None = None  # apiKey logPayloads: the bodies for the request log
         self.usage: Any = None  # the LLM response's usage once its body was read (for finish hooks)
         self.remote_charges: list[Any] = []  # (remoteRateLimit stage, tokens descriptors) to charge after
         self.extra_response_headers: list[Header] = []  # added by stages (cors), also to error answers

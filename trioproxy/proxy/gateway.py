@@ -402,6 +402,8 @@ class Gateway:
         """A translated answer: the whole body, or the provider's stream translated piece by piece;
         then the usage the translation counted (a translated stream may not carry it)."""
         capture = BodyCapture(x.tracer.body_limit) if x.tracer.active else None
+        if x.payloads is not None:  # the request log keeps the answer (keys_stage.py)
+            capture = x.payloads["response"] = capture or BodyCapture(keys_stage.PAYLOAD_LIMIT)
         async with x.corked():
             await x.start_response(status, headers)
             if body is not None:
@@ -551,6 +553,8 @@ class ResponseTap:
             if not reader.active:
                 reader = None
         capture = BodyCapture(x.tracer.body_limit) if x.tracer.active else None
+        if x.payloads is not None:  # the request log keeps the answer (keys_stage.py)
+            capture = x.payloads["response"] = capture or BodyCapture(keys_stage.PAYLOAD_LIMIT)
         if (x.llm_strip and response.status < 300 and header_value(response.headers, b"content-encoding") is None
                 and (header_value(response.headers, b"content-type") or b"").startswith(b"text/event-stream")):
             stripper = UsageStripper()

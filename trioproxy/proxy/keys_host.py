@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from ..config.model import DEFAULT_STORE, Config
+from ..keys.metrics import KeysMetrics
 from ..keys.service import KeyService
 
 log = logging.getLogger("trioproxy")
@@ -52,9 +53,11 @@ class KeysHost:
     """Owns at most one ``KeyService`` at a time for a ``Runtime``."""
 
     def __init__(self, config: Callable[[], Config],
-                 factory: Callable[[str, Config], KeyService] | None = None) -> None:
+                 factory: Callable[[str, Config], KeyService] | None = None,
+                 metrics: KeysMetrics | None = None) -> None:
         self._config = config
         self._factory = factory or open_service
+        self.metrics = metrics  # its budget snapshots run beside the service
         self.service: KeyService | None = None
         self.store: str | None = None  # the store ``service`` uses
         self._nursery: trio.Nursery | None = None
@@ -96,7 +99,10 @@ class KeysHost:
     async def _run(self, service: KeyService, scope: trio.CancelScope) -> None:
         with scope:
             try:
-                await service.run()
+                async with trio.open_nursery() as nursery:
+                    if self.metrics is not None:
+                        nursery.start_soon(self.metrics.snapshots, service)
+                    await service.run()
             except Exception:  # the service reports store trouble itself; never take the gateway down
                 log.exception("the key service stopped")
 

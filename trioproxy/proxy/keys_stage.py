@@ -19,16 +19,19 @@ nearly spent budget overspend by at most one request's real usage beyond its est
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 from ..errors import KeyStoreUnavailable, ModelNotAllowed
+from ..keys.metrics import KeysMetrics
 from ..llm.pricing import PriceCatalog
+from ..redaction import REDACTED
 
 if TYPE_CHECKING:
     from ..keys.service import KeyService
     from .exchange import Exchange
 
-__all__ = ["admit", "cost_estimate", "estimate_tokens", "requested_model", "settle"]
+__all__ = ["PAYLOAD_LIMIT", "admit", "payload_text", "cost_estimate", "estimate_tokens", "requested_model", "settle"]
 
 #: the completion-size fields of each dialect: OpenAI chat (old and new), Responses, Anthropic; Gemini's
 #: is under ``generationConfig``
@@ -45,6 +48,50 @@ def cost_estimate(prices: PriceCatalog, provider: str | None, model: str | None,
     if price is None:
         return None
     return (prompt * price.input + completion * price.output) / 1_000_000
+
+
+#: the longest body text the request log keeps, per body
+PAYLOAD_LIMIT = 16 * 1024
+#: JSON member names whose values the request log never keeps (``max_tokens`` is not one: plural)
+_SECRET_NAME = re.compile(r"(?i)^(?:.*[_-])?(?:api[_-]?key|authorization|password|passwd|secret|token|"
+                          r"cookie|credentials?|private[_-]?key)$")
+#: the same members written in text that is not one JSON document (an event stream)
+_SECRET_MEMBER = re.compile(r'"((?:[^"\\]*[_-])?(?:api[_-]?key|authorization|password|passwd|secret|token|cookie|'
+                            r'credentials?|private[_-]?key))"(\s*:\s*)"(?:[^"\\]|\\.)*"', re.IGNORECASE)
+
+
+def _redacted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: REDACTED if isinstance(k, str) and _SECRET_NAME.match(k) else _redacted(v)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    return value
+
+
+def payload_text(body: bytes, truncated: bool = False) -> str:
+    """A body as the request log keeps it: credential-named JSON members redacted, cut at
+    ``PAYLOAD_LIMIT`` characters (``...[truncated]`` says so)."""
+    try:
+        text = json.dumps(_redacted(json.loads(body)), ensure_ascii=False, separators=(",", ":"))
+    except (ValueError, UnicodeDecodeError):  # an event stream, a cut body, not JSON at all
+        text = _SECRET_MEMBER.sub(lambda m: f'"{m.group(1)}"{m.group(2)}"{REDACTED}"',
+                                  body.decode("utf-8", "replace"))
+    if truncated or len(text) > PAYLOAD_LIMIT:
+        return text[:PAYLOAD_LIMIT] + "...[truncated]"
+    return text
+
+
+def _payloads(payloads: dict[str, Any] | None) -> dict[str, str]:
+    if not payloads:
+        return {}
+    out = {}
+    if "request" in payloads:
+        out["request"] = payload_text(payloads["request"])
+    capture = payloads.get("response")
+    if capture is not None:
+        out["response"] = payload_text(b"".join(capture.parts), capture.truncated)
+    return out
 
 
 def _body_object(body: bytes | None) -> dict[str, Any] | None:
@@ -94,6 +141,8 @@ async def admit(x: Exchange, service: KeyService, body: bytes | None, *, provide
     principal = x.principal
     if principal is None or x.reservation is not None:  # a failover's next attempt: reserved once
         return
+    if x.payloads is not None and body is not None:
+        x.payloads["request"] = body
     tr = x.tracer
     obj = _body_object(body) if body is not None else None
     asked = requested_model(obj, path_model)
@@ -119,8 +168,9 @@ async def admit(x: Exchange, service: KeyService, body: bytes | None, *, provide
                  tokens=prompt + completion, cost=cost)
 
 
-def settle(x: Exchange, service: KeyService, status: int, duration: float, log_payloads: bool = False) -> None:
-    """The admitted request's real usage (0 when it never reached a provider) replacing its estimate."""
+def settle(x: Exchange, service: KeyService, status: int, duration: float, metrics: KeysMetrics | None = None) -> None:
+    """The admitted request's real usage (0 when it never reached a provider) replacing its estimate,
+    charged to the provider and model that answered."""
     reservation = x.reservation
     if reservation is None:
         return
@@ -128,11 +178,13 @@ def settle(x: Exchange, service: KeyService, status: int, duration: float, log_p
     usage = x.usage
     llm = x.llm or {}
     tokens = getattr(usage, "total_tokens", None) or 0
-    input_tokens = getattr(usage, "prompt_tokens", None) or 0
-    output_tokens = getattr(usage, "completion_tokens", None) or 0
     cost = llm.get("cost") or 0.0
-    service.settle(reservation, tokens=tokens, cost=cost, model=llm.get("model") or llm.get("requestModel"),
-                   provider=llm.get("provider"), status=status,
-                   log={"latencyMs": round(duration * 1000, 3), "inputTokens": input_tokens,
-                        "outputTokens": output_tokens, "path": x.scope["path"],
-                        "route": x.route.key if x.route is not None else None})
+    model = llm.get("responseModel") or llm.get("model")
+    service.settle(reservation, tokens=tokens, cost=cost, model=model, provider=llm.get("provider"), status=status,
+                   input_tokens=getattr(usage, "prompt_tokens", None),
+                   output_tokens=getattr(usage, "completion_tokens", None),
+                   log={"latency_ms": round(duration * 1000, 3), **_payloads(x.payloads)})
+    if metrics is not None:
+        key = reservation.principal.key
+        team = reservation.principal.team
+        metrics.settled(key.name, team.name if team is not None else "", model or "", tokens, cost)

@@ -77,7 +77,7 @@ class Pipeline:
         seconds = trio.current_time() - x.arrival
         runtime = self.runtime
         if x.reservation is not None:  # a runtime key's budget: the real usage replaces the estimate
-            keys_stage.settle(x, runtime.keys, status, seconds)
+            keys_stage.settle(x, runtime.keys, status, seconds, runtime.keys_metrics)
         observe_request(runtime.metrics, self.bind.key, x, status, seconds)
         if x.span is not None:
             end_server_span(runtime.otel, x, status)

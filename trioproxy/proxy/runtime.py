@@ -13,6 +13,7 @@ from typing import Any
 from prometheus_client.metrics_core import Metric
 
 from ..config.model import Backend, Config, Listener, Route
+from ..keys.metrics import KeysMetrics
 from ..keys.service import KeyService
 from ..llm.pricing import PriceCatalog
 from ..policies.jwks import JwksRegistry
@@ -174,7 +175,9 @@ class Runtime:
         self.disconnects = DisconnectMonitor() if disconnect_monitor_available() else None
         #: the runtime key service (``keys``), opened when first needed; its task runs in
         #: ``keys_host.serving()`` (frontend/server.py, the workers)
-        self.keys_host = KeysHost(lambda: self.state.config)
+        #: spend and remaining budgets of runtime keys (docs/keys.md, "Metrics")
+        self.keys_metrics = KeysMetrics(self.metrics.registry)
+        self.keys_host = KeysHost(lambda: self.state.config, metrics=self.keys_metrics)
 
     @property
     def keys(self) -> KeyService:

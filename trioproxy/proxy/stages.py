@@ -286,6 +286,8 @@ class ApiKeyStage(Stage):
             x.tracer.event("policy", severity="warn", kind="apiKey", result="rejected", reason=refused.reason)
             raise ApiKeyAuthenticationFailed(refused.reason) from None
         x.principal = principal
+        if self.spec.log_payloads:
+            x.payloads = {}  # the request log keeps the bodies (keys_stage.py)
         x.key = principal.key.cel()
         x.team = principal.team.cel() if principal.team is not None else None
         return {**principal.key.metadata, "name": principal.key.name, "id": principal.key.id}

@@ -68,6 +68,9 @@ async def run_worker(spec: dict[str, Any]) -> None:
 
         hub = WorkerTraceHub(table, forward)
         runtime = Runtime(config, trace=hub, limiter_factory=limits.limiter)
+        # the supervisor reports the remaining budgets (the store's, the same for every process):
+        # workers' /metrics are summed, which would multiply them
+        runtime.keys_host.metrics = None
         metrics = runtime.metrics
         claims = Counter("trioproxy_trace_claims", "Requests this gateway gave to a /debug/trace watcher.",
                          registry=metrics.registry)

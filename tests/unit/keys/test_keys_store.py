@@ -263,3 +263,18 @@ def test_four_processes_create_the_schema_together_and_share_one_limit(store_loc
     results = [proc.communicate(timeout=120) for proc in procs]
     assert all(proc.returncode == 0 for proc in procs), [err for _, err in results]
     assert sum(int(out) for out, _ in results) == 10
+
+
+def test_bench_keys_store_runs(postgres_url):
+    """bench/keys_store.py on a few requests, both engines: it keeps working."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-m", "bench.keys_store", "--requests", "64", "--concurrency", "8",
+                           "--postgres", postgres_url], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "sqlite: 64 requests" in done.stdout and "postgresql: 64 requests" in done.stdout
+    assert done.stdout.count("reserve (1 transaction)") == 2
