@@ -128,7 +128,7 @@ class McpRelay:
             return f"{target}+{name}" if ":" in name else name
         return f"{target}{DELIMITER}{name}"
 
-    def resolve(self, exposed: str, kind: str, sessions: TargetSessions) -> tuple[str, str] | None:
+    def resolve(self, exposed: str, kind: str) -> tuple[str, str] | None:
         """(target, name at the target) of an exposed name; None when no target has it."""
         if not self.spec.prefixed:
             if len(self.targets) == 1:
@@ -158,7 +158,7 @@ class McpRelay:
         routed = ROUTED.get(method)
         if routed is not None and isinstance(params.get(routed[0]), str):
             field, kind = routed
-            found = self.resolve(params[field], kind, {})
+            found = self.resolve(params[field], kind)
             target, name = found if found is not None else ("", params[field])
             out[kind] = {"name": name, "target": target}
             if "arguments" in params:
@@ -468,7 +468,7 @@ class McpRelay:
 
     # --- routed calls ----------------------------------------------------------------------------
 
-    async def _owner(self, request: McpRequest, method: str, kind: str, exposed: str, sessions: TargetSessions,
+    async def _owner(self, request: McpRequest, kind: str, exposed: str, sessions: TargetSessions,
                      call: McpCall) -> tuple[str, str] | None:
         """prefixMode never, several targets: the target whose listing has the name."""
         list_method = {"tool": "tools/list", "prompt": "prompts/list", "resource": "resources/list"}[kind]
@@ -492,16 +492,15 @@ class McpRelay:
             field, kind = ROUTED[method]
             holder = params
         exposed = holder.get(field)
-        noun = {"tool": "tool", "prompt": "prompt", "resource": "resource"}[kind]
         if not isinstance(exposed, str):
             raise rpc.JsonRpcError(rpc.INVALID_PARAMS, f"Invalid params: {field} is required")
         call.name = exposed
-        unknown = rpc.JsonRpcError(rpc.INVALID_PARAMS, f"Unknown {noun}: {exposed}")
+        unknown = rpc.JsonRpcError(rpc.INVALID_PARAMS, f"Unknown {kind}: {exposed}")
         if temporary:
             sessions = await self._open_all(request, call)
-        found = self.resolve(exposed, kind, {name: s for name, s in sessions.items()} if sessions else {})
+        found = self.resolve(exposed, kind)
         if found is None and not self.spec.prefixed and len(self.targets) > 1:
-            found = await self._owner(request, method, kind, exposed, sessions, call)
+            found = await self._owner(request, kind, exposed, sessions, call)
         if found is None:
             raise unknown
         target_name, name = found
