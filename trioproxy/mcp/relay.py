@@ -178,9 +178,14 @@ class McpRelay:
 
     # --- entry -------------------------------------------------------------------------------
 
-    async def handle(self, request: McpRequest, observe: Callable[[McpCall], None]) -> McpAnswer:
+    async def handle(self, request: McpRequest, observe: Callable[[McpCall], None],
+                     nursery: trio.Nursery | None = None) -> McpAnswer:
         if request.method == "DELETE":
             return await self._delete(request)
+        if request.method == "GET" and nursery is not None and self.spec.stateful:
+            listened = await self._listen(request, nursery)
+            if listened is not None:
+                return listened
         if request.method != "POST":
             return McpAnswer(405, [(b"allow", b"POST, DELETE"), (b"content-type", b"text/plain")],
                              b"this endpoint takes POST (and DELETE to end a session)")
@@ -549,6 +554,53 @@ class McpRelay:
                 pass
         finally:
             await reply.aclose()
+
+    async def _listen(self, request: McpRequest, nursery: trio.Nursery) -> McpAnswer | None:
+        """GET: the targets' standalone event streams merged (what servers say outside any call:
+        list changes, resource updates, logs), each message as ``rewrite_outgoing`` makes it. None
+        (405) when the session has no Streamable HTTP target offering one."""
+        header = _header(request.headers, b"mcp-session-id")
+        sessions = self.codec.decode(header) if header is not None else None
+        if sessions is None:
+            return None if header is None else _json_answer(
+                rpc.error_message(None, rpc.SESSION_NOT_FOUND, "Session not found"), 404)
+        replies: dict[str, TargetReply] = {}
+
+        async def open_one(name: str, sid: str, version: str) -> None:
+            reply = await self.http.listen(self.targets[name].url, session_id=sid, version=version)
+            if reply is not None:
+                replies[name] = reply
+
+        async with trio.open_nursery() as opening:
+            for name, (sid, version) in sessions.items():
+                target = self.targets.get(name)
+                if target is not None and target.transport == "mcp" and sid is not None:
+                    opening.start_soon(open_one, name, sid, version)
+        if not replies:
+            return None
+        send, receive = trio.open_memory_channel[bytes](64)
+
+        async def pump(name: str, reply: TargetReply, send: trio.MemorySendChannel[bytes]) -> None:
+            async with send:
+                try:
+                    async for message in reply.messages():
+                        await send.send(_sse(self.rewrite_outgoing(name, message)))
+                except TargetFailure:
+                    pass
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await reply.aclose()
+
+        async with send:
+            for name, reply in replies.items():
+                nursery.start_soon(pump, name, reply, send.clone())
+
+        async def merged() -> AsyncIterator[bytes]:
+            async with receive:
+                async for chunk in receive:
+                    yield chunk
+
+        return McpAnswer(200, [SSE, (b"cache-control", b"no-cache")], stream=merged())
 
     async def _delete(self, request: McpRequest) -> McpAnswer:
         session_header = _header(request.headers, b"mcp-session-id")

@@ -202,7 +202,7 @@ class McpHub:
                          method=call.method, tool=call.name, target=call.target, result=call.result,
                          error=call.error, duration=duration_string(call.end - call.start))
 
-        answer = await relay.handle(request, observe)
+        answer = await relay.handle(request, observe, x.nursery)
         tr.event("backendCallResult", start=now, severity="success" if answer.status < 400 else "warn",
                  status=answer.status, error=None)
         return McpResponse(answer)
