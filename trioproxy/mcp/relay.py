@@ -32,8 +32,8 @@ from ..asgi import Header
 from ..config.model import McpBackend, McpTarget
 from ..policies.authorization import AuthorizationPolicy, decide
 from . import jsonrpc as rpc
+from .connections import ConnectionPool, ConnectionReply
 from .session import SessionCodec, TargetSessions
-from .stdio import StdioPool, StdioReply
 from .upstream import HttpTargets, TargetFailure, TargetReply
 
 __all__ = ["DEFAULT_VERSION", "McpAnswer", "McpCall", "McpRelay", "McpRequest"]
@@ -110,11 +110,11 @@ class McpRelay:
     """The relay of one ``mcp`` backend; stateless itself (the session is in the id)."""
 
     def __init__(self, spec: McpBackend, codec: SessionCodec, http: HttpTargets,
-                 stdio: StdioPool | None = None) -> None:
+                 connections: ConnectionPool | None = None) -> None:
         self.spec = spec
         self.codec = codec
         self.http = http
-        self.stdio = stdio or StdioPool()
+        self.connections = connections or ConnectionPool()
         self.targets = {t.name: t for t in spec.targets}
         self.index = {t.name: i for i, t in enumerate(spec.targets)}
         self.policy = AuthorizationPolicy(spec.authorization) if spec.authorization is not None else None
@@ -372,7 +372,7 @@ class McpRelay:
                 if sid is None or target is None:
                     continue
                 if target.transport in ("stdio", "sse"):
-                    self.stdio.stop(sid)
+                    self.connections.stop(sid)
                 else:
                     await self.http.delete(target.url, sid, version)
 
@@ -540,9 +540,9 @@ class McpRelay:
         return [(name, value) for name, value in request.headers if name in (b"authorization",)]
 
     async def _post(self, request: McpRequest, target: McpTarget, message: dict[str, Any], sid: str | None,
-                    version: str | None) -> TargetReply | StdioReply:
+                    version: str | None) -> TargetReply | ConnectionReply:
         if target.transport in ("stdio", "sse"):
-            return await self.stdio.post(target, message, sid)
+            return await self.connections.post(target, message, sid)
         return await self.http.post(target.url, message, session_id=sid, version=version,
                                     headers=self._forwarded_headers(request))
 
@@ -626,7 +626,7 @@ class McpRelay:
 class _Relayed:
     """A routed call's answer from its target, passed on to the client (whole, or as a stream)."""
 
-    def __init__(self, relay: McpRelay, reply: TargetReply | StdioReply, id: Any, target: str, call: McpCall,
+    def __init__(self, relay: McpRelay, reply: TargetReply | ConnectionReply, id: Any, target: str, call: McpCall,
                  done: Callable[..., McpAnswer], temporary: TargetSessions | None) -> None:
         self.relay, self.reply, self.id, self.target, self.call = relay, reply, id, target, call
         self.done = done
@@ -698,7 +698,7 @@ def _server_request_id(id: Any) -> tuple[int, Any] | None:
         return None
 
 
-async def _response_of(reply: TargetReply | StdioReply, id: Any) -> dict[str, Any]:
+async def _response_of(reply: TargetReply | ConnectionReply, id: Any) -> dict[str, Any]:
     """The response to ``id`` in a target's answer (notifications before it are dropped)."""
     async for message in reply.messages():
         if "method" not in message and message.get("id") == id:
