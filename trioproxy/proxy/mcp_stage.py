@@ -190,7 +190,8 @@ class McpHub:
         tr.snapshot("final request", x)
         x.upstream_started = now = _now()
         tr.event("backendCallStart", target=backend.name)
-        request = McpRequest(x.scope["method"], x.headers, body, activation(x))
+        # CEL's view only where mcpAuthorization will read it
+        request = McpRequest(x.scope["method"], x.headers, body, activation(x) if relay.policy is not None else {})
         route = x.route.key if x.route is not None else ""
 
         def observe(call: McpCall) -> None:
