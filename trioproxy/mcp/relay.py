@@ -21,6 +21,7 @@ Every call is reported to ``observe`` as an ``McpCall`` (trace event, access log
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
@@ -387,15 +388,17 @@ class McpRelay:
     # --- fan-out -------------------------------------------------------------------------------
 
     async def _fanout(self, request: McpRequest, message: dict[str, Any], sessions: TargetSessions,
-                      call: McpCall) -> dict[str, dict[str, Any]]:
-        """``message`` to every target of the session; their results by target (failures per failureMode)."""
+                      call: McpCall, shape: Callable[[str], dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+        """``message`` (``shape(target)``: that target's own) to every target of ``sessions``; their
+        results by target (failures per failureMode)."""
         results: dict[str, dict[str, Any]] = {}
         failures: dict[str, str] = {}
 
         async def one(name: str) -> None:
             sid, version = sessions[name]
             try:
-                reply = await self._post(request, self.targets[name], message, sid, version)
+                sent = shape(name) if shape is not None else message
+                reply = await self._post(request, self.targets[name], sent, sid, version)
                 try:
                     answer = await _response_of(reply, message.get("id"))
                 finally:
@@ -421,21 +424,34 @@ class McpRelay:
                     call: McpCall) -> McpAnswer:
         method = str(message["method"])
         member, field, kind = LISTS[method]
-        forwarded = {k: v for k, v in message.items() if k != "params"}
         params = {k: v for k, v in (message.get("params") or {}).items() if k != "cursor"}
-        if params:
-            forwarded["params"] = params
-        results = await self._fanout(request, forwarded, sessions, call)
+        cursor = (message.get("params") or {}).get("cursor")
+        pending = _cursors_in(cursor) if cursor is not None else None
+        if cursor is not None and (pending is None or not set(pending) <= set(sessions)):
+            raise rpc.JsonRpcError(rpc.INVALID_PARAMS, f"Invalid params: unknown cursor {cursor!r}")
+        asked = sessions if pending is None else {name: sessions[name] for name in sessions if name in pending}
+
+        def shape(name: str) -> dict[str, Any]:
+            """Each target gets its own cursor back (the gateway's cursor holds one per target)."""
+            own = {**params, "cursor": pending[name]} if pending is not None else params
+            return {**{k: v for k, v in message.items() if k != "params"}, **({"params": own} if own else {})}
+
+        results = await self._fanout(request, message, asked, call, shape)
+        following = {name: str(result["nextCursor"]) for name, result in results.items()
+                     if isinstance(result.get("nextCursor"), str)}
         items: list[Any] = []
-        for name in sessions:  # in the backend's target order
+        for name in asked:  # in the backend's target order
             for item in (results.get(name) or {}).get(member) or []:
                 if not isinstance(item, dict) or not isinstance(item.get(field), str):
                     continue
                 if not self.allowed(request.activation, method, kind, name, item[field]):
                     continue
                 items.append({**item, field: self.expose(name, item[field], kind)})
+        result: dict[str, Any] = {member: items}
+        if following:  # the targets with more: one cursor for all of them
+            result["nextCursor"] = _cursors_out(following)
         try:
-            return _json_answer(rpc.result_message(message.get("id"), {member: items}))
+            return _json_answer(rpc.result_message(message.get("id"), result))
         finally:
             if not self.spec.stateful:
                 await self._close(sessions)
@@ -683,6 +699,23 @@ def rpc_request(id: Any, method: str, params: dict[str, Any] | None) -> dict[str
     if params is not None:
         message["params"] = params
     return message
+
+
+def _cursors_out(cursors: dict[str, str]) -> str:
+    """The gateway's cursor: each target's own, in one opaque string."""
+    return base64.urlsafe_b64encode(json.dumps(cursors, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def _cursors_in(cursor: Any) -> dict[str, str] | None:
+    if not isinstance(cursor, str):
+        return None
+    try:
+        cursors = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except ValueError:
+        return None
+    if not isinstance(cursors, dict) or not all(isinstance(v, str) for v in cursors.values()):
+        return None
+    return {str(k): v for k, v in cursors.items()}
 
 
 def _server_request_id(id: Any) -> tuple[int, Any] | None:
