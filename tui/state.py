@@ -28,6 +28,7 @@ KIND_BY_TYPE = {
     "backendCallStart": "Backend Start",
     "backendCallResult": "Backend Result",
     "bodySnapshot": "Body Snapshot",
+    "mcp": "MCP Call",
     "requestFinished": "Request Done",
 }
 SNAPSHOT_TYPES = ("requestSnapshot", "responseSnapshot", "bodySnapshot")
@@ -78,6 +79,20 @@ def summarize(event: Event) -> tuple[str, str]:
         summary = f"target={msg.get('target')}"
     elif typ == "backendCallResult":
         summary = f"error={msg['error']}" if msg.get("error") else f"status={msg.get('status')}"
+    elif typ == "mcp":
+        summary = str(msg.get("method", "?"))
+        if msg.get("tool"):
+            summary += f" {msg['tool']}" + (f"@{msg['target']}" if msg.get("target") else "")
+        summary += f": {msg.get('result', '?')}"
+        if msg.get("error"):
+            summary += f" error={msg['error']}"
+    elif typ == "mcp":
+        summary = str(msg.get("method", "?"))
+        if msg.get("tool"):
+            summary += f" {msg['tool']}" + (f"@{msg['target']}" if msg.get("target") else "")
+        summary += f": {msg.get('result', '?')}"
+        if msg.get("error"):
+            summary += f" error={msg['error']}"
     elif typ == "requestFinished":
         summary = f"request finished status={msg.get('status')}"
         if msg.get("error"):

@@ -77,6 +77,12 @@ def ask_server() -> MCPServer:
         name: str
 
     @server.tool()
+    async def announce(ctx: Context) -> str:
+        """Tell every listener the tool list changed (a notification outside any call's stream)."""
+        await ctx.session.send_tool_list_changed()
+        return "announced"
+
+    @server.tool()
     async def greet_me(ctx: Context) -> str:
         """Ask the user for a name (an elicitation: the server's own request to the client)."""
         answer = await ctx.elicit("What is your name?", Name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+import trio
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import free_port, start_routes
@@ -223,3 +224,22 @@ async def test_workers_share_one_session_key_when_the_config_names_none(tmp_path
             assert len([n for n in served.values() if n > 0]) == 2, served
         finally:
             gw.stop()
+
+
+async def test_what_a_server_says_outside_any_call_reaches_the_client_on_its_get_stream(nursery):
+    async with mcp_servers("math", "ask") as (math, ask):
+        gw = await start_routes(nursery, ROUTE.replace("name: text", "name: ask"), port=free_port(), math=math.url,
+                                text=ask.url, failure="failClosed")
+        heard: list[str] = []
+        changed = trio.Event()
+
+        async def on_message(message) -> None:
+            method = getattr(getattr(message, "root", message), "method", None) or getattr(message, "method", None)
+            heard.append(str(method))
+            if method == "notifications/tools/list_changed":
+                changed.set()
+
+        async with mcp_client(gw.url + "/mcp", message_handler=on_message) as session:
+            assert (await session.call_tool("ask_announce", {})).structured_content == {"result": "announced"}
+            with trio.fail_after(10):
+                await changed.wait()

@@ -38,7 +38,7 @@ async def test_a_stdio_target_beside_an_http_one_started_and_ended_with_the_sess
     async with mcp_servers("text") as (text,):
         gw = await start_routes(nursery, ROUTE, port=free_port(), python=sys.executable, servers=SERVERS,
                                 text=text.url)
-        pool = gw.info.runtime.mcp.stdio
+        pool = gw.info.runtime.mcp.connections
         async with mcp_client(gw.url + "/mcp") as session:
             names = [t.name for t in (await session.list_tools()).tools]
             assert names == ["math_add", "math_slow_count", "text_echo", "text_shout"]
@@ -89,7 +89,7 @@ async def test_a_stdio_session_elsewhere_fails_naming_the_target_and_shutdown_en
         assert "MCP target 'math' failed" in r.json()["error"]["message"]
         echo = {**call, "params": {"name": "text_echo", "arguments": {"text": "moved"}}}
         assert "moved" in (await rpc(second.url + "/mcp", echo, session=session)).text
-        [process] = first.info.runtime.mcp.stdio.processes.values()
+        [process] = first.info.runtime.mcp.connections.processes.values()
         first.info.shutdown.set()
         await until(lambda: process.process.returncode is not None)
 
@@ -109,7 +109,7 @@ async def test_an_sse_target_speaks_the_older_transport_behind_the_same_endpoint
     async with mcp_servers("math", "text/sse") as (math, text):
         assert text.url.endswith("/sse")
         gw = await start_routes(nursery, SSE_ROUTE, port=free_port(), math=math.url, text=text.url)
-        pool = gw.info.runtime.mcp.stdio
+        pool = gw.info.runtime.mcp.connections
         async with mcp_client(gw.url + "/mcp") as session:
             names = [t.name for t in (await session.list_tools()).tools]
             assert names == ["math_add", "math_slow_count", "text_echo", "text_shout"]

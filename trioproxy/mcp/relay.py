@@ -21,6 +21,7 @@ Every call is reported to ``observe`` as an ``McpCall`` (trace event, access log
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
@@ -32,8 +33,8 @@ from ..asgi import Header
 from ..config.model import McpBackend, McpTarget
 from ..policies.authorization import AuthorizationPolicy, decide
 from . import jsonrpc as rpc
+from .connections import ConnectionPool, ConnectionReply
 from .session import SessionCodec, TargetSessions
-from .stdio import StdioPool, StdioReply
 from .upstream import HttpTargets, TargetFailure, TargetReply
 
 __all__ = ["DEFAULT_VERSION", "McpAnswer", "McpCall", "McpRelay", "McpRequest"]
@@ -110,11 +111,11 @@ class McpRelay:
     """The relay of one ``mcp`` backend; stateless itself (the session is in the id)."""
 
     def __init__(self, spec: McpBackend, codec: SessionCodec, http: HttpTargets,
-                 stdio: StdioPool | None = None) -> None:
+                 connections: ConnectionPool | None = None) -> None:
         self.spec = spec
         self.codec = codec
         self.http = http
-        self.stdio = stdio or StdioPool()
+        self.connections = connections or ConnectionPool()
         self.targets = {t.name: t for t in spec.targets}
         self.index = {t.name: i for i, t in enumerate(spec.targets)}
         self.policy = AuthorizationPolicy(spec.authorization) if spec.authorization is not None else None
@@ -128,7 +129,7 @@ class McpRelay:
             return f"{target}+{name}" if ":" in name else name
         return f"{target}{DELIMITER}{name}"
 
-    def resolve(self, exposed: str, kind: str, sessions: TargetSessions) -> tuple[str, str] | None:
+    def resolve(self, exposed: str, kind: str) -> tuple[str, str] | None:
         """(target, name at the target) of an exposed name; None when no target has it."""
         if not self.spec.prefixed:
             if len(self.targets) == 1:
@@ -158,7 +159,7 @@ class McpRelay:
         routed = ROUTED.get(method)
         if routed is not None and isinstance(params.get(routed[0]), str):
             field, kind = routed
-            found = self.resolve(params[field], kind, {})
+            found = self.resolve(params[field], kind)
             target, name = found if found is not None else ("", params[field])
             out[kind] = {"name": name, "target": target}
             if "arguments" in params:
@@ -178,9 +179,14 @@ class McpRelay:
 
     # --- entry -------------------------------------------------------------------------------
 
-    async def handle(self, request: McpRequest, observe: Callable[[McpCall], None]) -> McpAnswer:
+    async def handle(self, request: McpRequest, observe: Callable[[McpCall], None],
+                     nursery: trio.Nursery | None = None) -> McpAnswer:
         if request.method == "DELETE":
             return await self._delete(request)
+        if request.method == "GET" and nursery is not None and self.spec.stateful:
+            listened = await self._listen(request, nursery)
+            if listened is not None:
+                return listened
         if request.method != "POST":
             return McpAnswer(405, [(b"allow", b"POST, DELETE"), (b"content-type", b"text/plain")],
                              b"this endpoint takes POST (and DELETE to end a session)")
@@ -367,7 +373,7 @@ class McpRelay:
                 if sid is None or target is None:
                     continue
                 if target.transport in ("stdio", "sse"):
-                    self.stdio.stop(sid)
+                    self.connections.stop(sid)
                 else:
                     await self.http.delete(target.url, sid, version)
 
@@ -382,15 +388,17 @@ class McpRelay:
     # --- fan-out -------------------------------------------------------------------------------
 
     async def _fanout(self, request: McpRequest, message: dict[str, Any], sessions: TargetSessions,
-                      call: McpCall) -> dict[str, dict[str, Any]]:
-        """``message`` to every target of the session; their results by target (failures per failureMode)."""
+                      call: McpCall, shape: Callable[[str], dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+        """``message`` (``shape(target)``: that target's own) to every target of ``sessions``; their
+        results by target (failures per failureMode)."""
         results: dict[str, dict[str, Any]] = {}
         failures: dict[str, str] = {}
 
         async def one(name: str) -> None:
             sid, version = sessions[name]
             try:
-                reply = await self._post(request, self.targets[name], message, sid, version)
+                sent = shape(name) if shape is not None else message
+                reply = await self._post(request, self.targets[name], sent, sid, version)
                 try:
                     answer = await _response_of(reply, message.get("id"))
                 finally:
@@ -416,21 +424,34 @@ class McpRelay:
                     call: McpCall) -> McpAnswer:
         method = str(message["method"])
         member, field, kind = LISTS[method]
-        forwarded = {k: v for k, v in message.items() if k != "params"}
         params = {k: v for k, v in (message.get("params") or {}).items() if k != "cursor"}
-        if params:
-            forwarded["params"] = params
-        results = await self._fanout(request, forwarded, sessions, call)
+        cursor = (message.get("params") or {}).get("cursor")
+        pending = _cursors_in(cursor) if cursor is not None else None
+        if cursor is not None and (pending is None or not set(pending) <= set(sessions)):
+            raise rpc.JsonRpcError(rpc.INVALID_PARAMS, f"Invalid params: unknown cursor {cursor!r}")
+        asked = sessions if pending is None else {name: sessions[name] for name in sessions if name in pending}
+
+        def shape(name: str) -> dict[str, Any]:
+            """Each target gets its own cursor back (the gateway's cursor holds one per target)."""
+            own = {**params, "cursor": pending[name]} if pending is not None else params
+            return {**{k: v for k, v in message.items() if k != "params"}, **({"params": own} if own else {})}
+
+        results = await self._fanout(request, message, asked, call, shape)
+        following = {name: str(result["nextCursor"]) for name, result in results.items()
+                     if isinstance(result.get("nextCursor"), str)}
         items: list[Any] = []
-        for name in sessions:  # in the backend's target order
+        for name in asked:  # in the backend's target order
             for item in (results.get(name) or {}).get(member) or []:
                 if not isinstance(item, dict) or not isinstance(item.get(field), str):
                     continue
                 if not self.allowed(request.activation, method, kind, name, item[field]):
                     continue
                 items.append({**item, field: self.expose(name, item[field], kind)})
+        result: dict[str, Any] = {member: items}
+        if following:  # the targets with more: one cursor for all of them
+            result["nextCursor"] = _cursors_out(following)
         try:
-            return _json_answer(rpc.result_message(message.get("id"), {member: items}))
+            return _json_answer(rpc.result_message(message.get("id"), result))
         finally:
             if not self.spec.stateful:
                 await self._close(sessions)
@@ -468,7 +489,7 @@ class McpRelay:
 
     # --- routed calls ----------------------------------------------------------------------------
 
-    async def _owner(self, request: McpRequest, method: str, kind: str, exposed: str, sessions: TargetSessions,
+    async def _owner(self, request: McpRequest, kind: str, exposed: str, sessions: TargetSessions,
                      call: McpCall) -> tuple[str, str] | None:
         """prefixMode never, several targets: the target whose listing has the name."""
         list_method = {"tool": "tools/list", "prompt": "prompts/list", "resource": "resources/list"}[kind]
@@ -492,16 +513,15 @@ class McpRelay:
             field, kind = ROUTED[method]
             holder = params
         exposed = holder.get(field)
-        noun = {"tool": "tool", "prompt": "prompt", "resource": "resource"}[kind]
         if not isinstance(exposed, str):
             raise rpc.JsonRpcError(rpc.INVALID_PARAMS, f"Invalid params: {field} is required")
         call.name = exposed
-        unknown = rpc.JsonRpcError(rpc.INVALID_PARAMS, f"Unknown {noun}: {exposed}")
+        unknown = rpc.JsonRpcError(rpc.INVALID_PARAMS, f"Unknown {kind}: {exposed}")
         if temporary:
             sessions = await self._open_all(request, call)
-        found = self.resolve(exposed, kind, {name: s for name, s in sessions.items()} if sessions else {})
+        found = self.resolve(exposed, kind)
         if found is None and not self.spec.prefixed and len(self.targets) > 1:
-            found = await self._owner(request, method, kind, exposed, sessions, call)
+            found = await self._owner(request, kind, exposed, sessions, call)
         if found is None:
             raise unknown
         target_name, name = found
@@ -536,9 +556,9 @@ class McpRelay:
         return [(name, value) for name, value in request.headers if name in (b"authorization",)]
 
     async def _post(self, request: McpRequest, target: McpTarget, message: dict[str, Any], sid: str | None,
-                    version: str | None) -> TargetReply | StdioReply:
+                    version: str | None) -> TargetReply | ConnectionReply:
         if target.transport in ("stdio", "sse"):
-            return await self.stdio.post(target, message, sid)
+            return await self.connections.post(target, message, sid)
         return await self.http.post(target.url, message, session_id=sid, version=version,
                                     headers=self._forwarded_headers(request))
 
@@ -550,6 +570,53 @@ class McpRelay:
                 pass
         finally:
             await reply.aclose()
+
+    async def _listen(self, request: McpRequest, nursery: trio.Nursery) -> McpAnswer | None:
+        """GET: the targets' standalone event streams merged (what servers say outside any call:
+        list changes, resource updates, logs), each message as ``rewrite_outgoing`` makes it. None
+        (405) when the session has no Streamable HTTP target offering one."""
+        header = _header(request.headers, b"mcp-session-id")
+        sessions = self.codec.decode(header) if header is not None else None
+        if sessions is None:
+            return None if header is None else _json_answer(
+                rpc.error_message(None, rpc.SESSION_NOT_FOUND, "Session not found"), 404)
+        replies: dict[str, TargetReply] = {}
+
+        async def open_one(name: str, sid: str, version: str) -> None:
+            reply = await self.http.listen(self.targets[name].url, session_id=sid, version=version)
+            if reply is not None:
+                replies[name] = reply
+
+        async with trio.open_nursery() as opening:
+            for name, (sid, version) in sessions.items():
+                target = self.targets.get(name)
+                if target is not None and target.transport == "mcp" and sid is not None:
+                    opening.start_soon(open_one, name, sid, version)
+        if not replies:
+            return None
+        send, receive = trio.open_memory_channel[bytes](64)
+
+        async def pump(name: str, reply: TargetReply, send: trio.MemorySendChannel[bytes]) -> None:
+            async with send:
+                try:
+                    async for message in reply.messages():
+                        await send.send(_sse(self.rewrite_outgoing(name, message)))
+                except TargetFailure:
+                    pass
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await reply.aclose()
+
+        async with send:
+            for name, reply in replies.items():
+                nursery.start_soon(pump, name, reply, send.clone())
+
+        async def merged() -> AsyncIterator[bytes]:
+            async with receive:
+                async for chunk in receive:
+                    yield chunk
+
+        return McpAnswer(200, [SSE, (b"cache-control", b"no-cache")], stream=merged())
 
     async def _delete(self, request: McpRequest) -> McpAnswer:
         session_header = _header(request.headers, b"mcp-session-id")
@@ -575,7 +642,7 @@ class McpRelay:
 class _Relayed:
     """A routed call's answer from its target, passed on to the client (whole, or as a stream)."""
 
-    def __init__(self, relay: McpRelay, reply: TargetReply | StdioReply, id: Any, target: str, call: McpCall,
+    def __init__(self, relay: McpRelay, reply: TargetReply | ConnectionReply, id: Any, target: str, call: McpCall,
                  done: Callable[..., McpAnswer], temporary: TargetSessions | None) -> None:
         self.relay, self.reply, self.id, self.target, self.call = relay, reply, id, target, call
         self.done = done
@@ -634,6 +701,23 @@ def rpc_request(id: Any, method: str, params: dict[str, Any] | None) -> dict[str
     return message
 
 
+def _cursors_out(cursors: dict[str, str]) -> str:
+    """The gateway's cursor: each target's own, in one opaque string."""
+    return base64.urlsafe_b64encode(json.dumps(cursors, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def _cursors_in(cursor: Any) -> dict[str, str] | None:
+    if not isinstance(cursor, str):
+        return None
+    try:
+        cursors = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except ValueError:
+        return None
+    if not isinstance(cursors, dict) or not all(isinstance(v, str) for v in cursors.values()):
+        return None
+    return {str(k): v for k, v in cursors.items()}
+
+
 def _server_request_id(id: Any) -> tuple[int, Any] | None:
     """(target index, the target's own id) of an id ``rewrite_outgoing`` made."""
     if not isinstance(id, str) or not id.startswith("tp~"):
@@ -647,7 +731,7 @@ def _server_request_id(id: Any) -> tuple[int, Any] | None:
         return None
 
 
-async def _response_of(reply: TargetReply | StdioReply, id: Any) -> dict[str, Any]:
+async def _response_of(reply: TargetReply | ConnectionReply, id: Any) -> dict[str, Any]:
     """The response to ``id`` in a target's answer (notifications before it are dropped)."""
     async for message in reply.messages():
         if "method" not in message and message.get("id") == id:

@@ -117,6 +117,21 @@ class HttpTargets:
             raise TargetFailure(f"{reason}: {detail}" if detail else reason, status=response.status_code)
         return TargetReply(response)
 
+    async def listen(self, url: str, *, session_id: str, version: str | None) -> TargetReply | None:
+        """The target's standalone event stream (GET) for a session; None when it offers none (405)."""
+        headers = {"accept": "text/event-stream", "mcp-session-id": session_id}
+        if version is not None:
+            headers["mcp-protocol-version"] = version
+        try:
+            response = await self.client.send(self.client.build_request("GET", url, headers=headers), stream=True)
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 200 or not response.headers.get("content-type", "").startswith(
+                "text/event-stream"):
+            await response.aclose()
+            return None
+        return TargetReply(response)
+
     async def delete(self, url: str, session_id: str, version: str | None) -> None:
         """End a target's session (best effort)."""
         headers = {"mcp-session-id": session_id}

@@ -22,9 +22,9 @@ from prometheus_client import CollectorRegistry, Counter
 
 from ..config.model import Backend, Config, McpBackend
 from ..errors import AuthenticationFailed, DirectResponse
+from ..mcp.connections import ConnectionPool
 from ..mcp.relay import McpAnswer, McpCall, McpRelay, McpRequest
 from ..mcp.session import SessionCodec, inherited_key
-from ..mcp.stdio import StdioPool
 from ..mcp.upstream import HttpTargets
 from ..policies.jwt import JwtFailure, JwtVerifier, UnknownKey, bearer_token
 from ..policies.mcp_auth import (
@@ -148,8 +148,8 @@ class McpHub:
         self.http: HttpTargets | None = None
         self.codec: SessionCodec | None = None
         self.relays: dict[McpBackend, McpRelay] = {}
-        #: stdio targets' processes; ``run`` (in the root nursery) owns them
-        self.stdio = StdioPool()
+        #: stdio targets' processes and sse targets' event streams; ``run`` (in the root nursery) owns them
+        self.connections = ConnectionPool()
         self.calls = Counter("trioproxy_mcp_calls", "MCP JSON-RPC calls through mcp backends, by result "
                              "(ok, error, denied)", ("route", "method", "target", "name", "result"),
                              registry=registry)
@@ -163,12 +163,12 @@ class McpHub:
             self.http = HttpTargets()
         relay = self.relays.get(spec)
         if relay is None:
-            relay = self.relays[spec] = McpRelay(spec, self.codec, self.http, self.stdio)
+            relay = self.relays[spec] = McpRelay(spec, self.codec, self.http, self.connections)
         return relay
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Own the stdio targets' processes until cancelled (then they are ended)."""
-        await self.stdio.run(task_status=task_status)
+        """Own the per-session connections (stdio processes, sse streams) until cancelled (then they end)."""
+        await self.connections.run(task_status=task_status)
 
     async def peek(self, x: Exchange, spec: McpBackend, config: Config) -> None:
         """Before the route phase: read the POST's JSON-RPC message, so CEL sees ``mcp.method`` and
@@ -190,7 +190,8 @@ class McpHub:
         tr.snapshot("final request", x)
         x.upstream_started = now = _now()
         tr.event("backendCallStart", target=backend.name)
-        request = McpRequest(x.scope["method"], x.headers, body, activation(x))
+        # CEL's view only where mcpAuthorization will read it
+        request = McpRequest(x.scope["method"], x.headers, body, activation(x) if relay.policy is not None else {})
         route = x.route.key if x.route is not None else ""
 
         def observe(call: McpCall) -> None:
@@ -202,7 +203,7 @@ class McpHub:
                          method=call.method, tool=call.name, target=call.target, result=call.result,
                          error=call.error, duration=duration_string(call.end - call.start))
 
-        answer = await relay.handle(request, observe)
+        answer = await relay.handle(request, observe, x.nursery)
         tr.event("backendCallResult", start=now, severity="success" if answer.status < 400 else "warn",
                  status=answer.status, error=None)
         return McpResponse(answer)

@@ -75,16 +75,16 @@ def test_names_are_prefixed_with_several_targets_and_resolved_back():
     r = relay()
     assert r.expose("math", "add", "tool") == "math_add"
     assert r.expose("math", "math://pi", "resource") == "math+math://pi"
-    assert r.resolve("math_add", "tool", {}) == ("math", "add")
-    assert r.resolve("math_slow_count", "tool", {}) == ("math", "slow_count")  # the first _ delimits
-    assert r.resolve("math+math://pi", "resource", {}) == ("math", "math://pi")
+    assert r.resolve("math_add", "tool") == ("math", "add")
+    assert r.resolve("math_slow_count", "tool") == ("math", "slow_count")  # the first _ delimits
+    assert r.resolve("math+math://pi", "resource") == ("math", "math://pi")
     for unknown in ("add", "nope_add", "math_", "_add"):
-        assert r.resolve(unknown, "tool", {}) is None
+        assert r.resolve(unknown, "tool") is None
     single = relay(("math",))
     assert single.expose("math", "add", "tool") == "add"
-    assert single.resolve("add", "tool", {}) == ("math", "add")
+    assert single.resolve("add", "tool") == ("math", "add")
     assert relay(("math",), "always").expose("math", "add", "tool") == "math_add"
-    assert relay(prefix="never").resolve("add", "tool", {}) is None  # found by listing instead
+    assert relay(prefix="never").resolve("add", "tool") is None  # found by listing instead
 
 
 def test_authorization_per_item_sees_the_claims_the_tool_and_the_arguments():

@@ -19,7 +19,7 @@ def test_rows_kinds_and_agctl_summaries():
     t = trace_of(canned_events("POST", "/v1/x", body=b'{"a": 1}'))
     kinds = [r.kind for r in t.rows]
     assert kinds[0] == "Request Start" and kinds[-1] == "Request Done"
-    assert set(kinds) == set(KIND_BY_TYPE.values())
+    assert set(kinds) == set(KIND_BY_TYPE.values()) - {"MCP Call"}  # a plain request has no MCP call
     by_kind = {r.kind: r.summary for r in t.rows}
     assert by_kind["Route"] == 'selected "default/default/bind/3000/listener0/default/api" (2 evaluated)'
     assert by_kind["Backend Start"] == "target=127.0.0.1:8080"
@@ -32,6 +32,15 @@ def test_rows_kinds_and_agctl_summaries():
     assert policies == ["gateway", "route (localRateLimit)", "backend"]
     assert t.finished and t.method == "POST" and t.path == "/v1/x" and t.status == "200"
     assert t.duration.endswith("ms")
+
+
+def test_mcp_call_rows():
+    call = {"type": "mcp", "method": "tools/call", "tool": "add", "target": "math", "result": "ok", "error": None,
+            "duration": "1.2ms"}
+    assert summarize(ev(call)) == ("MCP Call", "tools/call add@math: ok")
+    denied = {**call, "tool": "shout", "target": "text", "result": "denied", "error": "Unknown tool: text_shout"}
+    assert summarize(ev(denied))[1] == "tools/call shout@text: denied error=Unknown tool: text_shout"
+    assert summarize(ev({"type": "mcp", "method": "initialize", "result": "ok"}))[1] == "initialize: ok"
 
 
 def test_error_summaries():

@@ -13,6 +13,7 @@
     backendCallStart: "Backend Start",
     backendCallResult: "Backend Result",
     bodySnapshot: "Body Snapshot",
+    mcp: "MCP Call",
     requestFinished: "Request Done",
   };
   const SNAPSHOT_TYPES = ["requestSnapshot", "responseSnapshot", "bodySnapshot"];
@@ -70,7 +71,12 @@
     } else if (typ === "policy") summary = `${msg.kind ?? "?"}: ${msg.result ?? "?"}`;
     else if (typ === "backendCallStart") summary = `target=${msg.target}`;
     else if (typ === "backendCallResult") summary = msg.error ? `error=${msg.error}` : `status=${msg.status}`;
-    else if (typ === "requestFinished") {
+    else if (typ === "mcp") {
+      summary = String(msg.method ?? "?");
+      if (msg.tool) summary += ` ${msg.tool}` + (msg.target ? `@${msg.target}` : "");
+      summary += `: ${msg.result ?? "?"}`;
+      if (msg.error) summary += ` error=${msg.error}`;
+    } else if (typ === "requestFinished") {
       summary = `request finished status=${msg.status}`;
       if (msg.error) summary += ` error=${msg.error}`;
     }

@@ -6,7 +6,7 @@ the client's).
 As in agentgateway, such a connection belongs to one client session: ``initialize`` opens one
 (its handle goes into the session id in the target's place), later messages go to it, DELETE
 ends it, and so does an idle hour or the gateway's shutdown (the connections live in the root
-nursery: ``StdioPool.run``). A connection holds its session's state, so such a session continues
+nursery: ``ConnectionPool.run``). A connection holds its session's state, so such a session continues
 only on the gateway process that opened it; elsewhere its calls fail naming the target. A
 connection that ends fails what is in flight and the session's later calls (``TargetFailure``);
 the next ``initialize`` opens a new one.
@@ -28,7 +28,7 @@ import trio
 from ..config.model import McpTarget
 from .upstream import TargetFailure
 
-__all__ = ["StdioPool", "StdioProcess", "StdioReply"]
+__all__ = ["ConnectionPool", "StdioProcess", "ConnectionReply"]
 
 #: an unused session's process is ended after this long
 IDLE_TIMEOUT = 3600.0
@@ -209,7 +209,7 @@ class StdioProcess(Connection):
                 raise TargetFailure(self.exited or "its process does not read its input") from None
 
 
-class StdioReply:
+class ConnectionReply:
     """A stdio or SSE target's answer to one message, shaped as ``upstream.TargetReply``: what the
     server sends while the request is in flight (progress, logs, its own requests), then its answer."""
 
@@ -240,7 +240,7 @@ class StdioReply:
         await trio.lowlevel.checkpoint()
 
 
-class StdioPool:
+class ConnectionPool:
     """The per-session connections (stdio processes, SSE streams) of one gateway process, by
     handle; ``run`` owns them."""
 
@@ -328,14 +328,14 @@ class StdioPool:
         if child is not None:
             child.stop()
 
-    async def post(self, target: McpTarget, message: dict[str, Any], handle: str | None) -> StdioReply:
+    async def post(self, target: McpTarget, message: dict[str, Any], handle: str | None) -> ConnectionReply:
         """Send ``message`` on the session's connection (``initialize``: on a new one)."""
         if message.get("method") == "initialize" and handle is None:
             handle = await self.start(target)
         child = self.get(target, handle)
         assert handle is not None
         id = message.get("id") if "method" in message else None
-        reply = StdioReply(child, handle, id)
+        reply = ConnectionReply(child, handle, id)
         try:
             await child.send(message)
         except TargetFailure:
