@@ -136,3 +136,25 @@ def test_active_checks_take_the_target_out_after_the_unhealthy_threshold_and_bac
     h.checked(True)
     assert h.available(0.0) and h.state(0.0) == "healthy"
     assert TargetHealth(SPEC).checked(False) is False  # no check configured: nothing changes
+
+
+def test_available_says_what_admit_would_without_taking_the_probe():
+    h = TargetHealth(SPEC)
+    assert h.available(0.0)
+    fail(h, 0.0, 3)
+    assert not h.available(29.9) and h.available(30.0)
+    assert h.available(30.0) and h.admit(30.0) == "probe"  # available() took nothing
+    assert not h.available(30.0) and not h.available(39.9) and h.available(40.0)
+
+
+def test_snapshot_shows_state_time_left_and_reason():
+    h = TargetHealth(SPEC)
+    assert h.snapshot(0.0) == {"state": "healthy", "ejections": 0, "multiplier": 0, "consecutiveFailures": 0,
+                               "ejectedFor": None, "reason": None}
+    fail(h, 0.0, 2)
+    assert h.snapshot(0.0)["consecutiveFailures"] == 2
+    fail(h, 0.0)
+    assert h.snapshot(10.0) == {"state": "ejected", "ejections": 1, "multiplier": 1, "consecutiveFailures": 0,
+                                "ejectedFor": 20.0, "reason": "consecutiveFailures"}
+    h.admit(30.0)
+    assert h.snapshot(30.5)["state"] == "probing" and h.snapshot(30.5)["ejectedFor"] == 0.0
