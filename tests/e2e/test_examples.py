@@ -82,6 +82,18 @@ async def test_llm_token_limits(nursery, mock_clock):
     assert [r.json["model"] for r in mock.requests] == ["gpt-4o-mini", "gpt-4o-mini"]
 
 
+async def test_llm_failover(nursery):
+    mock = MockOpenAI()
+    await nursery.start(mock.serve)
+    _, url = await start(nursery, "llm-failover", mock=mock.port)
+    body = {"model": "smart", "messages": [{"role": "user", "content": "hi"}]}
+    async with httpx.AsyncClient() as client:
+        answers = [await client.post(f"{url[3000]}/v1/chat/completions", json=body) for _ in range(3)]
+    assert [a.status_code for a in answers] == [200] * 3
+    assert [r.json["model"] for r in mock.requests] == ["gpt-4o-mini"] * 3
+    assert {r.header("authorization") for r in mock.requests} == {"Bearer fallback-key"}
+
+
 async def test_global_ratelimit(nursery, backend):
     with ratelimit_server(EXAMPLES / "global-ratelimit" / "ratelimit-config.yaml", "--store", "memory") as rls:
         _, url = await start(nursery, "global-ratelimit", echo=backend.port, rls=rls.port)

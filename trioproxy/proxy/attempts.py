@@ -30,6 +30,7 @@ same one), each call a client span; ``x.attempts`` names every target tried (acc
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from math import inf
 from typing import Any
@@ -384,7 +385,7 @@ async def _call(resilience: Resilience, x: Exchange, plan: Plan, candidate: Cand
             reason = f"status {response.status}" if again else None
             if response.status in (429, 503):
                 value = next((v for k, v in response.headers if k.lower() == b"retry-after"), None)
-                retry_after = retry_after_seconds(value, _epoch())
+                retry_after = retry_after_seconds(value, time.time())
         if spec is not None:
             resilience.health.record(candidate.key, spec, now, failed, retry_after=retry_after, probe=probe)
             told = True
@@ -397,9 +398,3 @@ async def _call(resilience: Resilience, x: Exchange, plan: Plan, candidate: Cand
             load.in_flight -= 1
         if probe and not told:
             resilience.health.get(candidate.key, spec).release_probe()  # type: ignore[arg-type]
-
-
-def _epoch() -> float:
-    import time
-
-    return time.time()

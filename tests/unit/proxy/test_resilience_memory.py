@@ -108,7 +108,10 @@ async def test_failover_takes_the_next_target_with_its_own_model_and_key_and_log
     assert failovers[0]["reason"].startswith("upstream connect error") and failovers[1]["reason"] == "status 503"
     assert [e["target"] for e in events if e["type"] == "backendCallStart"] == ["a.test:80", "b.test:80", "c.test:80"]
     (line,) = [r for r in caplog.records if r.name == "trioproxy.access"]
-    assert line.fields["llm.attempts"] == "a,b,c"  # type: ignore[attr-defined]
+    fields = line.fields  # type: ignore[attr-defined]
+    assert fields["llm.attempts"] == "a,b,c" and fields["endpoint"] == "c.test:80"
+    # usage and the model are the answering target's (what token limits and spend are charged on)
+    assert (fields["gen_ai.request.model"], fields["gen_ai.usage.input_tokens"]) == ("gpt-c", 3)
 
 
 async def test_one_of_three_targets_down_1000_requests_succeed_and_it_gets_only_probes_after_ejection(autojump_clock):

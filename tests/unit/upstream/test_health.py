@@ -3,7 +3,7 @@ how it is probed back, and the retry-after rule. Times are given, so nothing dep
 
 from __future__ import annotations
 
-from trioproxy.policies.resilience import HealthSpec
+from trioproxy.policies.resilience import ActiveCheckSpec, HealthSpec
 from trioproxy.upstream.health import HealthRegistry, TargetHealth, failed_status, retry_after_seconds
 
 SPEC = HealthSpec(consecutive_failures=3, duration=30.0, max_duration=100.0, interval=10.0)
@@ -122,8 +122,6 @@ def test_registry_tells_each_ejection_and_keeps_state_across_spec_changes():
 
 
 def test_active_checks_take_the_target_out_after_the_unhealthy_threshold_and_back_after_the_healthy_one():
-    from trioproxy.policies.resilience import ActiveCheckSpec
-
     h = TargetHealth(HealthSpec(check=ActiveCheckSpec(unhealthy_threshold=2, healthy_threshold=3)))
     assert h.checked(False) is False and h.available(0.0)
     h.checked(True)  # a pass between resets the count
@@ -136,3 +134,70 @@ def test_active_checks_take_the_target_out_after_the_unhealthy_threshold_and_bac
     h.checked(True)
     assert h.available(0.0) and h.state(0.0) == "healthy"
     assert TargetHealth(SPEC).checked(False) is False  # no check configured: nothing changes
+
+
+def test_available_says_what_admit_would_without_taking_the_probe():
+    h = TargetHealth(SPEC)
+    assert h.available(0.0)
+    fail(h, 0.0, 3)
+    assert not h.available(29.9) and h.available(30.0)
+    assert h.available(30.0) and h.admit(30.0) == "probe"  # available() took nothing
+    assert not h.available(30.0) and not h.available(39.9) and h.available(40.0)
+
+
+def test_snapshot_shows_state_time_left_and_reason():
+    h = TargetHealth(SPEC)
+    assert h.snapshot(0.0) == {"state": "healthy", "ejections": 0, "multiplier": 0, "consecutiveFailures": 0,
+                               "ejectedFor": None, "reason": None}
+    fail(h, 0.0, 2)
+    assert h.snapshot(0.0)["consecutiveFailures"] == 2
+    fail(h, 0.0)
+    assert h.snapshot(10.0) == {"state": "ejected", "ejections": 1, "multiplier": 1, "consecutiveFailures": 0,
+                                "ejectedFor": 20.0, "reason": "consecutiveFailures"}
+    h.admit(30.0)
+    assert h.snapshot(30.5)["state"] == "probing" and h.snapshot(30.5)["ejectedFor"] == 0.0
+
+
+def test_each_ejection_names_its_reason():
+    h = TargetHealth(SPEC)
+    fail(h, 0.0, 3)
+    assert h.last_reason == "consecutiveFailures"
+    h.admit(30.0)
+    h.record(30.0, True, probe=True)
+    assert h.last_reason == "probeFailed"
+    h2 = TargetHealth(SPEC)
+    h2.record(0.0, True, retry_after=5.0)
+    assert h2.last_reason == "retryAfter"
+    rate = TargetHealth(HealthSpec(consecutive_failures=100, failure_percentage=50, minimum_requests=2))
+    rate.record(0.0, False)
+    rate.record(0.0, True)
+    assert rate.last_reason == "failurePercentage"
+    assert TargetHealth(SPEC).record(0.0, True, retry_after=1.0, reason="custom") == 1.0
+
+
+def test_retry_after_does_not_raise_the_multiplier_and_needs_a_positive_time():
+    h = TargetHealth(SPEC)
+    assert h.record(0.0, True, retry_after=0.5) == 0.5  # under a second counts too
+    assert h.ejections == 0
+    h.record(0.5, False, probe=h.admit(0.5) == "probe")
+    assert fail(h, 1.0, 3) == 30.0  # the first counted ejection: 1 x 30 s
+    h3 = TargetHealth(SPEC)
+    assert h3.record(0.0, True, retry_after=0.0) is None  # retry-after: 0 is no ejection
+
+
+def test_a_failure_once_the_ejection_is_over_ejects_again_even_without_the_probe():
+    h = TargetHealth(SPEC)
+    fail(h, 0.0, 3)
+    assert h.record(30.0, True) == 60.0  # exactly at the end: a panic-mode call failed
+
+
+def test_the_registry_hands_on_retry_after_probe_and_reason():
+    seen: list[tuple[str, str]] = []
+    registry = HealthRegistry(lambda key, reason: seen.append((key, reason)))
+    assert registry.record("a", SPEC, 0.0, True, retry_after=7.0) == 7.0
+    health = registry.get("a", SPEC)
+    assert health.admit(7.0) == "probe"
+    assert registry.record("a", SPEC, 7.0, True, probe=True, reason="mine") == 30.0
+    assert seen == [("a", "retryAfter"), ("a", "mine")] and health.probe_started is None
+    registry.checked("b", HealthSpec(check=ActiveCheckSpec(unhealthy_threshold=1)), False)
+    assert seen[-1] == ("b", "activeCheck")
