@@ -304,8 +304,9 @@ def compare(summaries: list[Summary]) -> None:
     for s in summaries:  # after every added latency is known
         base = next((x for x in summaries if x.connections == s.connections and x.variant == BASELINE), None)
         if base is not None and s.variant != "direct":
-            s.p50_ratio = ratio(s.added_p50_ms, base.added_p50_ms)
-            s.p99_ratio = ratio(s.added_p99_ms, base.added_p99_ms)
+            # a baseline that added nothing (or less than nothing: direct's p99 is noisy too) has no ratio
+            s.p50_ratio = ratio(s.added_p50_ms, base.added_p50_ms) if (base.added_p50_ms or 0) > 0 else None
+            s.p99_ratio = ratio(s.added_p99_ms, base.added_p99_ms) if (base.added_p99_ms or 0) > 0 else None
 
 
 def render(summaries: list[Summary]) -> str:
