@@ -360,14 +360,14 @@ def run(args: argparse.Namespace) -> int:
     checks: list[str] = []
     runs: dict[tuple[str, int], list[Run]] = {}
     with contextlib.ExitStack() as stack:
-        tmp, procs = stack.enter_context(harness.workspace("keys_bench-", keep=args.keep_tmp))
         pg: Postgres | str | None = None
-        if "runtime-budget-pg" in args.variants:
+        if "runtime-budget-pg" in args.variants:  # entered first: stopped after the gateways' last flush
             print("== starting a PostgreSQL cluster", file=sys.stderr, flush=True)
             pg = stack.enter_context(postgres(client_cpu))
             if isinstance(pg, str):
                 notes.append(pg)
                 print(f"note: {pg}", file=sys.stderr)
+        tmp, procs = stack.enter_context(harness.workspace("keys_bench-", keep=args.keep_tmp))
         mock, mock_port = start_mock(procs, client_cpu)
         targets = [Target("direct", mock_port, None, wrk_script(tmp / "direct.lua", STATIC_KEY))]
         for name in args.variants:
