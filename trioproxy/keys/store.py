@@ -16,7 +16,10 @@ Tables (created idempotently by ``setup``; several processes may open one store 
 - ``spend``: requests, input and output tokens and cost per day, key, team, user, model, provider.
 - ``request_log``: one row per LLM request when enabled, pruned after its retention.
 
-SQLite: WAL (set once at open), a busy timeout, ``BEGIN IMMEDIATE`` for every write transaction (the
+SQLite: WAL (set once at open), ``synchronous = NORMAL`` on every connection (a commit is not
+fsynced: it survives the process being killed, and a power loss or kernel crash may undo the last
+commits; the default FULL fsyncs each reservation: 0.5 ms of CPU and 7 ms of waiting per request,
+bench/README.md "Runtime keys"), a busy timeout, ``BEGIN IMMEDIATE`` for every write transaction (the
 write lock is taken first, so a check and its update cannot interleave with another process's).
 PostgreSQL: a ``psycopg_pool.ConnectionPool`` (at most 8 connections), ``SELECT ... FOR UPDATE`` on
 the counter rows a reservation touches (in one order, so two reservations cannot deadlock), schema
