@@ -28,6 +28,7 @@ def test_consecutive_failures_eject_and_a_success_between_resets_the_count():
 def test_after_the_ejection_one_probe_goes_and_its_success_brings_the_target_back():
     h = TargetHealth(SPEC)
     fail(h, 0.0, 3)
+    assert h.state(30.0) == "ejected"  # due, but no probe went yet
     assert h.admit(30.0) == "probe"
     assert h.admit(30.0) == "ejected"  # one probe at a time
     assert h.state(30.0) == "probing"
