@@ -243,3 +243,19 @@ def test_checks_count_ejections_and_a_pass_never_takes_out():
     assert h.checked(True) is False
     assert h.checked(False) is True and h.total_ejections == 2
     assert h.checked(True) is False and h.checked_down is False
+
+
+def test_late_windows_and_late_decay_count_from_their_own_start():
+    spec = HealthSpec(consecutive_failures=1000, failure_percentage=50, minimum_requests=3, interval=10.0)
+    h = TargetHealth(spec)
+    h.record(100.0, True)
+    h.record(101.0, False)
+    assert h.record(102.0, True) == 30.0  # one window from 100: 2 of 3
+    d = TargetHealth(SPEC)
+    fail(d, 0.0, 3)
+    d.admit(30.0)
+    d.record(30.0, True, probe=True)  # multiplier 2, out until 90
+    d.admit(90.0)
+    d.record(90.0, False, probe=True)  # back at 90
+    d.record(105.0, False)  # 1.5 intervals: one step, not 1.5
+    assert d.ejections == 1 and d.healthy_since == 100.0
