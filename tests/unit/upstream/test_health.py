@@ -28,6 +28,7 @@ def test_consecutive_failures_eject_and_a_success_between_resets_the_count():
 def test_after_the_ejection_one_probe_goes_and_its_success_brings_the_target_back():
     h = TargetHealth(SPEC)
     fail(h, 0.0, 3)
+    assert h.state(30.0) == "ejected"  # due, but no probe went yet
     assert h.admit(30.0) == "probe"
     assert h.admit(30.0) == "ejected"  # one probe at a time
     assert h.state(30.0) == "probing"
@@ -201,3 +202,60 @@ def test_the_registry_hands_on_retry_after_probe_and_reason():
     assert seen == [("a", "retryAfter"), ("a", "mine")] and health.probe_started is None
     registry.checked("b", HealthSpec(check=ActiveCheckSpec(unhealthy_threshold=1)), False)
     assert seen[-1] == ("b", "activeCheck")
+
+
+def test_boundaries_of_statuses_dates_windows_and_the_decay():
+    assert failed_status(SPEC, 500) and not failed_status(SPEC, 499)
+    assert retry_after_seconds(b"Thu, 01 Jan 1970 00:00:10 GMT", 40.0) == 0.0  # a date past: at once
+    spec = HealthSpec(consecutive_failures=1000, failure_percentage=50, minimum_requests=2, interval=10.0)
+    h = TargetHealth(spec)
+    h.record(0.0, True)
+    h.record(10.0, False)  # exactly one interval later: a new window, counting this call only
+    assert (h.window_start, h.window_requests, h.window_failures) == (10.0, 1, 0)
+    assert h.record(10.0, False) is None  # 0 of 2 failed
+    two = TargetHealth(HealthSpec(consecutive_failures=1000, failure_percentage=50, minimum_requests=4))
+    for failed in (True, False, False):
+        two.record(0.0, failed)
+    assert two.record(0.0, False) is None  # 1 of 4 = 25 % < 50 %
+    exact = TargetHealth(HealthSpec(consecutive_failures=1000, failure_percentage=50, minimum_requests=4))
+    for failed in (False, True, False):
+        exact.record(0.0, failed)
+    assert exact.record(0.0, True) == 30.0  # 2 of 4 = 50 %: the threshold itself ejects (checked on a failure)
+    assert (exact.window_requests, exact.window_failures) == (0, 0)  # an ejection starts a new window
+
+
+def test_the_multiplier_decays_only_by_whole_intervals_and_not_below_zero():
+    h = TargetHealth(SPEC)
+    fail(h, 0.0, 3)
+    h.admit(30.0)
+    h.record(30.0, False, probe=True)  # back at 30, multiplier 1
+    h.record(39.9, False)
+    assert h.ejections == 1  # 9.9 s: no whole interval yet
+    h.record(100.0, False)
+    assert h.ejections == 0 and h.total_ejections == 1
+    assert fail(h, 100.0, 3) == 30.0 and h.total_ejections == 2
+
+
+def test_checks_count_ejections_and_a_pass_never_takes_out():
+    h = TargetHealth(HealthSpec(check=ActiveCheckSpec(unhealthy_threshold=1, healthy_threshold=1)))
+    fail(h, 0.0, 5)
+    assert h.total_ejections == 1
+    assert h.checked(True) is False
+    assert h.checked(False) is True and h.total_ejections == 2
+    assert h.checked(True) is False and h.checked_down is False
+
+
+def test_late_windows_and_late_decay_count_from_their_own_start():
+    spec = HealthSpec(consecutive_failures=1000, failure_percentage=50, minimum_requests=3, interval=10.0)
+    h = TargetHealth(spec)
+    h.record(100.0, True)
+    h.record(101.0, False)
+    assert h.record(102.0, True) == 30.0  # one window from 100: 2 of 3
+    d = TargetHealth(SPEC)
+    fail(d, 0.0, 3)
+    d.admit(30.0)
+    d.record(30.0, True, probe=True)  # multiplier 2, out until 90
+    d.admit(90.0)
+    d.record(90.0, False, probe=True)  # back at 90
+    d.record(105.0, False)  # 1.5 intervals: one step, not 1.5
+    assert d.ejections == 1 and d.healthy_since == 100.0
