@@ -3,10 +3,6 @@
 
 from __future__ import annotations
 
-import io
-import json
-import logging
-
 import httpx
 import pytest
 import trio
@@ -16,7 +12,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import free_port, start_routes
 from tests.e2e.test_trace import watch
 from tests.mcp_helpers import mcp_client, mcp_servers
-from trioproxy.telemetry.access_log import configure_logging
 
 ROUTE = """
 - name: tools
@@ -32,19 +27,11 @@ ROUTE = """
 """
 
 
-@pytest.fixture
-def access_log():
-    root = logging.getLogger("trioproxy")
-    saved = (list(root.handlers), root.level, root.propagate)
-    stream = io.StringIO()
-    configure_logging("info", "json", stream=stream, env={})
-    yield lambda: [line for line in map(json.loads, stream.getvalue().splitlines()) if line["message"] == "request"]
-    root.handlers[:] = saved[0]
-    root.setLevel(saved[1])
-    root.propagate = saved[2]
+def requests_of(lines: list[dict]) -> list[dict]:
+    return [line for line in lines if line["message"] == "request"]
 
 
-async def test_a_tool_call_in_the_trace_the_access_log_and_the_metrics(nursery, access_log):
+async def test_a_tool_call_in_the_trace_the_access_log_and_the_metrics(nursery, log_lines):
     async with mcp_servers("math", "text") as (math, text):
         gw = await start_routes(nursery, ROUTE, port=free_port(), math=math.url, text=text.url)
         async with mcp_client(gw.url + "/mcp") as session:
@@ -62,9 +49,9 @@ async def test_a_tool_call_in_the_trace_the_access_log_and_the_metrics(nursery, 
             with pytest.raises(MCPError):
                 await session.call_tool("text_shout", {"text": "no"})
         with trio.fail_after(10):  # each line is written once its request ended
-            while not any(line.get("mcp.result") == "denied" for line in access_log()):
+            while not any(line.get("mcp.result") == "denied" for line in requests_of(await log_lines())):
                 await trio.sleep(0.05)
-        lines = access_log()
+        lines = requests_of(await log_lines())
         call = next(line for line in lines if line.get("mcp.method") == "tools/call" and line["mcp.name"] == "add")
         assert (call["mcp.target"], call["mcp.result"], call["http.status"]) == ("math", "ok", 200)
         denied = next(line for line in lines if line.get("mcp.result") == "denied")
