@@ -92,6 +92,7 @@ def test_config_dump_shows_the_policy_but_not_the_keys():
                 yield from policies(value)
 
     assert list(policies(dump)) == [{"keys": "<redacted>", "mode": "strict", "runtimeKeys": False,
+                                     "logPayloads": False,
                                      "location": {"kind": "cookie", "name": "s", "prefix": ""}}]
     assert hashlib.sha256(b"k1").hexdigest() not in dumped and K2_HASH[7:] not in dumped
 

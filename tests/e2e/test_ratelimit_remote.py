@@ -566,7 +566,7 @@ def test_a_policy_of_direct_entries_builds_no_activation(monkeypatch):
     real = trioproxy.telemetry.trace.activation
     monkeypatch.setattr(stages, "activation", lambda x: built.append(x) or real(x))
     x = SimpleNamespace(headers=[(b"x-user", b"ann")], scope={"method": "GET", "path": "/p"}, host="h",
-                        uri=lambda: "/p", llm=None, jwt=None, api_key=None, basic_auth=None)
+                        uri=lambda: "/p", llm=None, jwt=None, api_key=None, basic_auth=None, key=None, team=None)
     chosen, skipped = stages.descriptors_of(RemoteRateLimitPolicy(spec('"gold"')), x)
     assert (chosen, built) == ([(0, [("user", "ann"), ("v", "gold")])], [])
     assert skipped == ['descriptors[1]: entry none (request.headers["x-none"]) did not evaluate to a value']
