@@ -249,12 +249,14 @@ class Resilience:
     def choose(self, plan: Plan, tried: Sequence[int], now: float, skipped: list[int] | None = None) -> int | None:
         """The next attempt's candidate (module docstring, step 1); None when every candidate it could
         take is over its quota. ``skipped`` gets the candidates over their quota in the chosen one's
-        priority group and before it (they would have been tried)."""
+        priority group and before it, or all of them when the chosen one was tried already (they would
+        have been tried)."""
         groups = plan.groups
         within = [self.within_limits(c, now) for c in plan.candidates] if plan.limited else None
         chosen = self._choose(plan, tried, now, within)
-        if within is not None and skipped is not None:
-            level = len(groups) if chosen is None else next(n for n, g in enumerate(groups) if chosen in g)
+        if within is not None and skipped is not None:  # a target tried again comes after every untried one
+            level = len(groups) if chosen is None or chosen in tried else \
+                next(n for n, g in enumerate(groups) if chosen in g)
             skipped.extend(i for g in groups[:level + 1] for i in g if not within[i] and i not in tried)
         return chosen
 
@@ -344,7 +346,8 @@ async def run_attempts(resilience: Resilience, x: Exchange, route: Route, plan: 
                 holding = False
             n += 1
             again = reason is not None and n + (len(skipped) if spec is None else 0) < most and replay.body is not None
-            following = _choose(resilience, x, plan, tried, skipped, n) if again else None
+            following = _choose(resilience, x, plan, tried, skipped, n, most if spec is None else None) \
+                if again else None
             if following is None or not budget.admits(limits):
                 if following is not None:  # refused by the budget
                     if resilience.retries is not None:
@@ -373,17 +376,20 @@ async def run_attempts(resilience: Resilience, x: Exchange, route: Route, plan: 
 
 
 def _choose(resilience: Resilience, x: Exchange, plan: Plan, tried: list[int], skipped: list[int],
-            n: int) -> int | None:
-    """``Resilience.choose``, each target newly skipped for its quota a ``failover`` trace event."""
+            n: int, most: int | None = None) -> int | None:
+    """``Resilience.choose``, each target newly skipped for its quota a ``failover`` trace event;
+    with ``most``, the skipped targets count as attempts (a virtual model: each target once)."""
     passed: list[int] = []
     index = resilience.choose(plan, tried, trio.current_time(), passed)
+    passed = [i for i in passed if i not in skipped]
+    skipped.extend(passed)
+    if most is not None and n + len(skipped) >= most:
+        index = None  # the targets over their quota took the attempts left
     for i in passed:
-        if i not in skipped:
-            skipped.append(i)
-            x.skipped = [*(x.skipped or ()), plan.candidates[i].backend.name]
-            x.tracer.event("failover", severity="warn", attempt=n, reason="rate limited",
-                           previous=plan.candidates[i].backend.name,
-                           next=plan.candidates[index].backend.name if index is not None else None)
+        x.skipped = [*(x.skipped or ()), plan.candidates[i].backend.name]
+        x.tracer.event("failover", severity="warn", attempt=n, reason="rate limited",
+                       previous=plan.candidates[i].backend.name,
+                       next=plan.candidates[index].backend.name if index is not None else None)
     return index
 
 

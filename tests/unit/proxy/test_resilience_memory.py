@@ -549,3 +549,18 @@ def test_a_bad_target_quota_names_its_path():
     problems = "\n".join(info.value.problems)
     assert "llm.models[0].localRateLimit[0].maxTokens" in problems and "at least tokensPerFill" in problems
     assert "llm.models[1].localRateLimit[0].perClientAddress" in problems
+
+
+async def test_a_failure_is_answered_as_is_when_the_other_targets_are_over_their_quota(autojump_clock):
+    backends = {"a.test:80": Backend(answer(503)), "b.test:80": openai("from b")}
+    async with memory_gateway(limited("", "[{maxTokens: 1, tokensPerFill: 1, fillInterval: 60s}]"), backends) as gw:
+        first = await ask(gw)  # a fails, b answers (its one request of the minute)
+        second, events = await traced(gw)  # a fails, b is over its quota: a's 503, not a 429
+        from trioproxy.admin.api import limiters
+
+        listed = {entry["key"]: (entry["scope"], entry["entries"][0]["remaining"])
+                  for entry in limiters(gw.runtime, trio.current_time())}
+    assert first.status == 200 and second.status == 503
+    assert [(e["reason"], e["next"]) for e in events if e["type"] == "failover"] == [("rate limited", None)]
+    assert len(backends["a.test:80"].received) == 2 and len(backends["b.test:80"].received) == 1
+    assert listed == {"default/default/bind/4000/listener0/default/llm/model/b": ("target", 0)}
