@@ -338,6 +338,7 @@ async def run_attempts(resilience: Resilience, x: Exchange, route: Route, plan: 
                 reset()
             if candidate.limiter is not None:
                 _charge_request(x, candidate)  # nothing awaited since it was chosen, but a retry's backoff
+            x.target_limiter = candidate.limiter  # the answer's tokens go to the target called last
             tried.append(index)
             x.attempts = [*(x.attempts or ()), candidate.backend.name]
             response, error, reason = await _call(resilience, x, plan, candidate, n, replay, attempt)
@@ -405,7 +406,6 @@ def _charge_request(x: Exchange, candidate: Candidate) -> None:
                        limit=decision.limit, remaining=decision.remaining, reset=decision.reset_seconds)
     if not decision.allowed:  # spent by other requests during a retry's backoff
         raise RateLimited(headers=LocalRateLimiter.headers(decision))
-    x.target_limiter = limiter
 
 
 def _over_quota(plan: Plan) -> RateLimited:

@@ -494,6 +494,16 @@ async def test_a_token_quota_is_charged_with_the_usage_of_the_target_that_answer
     assert balances == [(0, 100), (0, 95), (0, 90)]  # completion() reports total_tokens 5
 
 
+async def test_a_target_that_failed_is_not_charged_the_tokens_of_the_one_that_answered(autojump_clock):
+    backends = {"a.test:80": Backend(answer(503)), "b.test:80": openai("from b")}
+    config = limited("[{maxTokens: 50, tokensPerFill: 50, fillInterval: 60s, type: tokens}]")
+    async with memory_gateway(config, backends) as gw:
+        (a_limiter, b_limiter) = gw.runtime.state.routes["default/default/bind/4000/listener0/default/llm"].target_limiters
+        response = await ask(gw)
+    assert response.status == 200 and b_limiter is None and a_limiter is not None
+    assert a_limiter.buckets[0].tokens == 50
+
+
 async def test_every_target_over_its_quota_is_a_429_in_the_clients_dialect(autojump_clock):
     one = "[{maxTokens: 1, tokensPerFill: 1, fillInterval: 60s}]"
     backends = {"a.test:80": openai("from a"), "b.test:80": openai("from b")}
