@@ -12,9 +12,9 @@ weight), or an ``llm.virtualModels`` entry's targets (``failover``: groups by pr
    own quota (``llm.models[].localRateLimit``) has no budget left is never picked: it is skipped
    (a ``failover`` trace event, reason ``rate limited``); when no target of the request is left
    within its quota before the first call, the request is 429 ``rate limit exceeded``;
-2. runs the target's backend stages and prepares the body for it (``Gateway.attempt``: each
-   target in its own dialect), charges a ``requests`` quota of the target, and calls it; with ``firstTokenTimeout`` the call counts as failed
-   when its first body byte takes longer;
+2. takes the call from the target's ``requests`` quota, runs its backend stages and prepares the
+   body for it (``Gateway.attempt``: each target in its own dialect), and calls it; with
+   ``firstTokenTimeout`` the call counts as failed when its first body byte takes longer;
 3. tells the target's outlier detection and latency the outcome.
 
 Another attempt follows a failure (connect error, reset, timeout, slow first token; a 429 or 5xx
