@@ -113,9 +113,12 @@ def _jsonable(value: Any) -> Any:
 
 
 def limiters(runtime: Runtime, now: float) -> list[dict[str, Any]]:
-    """Every local rate limiter: its entries' limit, remaining and reset, read without charging."""
+    """Every local rate limiter (a listener's, a route's, an ``llm.models`` target's): its entries'
+    limit, remaining and reset, read without charging."""
     config = runtime.state.config
     listener_keys = {listener.key for bind in config.binds for listener in bind.listeners}
+    target_keys = {f"{route.key}/model/{backend.name}" for bind in config.binds for listener in bind.listeners
+                   for route in listener.routes for backend in route.backends if backend.target_limits}
     out = []
     for key, (specs, limiter) in runtime.state.limiters.items():
         entries = []
@@ -130,7 +133,7 @@ def limiters(runtime: Runtime, now: float) -> list[dict[str, Any]]:
                 "resetSeconds": decision.reset_seconds,
                 "balance": balance,
             })
-        scope = "listener" if key in listener_keys else "route"
+        scope = "listener" if key in listener_keys else "target" if key in target_keys else "route"
         out.append({"key": key, "scope": scope, "entries": entries})
     return out
 

@@ -648,6 +648,15 @@ def _llm_provider(model: d.LlmModel, r: Reader) -> Any:
     return _made(d.Provider, **{attribute.name: options})
 
 
+def _target_limits(model: d.LlmModel, r: Reader) -> tuple[LocalRateLimitSpec, ...]:
+    """``llm.models[].localRateLimit``: the target's quota (a bucket per client address has no place there)."""
+    for entry in model.local_rate_limit:
+        if entry.per_client_address:
+            r.at(entry, "perClientAddress", "a model's localRateLimit is its provider's quota: no perClientAddress")
+    specs = _local_rate_limit(model.local_rate_limit, r) if model.local_rate_limit else ()
+    return tuple(s for s in specs or () if not s.per_client_address)
+
+
 def _made(cls: type, **fields: Any) -> Any:
     """A document object built here rather than read (the ``llm:`` format becomes ``binds``)."""
     return cls(**fields)
@@ -675,7 +684,8 @@ def _llm(llm: d.Llm, r: Reader) -> m.Bind:
             path_override=params.path_override))
         expression = model.transformation.model if model.transformation is not None else None
         entries.append(m.LlmModelRoute(model.name, len(backends), expression))
-        backends.append(attrs.evolve(_backend(backend, r), health=resilience.health_spec(model.health) or DEFAULT_HEALTH))
+        backends.append(attrs.evolve(_backend(backend, r), health=resilience.health_spec(model.health) or DEFAULT_HEALTH,
+                                     target_limits=_target_limits(model, r)))
     entries.sort(key=lambda e: -specificity(e.pattern))  # stable: config order among equals
     entries[:0] = resilience.virtual_models(llm, entries, r)  # exact public names, before any wildcard
     route = m.Route(key=f"{listener_key}/default/llm", name="llm", namespace="default", hostnames=(),

@@ -1136,6 +1136,10 @@ class LlmModel:
     transformation: LlmTransformation | None = field("Request fields computed by CEL.", default=None)
     health: Health | None = field("Outlier detection of this model's provider (default: eviction's defaults).",
                                   default=None)
+    local_rate_limit: LocalRateLimits = field(
+        "This target's own quota (trioproxy): when a bucket is empty, a virtual model fails over to its next"
+        " target and a direct request is 429 (docs/resilience.md, \"Per-target limits\"); requests or tokens"
+        " buckets, without perClientAddress.", default=())
 
 
 @described

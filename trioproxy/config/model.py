@@ -299,6 +299,8 @@ class Backend:
     tls: BackendTls | None = None
     #: outlier detection (its or its route's ``health``; ``llm:`` models: on by default); None: off
     health: HealthSpec | None = None
+    #: ``llm.models[].localRateLimit``: the target's own quota (docs/resilience.md, "Per-target limits")
+    target_limits: tuple[LocalRateLimitSpec, ...] = ()
 
     @property
     def kind(self) -> str:

@@ -8,10 +8,13 @@ weight), or an ``llm.virtualModels`` entry's targets (``failover``: groups by pr
 1. picks a target: the first priority group with a healthy target not yet tried, and in it one by
    the route's balancer (``upstream/balancer.py``); an ejected target gets only the one probe
    ``upstream/health.py`` lets through. When nothing healthy is left, the untried targets anyway
-   (in order), then any again (a ``retry`` to the same target waits its backoff);
-2. runs the target's backend stages and prepares the body for it (``Gateway.attempt``: each
-   target in its own dialect), and calls it; with ``firstTokenTimeout`` the call counts as failed
-   when its first body byte takes longer;
+   (in order), then any again (a ``retry`` to the same target waits its backoff). A target whose
+   own quota (``llm.models[].localRateLimit``) has no budget left is never picked: it is skipped
+   (a ``failover`` trace event, reason ``rate limited``); when no target of the request is left
+   within its quota before the first call, the request is 429 ``rate limit exceeded``;
+2. takes the call from the target's ``requests`` quota, runs its backend stages and prepares the
+   body for it (``Gateway.attempt``: each target in its own dialect), and calls it; with
+   ``firstTokenTimeout`` the call counts as failed when its first body byte takes longer;
 3. tells the target's outlier detection and latency the outcome.
 
 Another attempt follows a failure (connect error, reset, timeout, slow first token; a 429 or 5xx
@@ -23,8 +26,9 @@ response head is handed on: nothing has reached the client, so a failure after t
 is never retried (the client sees the broken stream).
 
 Each attempt after the first is a trace event (``failover`` to another target, ``retry`` to the
-same one), each call a client span; ``x.attempts`` names every target tried (access log
-``llm.attempts``).
+same one), each call a client span; ``x.attempts`` names every target called (access log
+``llm.attempts``, when more than one); a target skipped for its quota was not called and is named
+in ``llm.skipped`` instead.
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from ..config.model import Address, Backend, Config, Route
-from ..errors import ProxyError, UpstreamTimeout
+from ..errors import ProxyError, RateLimited, UpstreamTimeout
+from ..policies.ratelimit_local import LocalRateLimiter, most_constrained
 from ..policies.resilience import (
     DEFAULT_HEALTH,
     DEFAULT_RETRY_BUDGET,
@@ -83,6 +88,8 @@ class Candidate:
     #: ``llm:`` format: the model sent to this target (None: the backend's own, or the client's)
     override: str | None = None
     key: str = ""
+    #: the target's own quota (``llm.models[].localRateLimit``)
+    limiter: LocalRateLimiter | None = None
 
     def __attrs_post_init__(self) -> None:
         if not self.key:
@@ -97,6 +104,11 @@ class Plan:
     virtual: VirtualModel | None = None
     #: the LLM request body, read once (the ``llm:`` format), replayed to each target
     body: bytes | None = None
+    #: some target has its own quota (``Candidate.limiter``)
+    limited: bool = attrs.field(init=False, default=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.limited = any(c.limiter is not None for c in self.candidates)
 
     @classmethod
     def single(cls, candidate: Candidate, body: bytes | None = None) -> Plan:
@@ -228,20 +240,42 @@ class Resilience:
         health = self.health.targets.get(candidate.key)
         return health is None or health.available(now)
 
-    def choose(self, plan: Plan, tried: Sequence[int], now: float) -> int:
-        """The next attempt's candidate (module docstring, step 1)."""
+    @staticmethod
+    def within_limits(candidate: Candidate, now: float) -> bool:
+        """Whether the target's own quota has budget left (no quota: always)."""
+        limiter = candidate.limiter
+        return limiter is None or limiter.peek(now).allowed
+
+    def choose(self, plan: Plan, tried: Sequence[int], now: float, skipped: list[int] | None = None) -> int | None:
+        """The next attempt's candidate (module docstring, step 1); None when every candidate it could
+        take is over its quota. ``skipped`` gets the candidates over their quota in the chosen one's
+        priority group and before it, or all of them when the chosen one was tried already (they would
+        have been tried)."""
+        groups = plan.groups
+        within = [self.within_limits(c, now) for c in plan.candidates] if plan.limited else None
+        chosen = self._choose(plan, tried, now, within)
+        if within is not None and skipped is not None:  # a target tried again comes after every untried one
+            level = len(groups) if chosen is None or chosen in tried else \
+                next(n for n, g in enumerate(groups) if chosen in g)
+            skipped.extend(i for g in groups[:level + 1] for i in g if not within[i] and i not in tried)
+        return chosen
+
+    def _choose(self, plan: Plan, tried: Sequence[int], now: float, within: list[bool] | None) -> int | None:
+        def allowed(i: int) -> bool:
+            return within is None or within[i]
+
         for group in plan.groups:
-            ready = [i for i in group if i not in tried and self.available(plan.candidates[i], now)]
+            ready = [i for i in group if i not in tried and allowed(i) and self.available(plan.candidates[i], now)]
             if ready:
                 return self._pick(plan, ready, now)
-        untried = [i for group in plan.groups for i in group if i not in tried]
+        untried = [i for group in plan.groups for i in group if i not in tried and allowed(i)]
         if untried:  # nothing healthy left: try the ejected ones rather than fail (Envoy's panic)
             return untried[0]
         for group in plan.groups:
-            ready = [i for i in group if self.available(plan.candidates[i], now)]
+            ready = [i for i in group if allowed(i) and self.available(plan.candidates[i], now)]
             if ready:
                 return self._pick(plan, ready, now)
-        return plan.groups[0][0]
+        return next((i for group in plan.groups for i in group if allowed(i)), None)
 
     def _pick(self, plan: Plan, indices: list[int], now: float) -> int:
         if len(indices) == 1:
@@ -276,7 +310,8 @@ async def run_attempts(resilience: Resilience, x: Exchange, route: Route, plan: 
                        reset: Callable[[], None]) -> UpstreamResponse:
     """The calls of one request to ``plan``'s targets until one answers (module docstring)."""
     spec = x.retry
-    if spec is None and plan.virtual is None and len(plan.candidates) == 1 and plan.candidates[0].backend.health is None:
+    if spec is None and plan.virtual is None and len(plan.candidates) == 1 and not plan.limited \
+            and plan.candidates[0].backend.health is None:
         return await attempt(plan.candidates[0], 0, Replay(plan.body))  # one call, nothing to remember
     budget = resilience.budget(route.key)
     limits = spec.budget if spec is not None else DEFAULT_RETRY_BUDGET
@@ -284,12 +319,15 @@ async def run_attempts(resilience: Resilience, x: Exchange, route: Route, plan: 
     if spec is not None:
         most = max(most, spec.attempts + 1)
     tried: list[int] = []
+    skipped: list[int] = []  # over their quota, each reported once; without retry they use up their attempt
     replay = Replay(plan.body)
     budget.requests += 1
     holding = False  # a retry's slot in the budget, from its admission to the end of its call
     try:
         n = 0
-        index = resilience.choose(plan, tried, trio.current_time())
+        index = _choose(resilience, x, plan, tried, skipped, 0)
+        if index is None:
+            raise _over_quota(plan)
         while True:
             candidate = plan.candidates[index]
             if n:
@@ -298,6 +336,9 @@ async def run_attempts(resilience: Resilience, x: Exchange, route: Route, plan: 
                     if wait:
                         await trio.sleep(wait)
                 reset()
+            if candidate.limiter is not None:
+                _charge_request(x, candidate)  # nothing awaited since it was chosen, but a retry's backoff
+            x.target_limiter = candidate.limiter  # the answer's tokens go to the target called last
             tried.append(index)
             x.attempts = [*(x.attempts or ()), candidate.backend.name]
             response, error, reason = await _call(resilience, x, plan, candidate, n, replay, attempt)
@@ -305,8 +346,11 @@ async def run_attempts(resilience: Resilience, x: Exchange, route: Route, plan: 
                 budget.retries -= 1
                 holding = False
             n += 1
-            if reason is None or n >= most or replay.body is None or not budget.admits(limits):
-                if reason is not None and n < most and replay.body is not None:  # refused by the budget
+            again = reason is not None and n + (len(skipped) if spec is None else 0) < most and replay.body is not None
+            following = _choose(resilience, x, plan, tried, skipped, n, most if spec is None else None) \
+                if again else None
+            if following is None or not budget.admits(limits):
+                if following is not None:  # refused by the budget
                     if resilience.retries is not None:
                         resilience.retries.labels(route.key, "budget_exhausted").inc()
                     x.tracer.event("retry", severity="warn", attempt=n, result="budget exhausted", reason=reason)
@@ -320,7 +364,6 @@ async def run_attempts(resilience: Resilience, x: Exchange, route: Route, plan: 
                 await response.aclose()  # the client never sees a response that is retried
             if resilience.retries is not None:
                 resilience.retries.labels(route.key, "attempted").inc()
-            following = resilience.choose(plan, tried, trio.current_time())
             if following != index:
                 x.tracer.event("failover", severity="warn", attempt=n, reason=reason, previous=candidate.backend.name,
                                next=plan.candidates[following].backend.name)
@@ -331,6 +374,46 @@ async def run_attempts(resilience: Resilience, x: Exchange, route: Route, plan: 
         if holding:
             budget.retries -= 1
         budget.requests -= 1
+
+
+def _choose(resilience: Resilience, x: Exchange, plan: Plan, tried: list[int], skipped: list[int],
+            n: int, most: int | None = None) -> int | None:
+    """``Resilience.choose``, each target newly skipped for its quota a ``failover`` trace event;
+    with ``most``, the skipped targets count as attempts (a virtual model: each target once)."""
+    passed: list[int] = []
+    index = resilience.choose(plan, tried, trio.current_time(), passed)
+    passed = [i for i in passed if i not in skipped]
+    skipped.extend(passed)
+    if most is not None and n + len(skipped) >= most:
+        index = None  # the targets over their quota took the attempts left
+    for i in passed:
+        x.skipped = [*(x.skipped or ()), plan.candidates[i].backend.name]
+        x.tracer.event("failover", severity="warn", attempt=n, reason="rate limited",
+                       previous=plan.candidates[i].backend.name,
+                       next=plan.candidates[index].backend.name if index is not None else None)
+    return index
+
+
+def _charge_request(x: Exchange, candidate: Candidate) -> None:
+    """The attempt taken from the target's quota (its ``requests`` buckets); its ``tokens`` buckets
+    are charged with the answer's usage (``Gateway``'s finish hooks, ``x.target_limiter``)."""
+    limiter = candidate.limiter
+    assert limiter is not None
+    decision = limiter.admit(trio.current_time())
+    if x.tracer.active:
+        x.tracer.event("policy", severity="info" if decision.allowed else "warn", kind="localRateLimit",
+                       target=candidate.backend.name, result="allowed" if decision.allowed else "rejected",
+                       limit=decision.limit, remaining=decision.remaining, reset=decision.reset_seconds)
+    if not decision.allowed:  # spent by other requests during a retry's backoff
+        raise RateLimited(headers=LocalRateLimiter.headers(decision))
+
+
+def _over_quota(plan: Plan) -> RateLimited:
+    """429 when every target of the request is over its quota, with the most constrained one's
+    ``x-ratelimit-*``."""
+    now = trio.current_time()
+    decisions = [c.limiter.peek(now) for c in plan.candidates if c.limiter is not None]
+    return RateLimited(headers=LocalRateLimiter.headers(most_constrained(decisions)) if decisions else [])
 
 
 async def _call(resilience: Resilience, x: Exchange, plan: Plan, candidate: Candidate, n: int,

@@ -89,6 +89,8 @@ class Exchange:
         "reservation",
         "team",
         "limits",
+        "target_limiter",
+        "skipped",
         "listener",
         "llm",
         "llm_kind",
@@ -131,6 +133,8 @@ class Exchange:
         self.route: Route | None = None
         self.backend: Backend | None = None
         self.limits: list[tuple[LocalRateLimiter, Decision]] = []
+        #: the quota of the target called last (``llm.models[].localRateLimit``): its tokens charged at the end
+        self.target_limiter: LocalRateLimiter | None = None
         self.llm: dict[str, Any] | None = None
         self.mcp: dict[str, Any] | None = None  # an mcp backend's last call: access-log fields (mcp_stage.py)
         self.mcp_call: dict[str, Any] | None = None  # CEL ``mcp`` of a route to MCP servers (mcp_stage.peek)
@@ -152,6 +156,7 @@ class Exchange:
         self.mirrors: tuple[Address, ...] = ()  # set by requestMirror stages: where copies go
         self.llm_request: tuple[bytes, str | None] | None = None  # llm: format: (body read, model to send)
         self.attempts: list[str] | None = None  # the backends tried, in order (proxy/attempts.py)
+        self.skipped: list[str] | None = None  # the targets passed over for their quota (proxy/attempts.py)
         self.llm_kind: str | None = None  # on a route to LLM providers: the endpoint kind of the path
         self.first_chunk: float | None = None  # when the first response body bytes arrived (LLM calls)
         self.llm_strip = False  # the gateway asked for stream usage the client did not: strip it

@@ -50,6 +50,7 @@ from . import llm_stage as translate
 from .attempts import Candidate, Replay, run_attempts
 from .exchange import ClientDisconnected, Exchange
 from .pipeline import Pipeline
+from .ratelimit_local_stage import TargetTokens
 from .runtime import CompiledRoute, GatewayState, Runtime
 from .stage import Phase
 from .websocket import WebSocketProxy
@@ -356,7 +357,10 @@ class Gateway:
             headers, translated_body, stream = await translate.respond(
                 x, x.translation, response, headers, self.runtime.state.config.frontend.max_buffer_size)
         headers = _response_headers(x, gateway, route, response.status, headers)
-        finishers = gateway.finish + route.finish
+        finishers: Sequence[Any] = gateway.finish + route.finish
+        target = x.target_limiter
+        if target is not None and target.counts_tokens:  # the quota of the target that answered
+            finishers = (*finishers, TargetTokens(target))
         if x.translation is not None:
             await self._send_translated(x, translated_body, stream, response, response.status, headers, finishers)
             return

@@ -186,12 +186,14 @@ class Pipeline:
             else None
         entry, request = select_model(compiled.route.models, body, path_model)
         if entry.virtual is not None:
-            return virtual_plan(x, compiled.route, compiled.phases_by_index, entry.virtual, request, body)
+            return virtual_plan(x, compiled.route, compiled.phases_by_index, entry.virtual, request, body,
+                                compiled.target_limiters)
         override = transformed_model(entry, request)
         x.llm_request = (body, override)
         route = compiled.route
+        limiters = compiled.target_limiters
         return Plan.single(Candidate(route.backends[entry.backend], compiled.phases_by_index[entry.backend],
-                                     override=override), body)
+                                     override=override, limiter=limiters[entry.backend] if limiters else None), body)
 
     async def _choose_model(self, x: Exchange, compiled: CompiledRoute) -> tuple[Backend, Phase]:
         """The ``llm.models`` entry for the request body's model (llm_models.py); 404/400 JSON otherwise.

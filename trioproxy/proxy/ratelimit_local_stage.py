@@ -57,6 +57,26 @@ class TokenRateLimitStage(LocalRateLimitStage):
                            limit=decision.limit, remaining=decision.remaining, reset=decision.reset_seconds)
 
 
+class TargetTokens:
+    """A ``finish`` hook for the target that answered (``llm.models[].localRateLimit``, its quota):
+    the answer's ``usage.total_tokens`` charged to its tokens buckets (``Exchange.target_limiter``)."""
+
+    __slots__ = ("limiter",)
+
+    def __init__(self, limiter: LocalRateLimiter) -> None:
+        self.limiter = limiter
+
+    async def finish(self, x: Exchange) -> None:
+        usage = x.usage
+        if usage is None:
+            return
+        decision = self.limiter.charge_tokens(trio.current_time(), usage.total_tokens)
+        if decision is not None and x.tracer.active:
+            x.tracer.event("policy", kind="localRateLimit", result="charged", tokens=usage.total_tokens,
+                           target=x.backend.name if x.backend is not None else None,
+                           limit=decision.limit, remaining=decision.remaining, reset=decision.reset_seconds)
+
+
 def local_rate_limit_stage(limiter: LocalRateLimiter, key: str,
                            count: Callable[[str, str, str], None]) -> LocalRateLimitStage:
     """The stage for ``limiter``: with a ``finish`` hook only when some entry counts tokens."""

@@ -128,6 +128,8 @@ def _access_fields(bind: str, x: Exchange, status: int, seconds: float) -> dict[
         _add_gen_ai_fields(fields, x, x.llm)
     if x.attempts is not None and len(x.attempts) > 1:  # failover or retries: every target tried, in order
         fields["llm.attempts" if x.llm is not None else "attempts"] = ",".join(x.attempts)
+    if x.skipped:  # targets over their own quota (llm.models[].localRateLimit): not called
+        fields["llm.skipped"] = ",".join(x.skipped)
     if x.mcp is not None:
         fields.update(x.mcp)  # mcp.method, mcp.name, mcp.target, mcp.result (mcp_stage.py)
     if x.limits:

@@ -44,10 +44,11 @@ class CompiledRoute:
     """A route plus its phases and what choosing among its backends needs, computed once."""
 
     __slots__ = ("backend_phases", "backends", "cumulative", "limiter", "llm", "mcp_peek", "phase", "phases_by_index",
-                 "request_timeout", "route")
+                 "request_timeout", "route", "target_limiters")
 
     def __init__(self, route: Route, phase: Phase, backend_phases: tuple[Phase, ...],
-                 limiter: LocalRateLimiter | None = None) -> None:
+                 limiter: LocalRateLimiter | None = None,
+                 target_limiters: tuple[LocalRateLimiter | None, ...] = ()) -> None:
         self.route = route
         self.phase = phase
         #: a route to LLM providers: endpoint kinds, and the gateway's errors in the provider's dialect
@@ -62,6 +63,8 @@ class CompiledRoute:
         self.backend_phases = tuple(p for _, p in chosen)
         self.cumulative = list(accumulate(b.weight for b in self.backends))
         self.limiter = limiter
+        #: route.backends[i]'s own quota (``llm.models[].localRateLimit``), by backend index; () when none has one
+        self.target_limiters = target_limiters
         timeout = route.policies.timeout
         self.request_timeout = timeout.request_timeout if timeout and timeout.request_timeout else None
 
@@ -106,13 +109,22 @@ class GatewayState:
                     backends = tuple(compile_phase("backend", b.policies, f"{route.key}/backend/{i}", compiler)
                                      for i, b in enumerate(route.backends))
                     entry = compiler.limiters.get(route.key)
-                    self.routes[route.key] = CompiledRoute(route, phase, backends, entry[1] if entry else None)
+                    self.routes[route.key] = CompiledRoute(route, phase, backends, entry[1] if entry else None,
+                                                           target_limiters(route, compiler))
         # listener or route key -> (specs, limiter): kept for the next reload and the admin API
         self.limiters: dict[str, tuple[tuple[LocalRateLimitSpec, ...], LocalRateLimiter]] = compiler.limiters
 
     def listener_limiter(self, listener: Listener) -> LocalRateLimiter | None:
         entry = self.limiters.get(listener.key)
         return entry[1] if entry is not None else None
+
+
+def target_limiters(route: Route, compiler: StageCompiler) -> tuple[LocalRateLimiter | None, ...]:
+    """Each backend's ``target_limits`` as a limiter (kept across reloads while its specs are unchanged,
+    as a route's), keyed ``<route>/model/<name>``; () when no backend has one."""
+    if not any(b.target_limits for b in route.backends):
+        return ()
+    return tuple(compiler.limiter(b.target_limits, f"{route.key}/model/{b.name}") for b in route.backends)
 
 
 def credential_redaction(config: Config) -> Redaction:

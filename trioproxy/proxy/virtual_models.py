@@ -11,6 +11,7 @@ from ..cel import Expression, compile_expression
 from ..config.model import Backend, LlmModelRoute, Route
 from ..errors import LlmRequestError
 from ..llm.models import model_matches, transformed_model
+from ..policies.ratelimit_local import LocalRateLimiter
 from ..policies.resilience import BalancerSpec, VirtualModel
 from ..telemetry.trace import activation
 from .attempts import WEIGHTED, Candidate, Plan
@@ -77,7 +78,7 @@ def _override(route: Route, model: str, request: dict[str, Any]) -> str | None:
 
 
 def virtual_plan(x: Exchange, route: Route, phases: Sequence[Phase], virtual: VirtualModel,
-                 request: dict[str, Any], body: bytes) -> Plan:
+                 request: dict[str, Any], body: bytes, limiters: Sequence[LocalRateLimiter | None] = ()) -> Plan:
     """The targets of ``virtual`` for this request: by priority (failover), by weight (weighted),
     or those whose condition holds, in order (conditional; the first is chosen, the others are its
     fallbacks). 404 ``model_not_found`` when no condition holds."""
@@ -94,7 +95,8 @@ def virtual_plan(x: Exchange, route: Route, phases: Sequence[Phase], virtual: Vi
         if not targets:
             raise LlmRequestError(404, "no target of the virtual model matches the request", "model_not_found")
     candidates = [Candidate(route.backends[t.backend], phases[t.backend], t.weight,
-                            _override(route, t.model, request)) for t in targets]
+                            _override(route, t.model, request), limiter=limiters[t.backend] if limiters else None)
+                  for t in targets]
     if virtual.mode == "weighted":
         groups = [list(range(len(candidates)))]
     elif virtual.mode == "conditional":

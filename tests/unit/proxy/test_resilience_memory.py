@@ -413,3 +413,164 @@ async def test_a_request_cut_by_its_timeout_mid_retry_gives_its_budget_back(auto
         (state,) = gw.runtime.resilience.budgets.values()
     assert response.status == 504
     assert (state.requests, state.retries) == (0, 0)
+
+
+# --- per-target limits (llm.models[].localRateLimit) ---------------------------------------------
+
+def limited(a: str, b: str = "") -> str:
+    """A failover from a to b (two providers), each with the ``localRateLimit`` given (flow YAML)."""
+    a_limit = f", localRateLimit: {a}" if a else ""
+    b_limit = f", localRateLimit: {b}" if b else ""
+    return f"""
+llm:
+  port: 4000
+  models:
+  - {{name: a, provider: openAI, params: {{model: gpt-a, apiKey: key-a, hostOverride: "a.test:80"}}{a_limit}}}
+  - {{name: b, provider: openAI, params: {{model: gpt-b, apiKey: key-b, hostOverride: "b.test:80"}}{b_limit}}}
+  virtualModels:
+  - name: smart
+    routing:
+      failover:
+        targets: [{{model: a}}, {{model: b, priority: 1}}]
+"""
+
+
+TWO_A_MINUTE = "[{maxTokens: 2, tokensPerFill: 2, fillInterval: 60s}]"
+
+
+async def traced(gw, model: str = "smart"):  # type: ignore[no-untyped-def]
+    """One request and its trace events' messages (to requestFinished)."""
+    watcher = gw.runtime.trace.watch()
+    response = await ask(gw, model)
+    events = []
+    with trio.move_on_after(5):
+        while True:
+            event = await watcher.next_event()
+            events.append(event["message"])
+            if event["message"]["type"] == "requestFinished":
+                break
+    return response, events
+
+
+async def test_a_target_over_its_request_quota_is_skipped_until_its_window_refills(autojump_clock, caplog):
+    caplog.set_level(logging.INFO, logger="trioproxy.access")
+    backends = {"a.test:80": openai("from a"), "b.test:80": openai("from b")}
+    async with memory_gateway(limited(TWO_A_MINUTE), backends) as gw:
+        answered = [json.loads((await ask(gw)).body)["choices"][0]["message"]["content"] for _ in range(2)]
+        third, events = await traced(gw)
+        fourth = await ask(gw)
+        await trio.sleep(60)  # the next fill
+        after = [json.loads((await ask(gw)).body)["choices"][0]["message"]["content"] for _ in range(3)]
+    assert answered == ["from a", "from a"]
+    assert third.status == 200 and json.loads(third.body)["choices"][0]["message"]["content"] == "from b"
+    assert json.loads(fourth.body)["choices"][0]["message"]["content"] == "from b"
+    assert after == ["from a", "from a", "from b"]
+    assert len(backends["a.test:80"].received) == 4 and len(backends["b.test:80"].received) == 3
+    (failover,) = [e for e in events if e["type"] == "failover"]
+    assert (failover["reason"], failover["previous"], failover["next"]) == ("rate limited", "a", "b")
+    assert [e["target"] for e in events if e["type"] == "backendCallStart"] == ["b.test:80"]
+    logged = [(f.get("llm.attempts"), f.get("llm.skipped"), f["endpoint"])
+              for f in (r.fields for r in caplog.records if r.name == "trioproxy.access")]  # type: ignore[attr-defined]
+    a, b = (None, None, "a.test:80"), (None, "a", "b.test:80")  # the skipped target was not called
+    assert logged == [a, a, b, b, a, a, b]
+
+
+async def test_a_token_quota_is_charged_with_the_usage_of_the_target_that_answered(autojump_clock):
+    backends = {"a.test:80": openai("from a"), "b.test:80": openai("from b")}
+    config = limited("[{maxTokens: 5, tokensPerFill: 5, fillInterval: 60s, type: tokens}]",
+                     "[{maxTokens: 100, tokensPerFill: 100, fillInterval: 60s, type: tokens}]")
+    async with memory_gateway(config, backends) as gw:
+        compiled = gw.runtime.state.routes["default/default/bind/4000/listener0/default/llm"]
+        a_limiter, b_limiter = compiled.target_limiters
+        assert a_limiter is not None and b_limiter is not None
+        first = await ask(gw)
+        balances = [(a_limiter.buckets[0].tokens, b_limiter.buckets[0].tokens)]
+        second = await ask(gw)  # a has no token left: b answers, and pays
+        balances.append((a_limiter.buckets[0].tokens, b_limiter.buckets[0].tokens))
+        direct = await ask(gw, "b")
+        balances.append((a_limiter.buckets[0].tokens, b_limiter.buckets[0].tokens))
+    assert [json.loads(r.body)["choices"][0]["message"]["content"] for r in (first, second, direct)] == [
+        "from a", "from b", "from b"]
+    assert balances == [(0, 100), (0, 95), (0, 90)]  # completion() reports total_tokens 5
+
+
+async def test_a_target_that_failed_is_not_charged_the_tokens_of_the_one_that_answered(autojump_clock):
+    backends = {"a.test:80": Backend(answer(503)), "b.test:80": openai("from b")}
+    config = limited("[{maxTokens: 50, tokensPerFill: 50, fillInterval: 60s, type: tokens}]")
+    async with memory_gateway(config, backends) as gw:
+        (a_limiter, b_limiter) = gw.runtime.state.routes["default/default/bind/4000/listener0/default/llm"].target_limiters
+        response = await ask(gw)
+    assert response.status == 200 and b_limiter is None and a_limiter is not None
+    assert a_limiter.buckets[0].tokens == 50
+
+
+async def test_every_target_over_its_quota_is_a_429_in_the_clients_dialect(autojump_clock):
+    one = "[{maxTokens: 1, tokensPerFill: 1, fillInterval: 60s}]"
+    backends = {"a.test:80": openai("from a"), "b.test:80": openai("from b")}
+    async with memory_gateway(limited(one, "[{maxTokens: 3, tokensPerFill: 1, fillInterval: 30s}]"), backends) as gw:
+        served = [json.loads((await ask(gw)).body)["choices"][0]["message"]["content"] for _ in range(4)]
+        refused, events = await traced(gw)
+    assert served == ["from a", "from b", "from b", "from b"]
+    assert refused.status == 429
+    error = json.loads(refused.body)["error"]
+    assert (error["message"], error["type"]) == ("rate limit exceeded", "rate_limit_error")
+    # the most constrained: b is at 0 too, but a's refill is further away (most_constrained's rule)
+    assert (refused.header("x-ratelimit-limit"), refused.header("x-ratelimit-remaining")) == ("1", "0")
+    assert refused.header("retry-after") == refused.header("x-ratelimit-reset") == "60"
+    assert not [e for e in events if e["type"] == "backendCallStart"]
+    assert len(backends["a.test:80"].received) == 1 and len(backends["b.test:80"].received) == 3
+
+
+async def test_a_direct_request_to_a_model_over_its_quota_is_429(autojump_clock):
+    backends = {"a.test:80": openai("from a"), "b.test:80": openai("from b")}
+    async with memory_gateway(limited(TWO_A_MINUTE), backends) as gw:
+        statuses = [(await ask(gw, "a")).status for _ in range(3)]
+        other = await ask(gw, "b")
+        refused = await ask(gw, "a")
+    assert statuses == [200, 200, 429] and other.status == 200
+    assert json.loads(refused.body)["error"]["type"] == "rate_limit_error"
+    assert refused.header("x-ratelimit-limit") == "2" and refused.header("retry-after") is not None
+    assert len(backends["a.test:80"].received) == 2
+
+
+async def test_a_reload_keeps_a_target_quota_whose_specs_did_not_change(autojump_clock):
+    from trioproxy.config import parse_config
+
+    backends = {"a.test:80": openai("from a"), "b.test:80": openai("from b")}
+    async with memory_gateway(limited(TWO_A_MINUTE), backends) as gw:
+        for _ in range(2):
+            await ask(gw)
+        gw.runtime.apply(parse_config(limited(TWO_A_MINUTE, "[{maxTokens: 9, tokensPerFill: 9, fillInterval: 1s}]"),
+                                      env={}))
+        kept = json.loads((await ask(gw)).body)["choices"][0]["message"]["content"]
+        gw.runtime.apply(parse_config(limited("[{maxTokens: 3, tokensPerFill: 3, fillInterval: 60s}]"), env={}))
+        fresh = json.loads((await ask(gw)).body)["choices"][0]["message"]["content"]
+    assert kept == "from b"  # a's two requests of the minute were spent before the reload
+    assert fresh == "from a"  # new specs: a new, full bucket
+
+
+def test_a_bad_target_quota_names_its_path():
+    from trioproxy.config import ConfigError, parse_config
+
+    text = limited("[{maxTokens: 1, tokensPerFill: 2, fillInterval: 60s}]",
+                   "[{maxTokens: 5, tokensPerFill: 5, fillInterval: 1s, perClientAddress: true}]")
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, env={})
+    problems = "\n".join(info.value.problems)
+    assert "llm.models[0].localRateLimit[0].maxTokens" in problems and "at least tokensPerFill" in problems
+    assert "llm.models[1].localRateLimit[0].perClientAddress" in problems
+
+
+async def test_a_failure_is_answered_as_is_when_the_other_targets_are_over_their_quota(autojump_clock):
+    backends = {"a.test:80": Backend(answer(503)), "b.test:80": openai("from b")}
+    async with memory_gateway(limited("", "[{maxTokens: 1, tokensPerFill: 1, fillInterval: 60s}]"), backends) as gw:
+        first = await ask(gw)  # a fails, b answers (its one request of the minute)
+        second, events = await traced(gw)  # a fails, b is over its quota: a's 503, not a 429
+        from trioproxy.admin.api import limiters
+
+        listed = {entry["key"]: (entry["scope"], entry["entries"][0]["remaining"])
+                  for entry in limiters(gw.runtime, trio.current_time())}
+    assert first.status == 200 and second.status == 503
+    assert [(e["reason"], e["next"]) for e in events if e["type"] == "failover"] == [("rate limited", None)]
+    assert len(backends["a.test:80"].received) == 2 and len(backends["b.test:80"].received) == 1
+    assert listed == {"default/default/bind/4000/listener0/default/llm/model/b": ("target", 0)}
