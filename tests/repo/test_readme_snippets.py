@@ -64,7 +64,11 @@ def _shim(tmp_path: Path) -> dict[str, str]:
     """A shell whose ``python`` and ``trioproxy`` are this checkout's (an activated venv's, in the README)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "python").symlink_to(sys.executable)
+    # a script, not a symlink: a symlinked venv python outside the venv's bin/ finds no pyvenv.cfg
+    # and runs as the base interpreter, without the venv's packages
+    python = bin_dir / "python"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
     trioproxy = bin_dir / "trioproxy"
     trioproxy.write_text(f'#!/bin/sh\nPYTHONPATH="{ROOT}" exec "{sys.executable}" -m trioproxy "$@"\n')
     trioproxy.chmod(0o755)
