@@ -30,7 +30,7 @@ heads and compares what each accepts and what it parsed). What does what:
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Any, Final
 
 import h11
 import httptools
@@ -42,6 +42,7 @@ __all__ = ["END", "NEED_DATA", "FastExchange", "LocalProtocolError", "WireError"
 _TOKEN = rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+"
 REQUEST_LINE: Final = re.compile(rb"(?P<method>" + _TOKEN + rb") (?P<target>[\x21-\x7e]+) HTTP/(?P<version>[0-9]\.[0-9])")
 FIELD_NAME: Final = re.compile(_TOKEN)
+REQUEST_TARGET: Final = re.compile(rb"[\x21-\x7e]+")
 FIELD_VALUE: Final = re.compile(rb"(?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?")
 CONTENT_LENGTH: Final = re.compile(rb"[0-9]+")
 #: what llhttp parses the header block behind: any method would do but one with a body
@@ -358,3 +359,239 @@ class FastExchange:
     def reusable(self) -> bool:
         """Both messages complete and neither side ends the connection: the next request may follow."""
         return self.request_done and self.response_done and self.keep_alive and not self._must_close
+
+
+# --- the client side (upstream/pool.py) ----------------------------------------------------------
+
+
+def _request_error(method: bytes, path: bytes, headers: list[tuple[bytes, bytes]]) -> LocalProtocolError | None:
+    """h11's refusal of a request it could not frame (``h11.Request``'s checks), if any."""
+    try:
+        h11.Request(method=method, target=path, headers=headers)
+    except LocalProtocolError as error:
+        return error
+    return None
+
+
+class FastClient:
+    """One exchange of an upstream connection: the request written by h11's rules, the response
+    parsed by llhttp with h11's checks on top; events are h11's (``Response``, ``Data``, ...), so
+    ``pool.py`` reads them as before. HEAD and CONNECT exchanges stay with h11 (llhttp cannot be
+    told a response has no body because of the request's method)."""
+
+    __slots__ = ("_events", "_parser", "_headers", "_reason", "_head_bytes", "_raw", "_writer", "_limit",
+                 "_informational", "_until_close", "_complete", "_error", "_close", "_length", "_received",
+                 "our_done", "their_done",
+                 "trailing")
+
+    def __init__(self, limit: int) -> None:
+        self._events: list[Any] = []
+        self._parser = httptools.HttpResponseParser(self)
+        self._parser.set_dangerous_leniencies(lenient_transfer_encoding=True, lenient_chunked_length=True)
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._reason = b""
+        self._head_bytes = 0  # bytes fed while no final response head was complete
+        self._raw = bytearray()  # the same bytes, for h11's wording of an error
+        self._limit = limit
+        self._writer: int | None = 0  # -1 chunked, else bytes the request body may still carry
+        self._informational = False
+        self._until_close = False
+        self._complete = False
+        self._error: Exception | None = None
+        self._close = False  # either side said ``Connection: close`` (or the backend is HTTP/1.0)
+        self._length = -1  # the response's Content-Length (-1: none)
+        self._received = 0  # body bytes so far
+        self.our_done = False
+        self.their_done = False
+        self.trailing = b""
+
+    # --- the request ----------------------------------------------------------------------------
+
+    def request(self, method: bytes, path: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
+        """The request head, h11's way (``Host`` first); raises ``LocalProtocolError`` as h11 does."""
+        lines = []
+        hosts = []
+        chunked = False
+        length = None
+        for raw, value in headers:
+            if FIELD_NAME.fullmatch(raw) is None or FIELD_VALUE.fullmatch(value) is None:
+                raise _request_error(method, path, headers) or LocalProtocolError("illegal header")
+            name = raw.lower()
+            if name == b"host":
+                hosts.append(b"%s: %s\r\n" % (raw, value))
+                continue
+            if name == b"content-length" or name == b"transfer-encoding":
+                error = _request_error(method, path, headers)  # rare in a request with a body: h11 decides
+                if error is not None:
+                    raise error
+                if name == b"transfer-encoding":
+                    chunked = True
+                    value = value.lower()
+                else:
+                    length = int(value.split(b",")[0].strip())
+            elif name == b"connection" and b"close" in value.lower():
+                self._close = self._close or b"close" in [t.strip() for t in value.lower().split(b",")]
+            lines.append(b"%s: %s\r\n" % (raw, value))
+        if len(hosts) != 1 or FIELD_NAME.fullmatch(method) is None or REQUEST_TARGET.fullmatch(path) is None:
+            raise _request_error(method, path, headers) or LocalProtocolError("illegal request")
+        self._writer = -1 if chunked else (length or 0)
+        return b"".join([b"%s %s HTTP/1.1\r\n" % (method, path), *hosts, *lines, b"\r\n"])
+
+    def data(self, data: bytes) -> bytes:
+        writer = self._writer
+        if writer == -1:
+            return b"%x\r\n%s\r\n" % (len(data), data) if data else b""
+        assert writer is not None
+        if len(data) > writer:
+            raise LocalProtocolError("Too much data for declared Content-Length")
+        self._writer = writer - len(data)
+        return data
+
+    def end(self) -> bytes:
+        writer = self._writer
+        if writer is not None and writer > 0:
+            raise LocalProtocolError("Too little data for declared Content-Length")
+        self.our_done = True
+        return b"0\r\n\r\n" if writer == -1 else b""
+
+    # --- llhttp's callbacks -------------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self.their_done:  # a second response in the same bytes: it answers no request
+            self.trailing = b"(more)"
+
+    def on_status(self, reason: bytes) -> None:
+        self._reason += reason  # in pieces when it arrives in pieces
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self._complete:
+            self._headers.append((name.lower(), value.rstrip(b" \t")))
+
+    def on_headers_complete(self) -> None:
+        if self.their_done:
+            return
+        status = self._parser.get_status_code()
+        headers, self._headers = self._headers, []
+        reason, self._reason = self._reason, b""
+        if status < 200:
+            self._informational = True  # its end is not the response's
+            self._events.append(h11.InformationalResponse(status_code=status, headers=headers, reason=reason,
+                                                          _parsed=True))
+            return
+        self._complete = True
+        encodings = 0
+        framed = status in (204, 304)
+        for name, value in headers:
+            if name == b"transfer-encoding":
+                encodings += 1
+                if encodings > 1 or value.lower() != b"chunked":
+                    raise LocalProtocolError("Only Transfer-Encoding: chunked is supported")
+                framed = True
+            elif name == b"content-length":
+                framed = True
+                self._length = int(value)  # llhttp let through digits only, once
+            elif name == b"connection" and b"close" in value.lower():
+                self._close = self._close or b"close" in [t.strip() for t in value.lower().split(b",")]
+        if self._parser.get_http_version() < "1.1":
+            self._close = True
+        self._until_close = not framed
+        self._events.append(h11.Response(status_code=status, headers=headers, reason=reason, _parsed=True))
+
+    def on_body(self, data: bytes) -> None:
+        if not self.their_done:
+            self._received += len(data)
+            self._events.append(h11.Data(data=data))
+
+    def on_message_complete(self) -> None:
+        if self.their_done:
+            return
+        if self._informational:
+            self._informational = False
+            return
+        self.their_done = True
+        self._events.append(h11.EndOfMessage())
+
+    # --- reading ------------------------------------------------------------------------------------
+
+    @property
+    def awaiting_head(self) -> bool:
+        return not self._complete
+
+    def receive_data(self, data: bytes) -> None:
+        """Bytes from the backend (``b""``: it closed)."""
+        if self._error is not None:
+            return
+        if self.their_done:
+            self.trailing += data
+            return
+        if not data:
+            if self._until_close and self._complete and not self._events_pending_end():
+                self.their_done = True
+                self._events.append(h11.EndOfMessage())
+            elif not self._complete:
+                self._error = _closed()
+            else:  # h11's wording
+                self._error = BadResponse(
+                    "invalid upstream response: peer closed connection without sending complete message body "
+                    + (f"(received {self._received} bytes, expected {self._length})" if self._length >= 0
+                       else "(incomplete chunked read)"))
+            return
+        if not self._complete:
+            self._head_bytes += len(data)
+            self._raw += data
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as error:
+            if self.their_done:
+                self.trailing = b"(more)"
+            else:
+                self._error = self._bad(error)
+            return
+        except LocalProtocolError as error:  # our check of the head, from a callback
+            self._error = BadResponse(f"invalid upstream response: {error}")
+            return
+        if self._complete:
+            self._raw = bytearray()
+        elif self._head_bytes > self._limit:
+            self._error = BadResponse("invalid upstream response: Receive buffer too long")
+        if self.their_done:
+            pass  # bytes after the response stay unparsed: the connection is not reused (pool.py)
+
+    def _events_pending_end(self) -> bool:
+        return any(type(event) is h11.EndOfMessage for event in self._events)
+
+    def _bad(self, error: Exception) -> BadResponse:
+        cause = error.__context__
+        if isinstance(cause, LocalProtocolError):
+            return BadResponse(f"invalid upstream response: {cause}")
+        if not self._complete:  # h11's wording, from h11 itself (only a refused head comes here)
+            conn = h11.Connection(h11.CLIENT)
+            conn.send(h11.Request(method=b"GET", target=b"/", headers=[(b"host", b"x")]))
+            conn.receive_data(bytes(self._raw))
+            try:
+                while conn.next_event() is not h11.NEED_DATA:
+                    pass
+            except h11.RemoteProtocolError as h11_error:
+                return BadResponse(f"invalid upstream response: {h11_error}")
+        return BadResponse(f"invalid upstream response: {error}")
+
+    def next_event(self) -> Any:
+        """The next h11 event, or ``h11.NEED_DATA``; raises ``BadResponse``."""
+        events = self._events
+        if events:
+            return events.pop(0)
+        if self._error is not None:
+            raise self._error
+        return h11.NEED_DATA
+
+    @property
+    def reusable(self) -> bool:
+        return self.our_done and self.their_done and not (self._until_close or self._close or self.trailing)
+
+
+class BadResponse(Exception):
+    """The backend's answer is not HTTP/1.1 (``pool.py`` raises it as ``BadUpstreamResponse``)."""
+
+
+def _closed() -> BadResponse:
+    return BadResponse("upstream closed the connection before the response completed")
