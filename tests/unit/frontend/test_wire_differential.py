@@ -293,3 +293,15 @@ def test_random_responses_are_read_alike(status, fields, framing, body, cut, tru
     if fast != slow:
         # llhttp is stricter about a header value (a control character): it refuses the head
         assert b"\x01" in wire and fast[0] == ["error"], (wire, fast, slow)
+
+
+def test_a_whole_response_llhttp_refuses_and_h11_reads_is_refused_with_llhttps_reason():
+    """The error path asks h11 for its wording; h11 reads this one whole (then PAUSED, forever)."""
+    from trioproxy.upstream.wire import BadResponse, FastClient
+
+    client = FastClient(64 * 1024)
+    client.request(b"GET", b"/", [(b"host", b"a")])
+    client.end()
+    client.receive_data(b"HTTP/1.1 200 OK\r\nX-Ctl: a\x01b\r\nContent-Length: 0\r\n\r\n")
+    with pytest.raises(BadResponse, match="invalid upstream response: Invalid header value char"):
+        client.next_event()
