@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import select
 from collections.abc import Awaitable, Callable
@@ -45,6 +46,7 @@ import trio
 from .. import direct_io
 from ..asgi import CLIENT_FD, CORK, Cork, Scope
 from ..upstream.pool import is_readable
+from ..upstream.wire import END, NEED_DATA, FastExchange, LocalProtocolError, WireError
 
 log = logging.getLogger("trioproxy")
 
@@ -63,6 +65,9 @@ HEAD_TIMEOUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\nco
 HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain\r\n"
                   b"content-length: 32\r\nconnection: close\r\n\r\nrequest header fields too large\n")
 DISCONNECT = {"type": "http.disconnect"}
+#: ``h11`` serves requests through h11 instead of llhttp (``upstream/wire.py``): the fallback, and the
+#: reference the differential test compares with
+PARSER = os.environ.get("TRIOPROXY_HTTP1_PARSER", "llhttp")
 
 
 def suppress_body(method: str, status: int) -> bool:
@@ -107,12 +112,82 @@ class PrefixedStream(trio.abc.HalfCloseableStream):
         await self.stream.aclose()
 
 
+class H11Exchange:
+    """``FastExchange``'s interface over h11: one request through an ``h11.Connection``."""
+
+    __slots__ = ("conn", "method", "target", "http_version", "headers", "expects_continue")
+
+    def __init__(self, conn: h11.Connection, request: h11.Request) -> None:
+        self.conn = conn
+        self.method = request.method
+        self.target = request.target
+        self.http_version = request.http_version
+        self.headers = list(request.headers)
+        self.expects_continue = conn.they_are_waiting_for_100_continue
+
+    @classmethod
+    def parse(cls, data: bytes, head_end: int, max_head: int = 32 * 1024) -> H11Exchange:
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=max_head)
+        conn.receive_data(data)
+        try:
+            request = conn.next_event()
+        except h11.RemoteProtocolError as error:
+            raise WireError(error.error_status_hint, str(error)) from None
+        if type(request) is not h11.Request:  # pragma: no cover - a complete head is a request or an error
+            raise WireError(400, "incomplete head")
+        return cls(conn, request)
+
+    def receive_data(self, data: bytes) -> None:
+        self.conn.receive_data(data)
+
+    def next_body(self) -> bytes | str:
+        try:
+            event = self.conn.next_event()
+        except h11.RemoteProtocolError as error:
+            raise WireError(error.error_status_hint, str(error)) from None
+        kind = type(event)
+        if kind is h11.Data:
+            return bytes(event.data)  # type: ignore[union-attr]
+        if kind is h11.EndOfMessage:
+            return END
+        return NEED_DATA
+
+    @property
+    def request_done(self) -> bool:
+        return self.conn.their_state is not h11.SEND_BODY
+
+    def informational(self, status: int, reason: bytes) -> bytes:
+        return self.conn.send(h11.InformationalResponse(status_code=status, headers=[], reason=reason)) or b""
+
+    def response_head(self, status: int, headers: list[tuple[bytes, bytes]], reason: bytes) -> bytes:
+        # h11 validates the headers when the event is made, before the connection sees it
+        return self.conn.send(h11.Response(status_code=status, headers=headers, reason=reason)) or b""
+
+    def body(self, data: bytes) -> bytes:
+        return self.conn.send(h11.Data(data=data)) or b""
+
+    def end(self) -> bytes:
+        return self.conn.send(h11.EndOfMessage()) or b""
+
+    @property
+    def reusable(self) -> bool:
+        return self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE
+
+    @property
+    def trailing(self) -> bytes:
+        return bytes(self.conn.trailing_data[0])
+
+
+Exchange = FastExchange | H11Exchange
+
+
 class Http1Server:
     """What the connections of one bind share: the app, the limits, and the shutdown signal."""
 
     def __init__(self, app: Any, *, idle_timeout: float, header_timeout: float, max_head: int,
-                 handoff: Callable[[trio.abc.Stream], Awaitable[None]]) -> None:
+                 handoff: Callable[[trio.abc.Stream], Awaitable[None]], parser: str | None = None) -> None:
         self.app = app
+        self.h11 = (parser or PARSER) == "h11"
         self.idle_timeout = idle_timeout  # from a response's end (or the accept) to the next head's end
         self.header_timeout = header_timeout  # from a head's first byte to its end
         self.max_head = max_head
@@ -137,7 +212,7 @@ class Http1Connection:
                  "head_sent", "complete", "body_done", "gone", "broken", "ahead", "continue_owed", "corked", "served",
                  "_stashed")
 
-    parser: h11.Connection  # this request's h11 state
+    parser: Exchange  # this request's parser and response framing
     method: str
     status: int | None  # None until ``http.response.start``
     headers: list[tuple[bytes, bytes]]
@@ -172,31 +247,32 @@ class Http1Connection:
 
     async def _serve_one(self) -> bool:
         """Serve the next request; False when the connection is to close."""
-        head = await self._read_head()
-        if head is None:
+        read = await self._read_head()
+        if read is None:
             return False
-        conn = self.parser = h11.Connection(h11.SERVER, max_incomplete_event_size=self.server.max_head)
-        conn.receive_data(head)
+        head, head_end = read
         try:
-            request = conn.next_event()
-        except h11.RemoteProtocolError as error:
-            await self._write(error_answer(error.error_status_hint, "malformed request head"))
+            if self.server.h11:
+                request: Exchange = H11Exchange.parse(head, head_end, self.server.max_head)
+            else:
+                request = FastExchange.parse(head, head_end)
+        except WireError as error:
+            await self._write(error_answer(error.status, "malformed request head"))
             return False
-        if type(request) is not h11.Request:  # pragma: no cover - a complete head is a request or an error
-            return False
+        self.parser = request
         self.method = method = request.method.decode("ascii").upper()
         self.status = None
         self.headers = []
         self.head_sent = self.complete = self.body_done = self.gone = False
         self.broken = 0  # the status h11 suggests for a malformed body
         self.ahead = 0
-        self.continue_owed = conn.they_are_waiting_for_100_continue
+        self.continue_owed = request.expects_continue
         self._stashed: Any = None
         path, _, query = request.target.partition(b"?")
         scope: Scope = {
             "type": "http", "asgi": ASGI_VERSION, "http_version": request.http_version.decode(),
             "method": method, "scheme": "http", "path": unquote(path.decode("ascii")), "raw_path": path,
-            "query_string": query, "root_path": "", "headers": list(request.headers),
+            "query_string": query, "root_path": "", "headers": request.headers,
             "client": self.client, "server": self.address,
             # CLIENT_FD: one request at a time per socket, so the gateway may watch it for the
             # client's close itself (disconnect_monitor.py) instead of waiting in ``receive``.
@@ -214,19 +290,18 @@ class Http1Connection:
             if self.fd < 0 or not peer_closed(self.fd):
                 await self._write(error_answer(500, "the request was not answered"))
             return False
-        while conn.their_state is h11.SEND_BODY:  # a body the app did not ask for (none, or already here)
+        while not request.request_done:  # a body the app did not ask for (none, or already here)
             event = self._next_event()
-            if event is None or event is h11.NEED_DATA:
+            if event is None or event is NEED_DATA:
                 break  # still on the wire: the connection closes instead of reading it
-        if not self.complete or conn.our_state is not h11.DONE or conn.their_state is not h11.DONE \
-                or self.server.terminated:
+        if not self.complete or not request.reusable or self.server.terminated:
             return False  # a truncated answer, a body left unread, connection: close, or shutdown
-        self.buffer = bytearray(conn.trailing_data[0])  # what the client sent after this request
+        self.buffer = bytearray(request.trailing)  # what the client sent after this request
         self.served = True
         return True
 
-    async def _read_head(self) -> bytes | None:
-        """The next request head (and any bytes after it), or None: the client left, the idle or
+    async def _read_head(self) -> tuple[bytes, int] | None:
+        """The next request head (and any bytes after it) and where the head ends, or None: the client left, the idle or
         head timeout passed, the head was too large, or the connection was handed to hypercorn."""
         server = self.server
         buffer = self.buffer
@@ -248,7 +323,7 @@ class Http1Connection:
                     if head.startswith(PREFACE, start) or HANDOFF.search(head, start, end.end()):
                         await server.handoff(PrefixedStream(self.stream, head))
                         return None
-                    return head
+                    return head, end.end()
                 searched = len(buffer)
             if server.terminated and not buffer:
                 return None
@@ -280,44 +355,42 @@ class Http1Connection:
         if self.continue_owed:
             self.continue_owed = False
             if not self.head_sent:
-                await self._write(self.parser.send(h11.InformationalResponse(status_code=100, headers=[],
-                                                                          reason=b"Continue")) or b"")
+                await self._write(self.parser.informational(100, b"Continue"))
         while True:
             event = self._next_event()
-            kind = type(event)
-            if kind is h11.Data:
-                data = bytes(event.data)
+            if type(event) is bytes:
                 following = self._next_event()  # a body that arrived whole is one message
-                if type(following) is h11.EndOfMessage:
+                if following is END:
                     self.body_done = True
-                    return {"type": "http.request", "body": data, "more_body": False}
+                    return {"type": "http.request", "body": event, "more_body": False}
                 self._stashed = following
-                return {"type": "http.request", "body": data, "more_body": True}
-            if kind is h11.EndOfMessage:
+                return {"type": "http.request", "body": event, "more_body": True}
+            if event is END:
                 self.body_done = True
                 return {"type": "http.request", "body": b"", "more_body": False}
-            if event is h11.NEED_DATA:
+            if event is NEED_DATA:
                 data = await self._read(wait_first=False)
                 if not data:
                     self.gone = True
                     return DISCONNECT
                 self.parser.receive_data(data)
                 continue
-            # A malformed body (h11 raised): answered here, as hypercorn does, and the connection
+            # A malformed body (the parser raised): answered here, as hypercorn does, and the connection
             # ends; to the app it is a client that left.
             if self.broken and not self.head_sent:
                 await self._write(error_answer(self.broken, "malformed request body"))
             self.gone = True
             return DISCONNECT
 
-    def _next_event(self) -> Any:
+    def _next_event(self) -> bytes | str | None:
+        """The next piece of the body, ``END``, ``NEED_DATA``, or None for a malformed body."""
         event, self._stashed = self._stashed, None
         if event is not None:
-            return event
+            return event  # type: ignore[no-any-return]
         try:
-            return self.parser.next_event()
-        except h11.RemoteProtocolError as error:
-            self.broken = error.error_status_hint
+            return self.parser.next_body()
+        except WireError as error:
+            self.broken = error.status
             return None
 
     async def _wait_disconnect(self) -> dict[str, Any]:
@@ -352,9 +425,9 @@ class Http1Connection:
             self.head_sent = True
         body = message.get("body", b"")
         if body and not suppress_body(self.method, self.status):
-            parts.append(conn.send(h11.Data(data=body)) or b"")
+            parts.append(conn.body(body))
         if not message.get("more_body", False):
-            parts.append(conn.send(h11.EndOfMessage()) or b"")
+            parts.append(conn.end())
             self.complete = True
         data = b"".join(parts)
         if self.corked is not None:
@@ -362,18 +435,16 @@ class Http1Connection:
         else:
             await self._write(data)
 
-    def _head(self, conn: h11.Connection) -> bytes:
+    def _head(self, conn: Exchange) -> bytes:
         status = self.status
         assert status is not None
         reason = REASONS.get(status, b"")
-        try:  # h11 validates the headers when the event is made, before the connection sees it
-            event = h11.Response(status_code=status, headers=self.headers, reason=reason)
-        except h11.LocalProtocolError:
+        try:
+            return conn.response_head(status, self.headers, reason)
+        except LocalProtocolError:
             # What hypercorn does before h11 sees them: surrounding whitespace goes.
             headers = [(bytes(name).strip(), bytes(value).strip()) for name, value in self.headers]
-            event = h11.Response(status_code=status, headers=headers, reason=reason)
-        data: bytes = conn.send(event) or b""
-        return data
+            return conn.response_head(status, headers, reason)
 
     # --- the socket (direct_io.py) ------------------------------------------------------------
     # One task reads at a time here (the head loop, then the app's body reads, then its

@@ -1,7 +1,9 @@
 """HTTP/1.1 to backends: an h11 keep-alive connection pool on Trio streams.
 
 Why not httpx here: its pool costs 0.7–2.8 ms per request (bench/README.md); this one is a thin
-loop around h11's state machine, split the way httpcore splits its own:
+loop around h11's state machine, split the way httpcore splits its own. An exchange's bytes go
+through llhttp (``wire.FastClient``: h11's events and checks, parsed in C) except for HEAD and
+CONNECT, whose answers h11 frames by the request's method, and with ``TRIOPROXY_HTTP1_PARSER=h11``:
 
 - ``UpstreamConnection`` owns one stream and its h11 state: it sends, reads the next event,
   runs one request up to the response headers, and is released or closed by itself.
@@ -41,6 +43,10 @@ from ..asgi import Header
 from ..config.model import Address, TlsAddress
 from ..errors import BackendUnreachable, BadUpstreamResponse
 from .tls import open_tls
+from .wire import BadResponse, FastClient, LocalProtocolError
+
+#: llhttp parses responses (``wire.FastClient``) unless ``TRIOPROXY_HTTP1_PARSER=h11`` (frontend/http1.py)
+FAST = os.environ.get("TRIOPROXY_HTTP1_PARSER", "llhttp") != "h11"
 
 READ_SIZE = 65536
 MAX_RESPONSE_HEADER_BYTES = 64 * 1024
@@ -141,12 +147,13 @@ def _close_stream_now(stream: trio.abc.Stream) -> None:
 class UpstreamConnection:
     """One keep-alive HTTP/1.1 connection to a backend. Not shared: one exchange at a time."""
 
-    __slots__ = ("closed", "got_bytes", "h11", "idle", "idle_since", "pool", "requests", "reused", "stream",
+    __slots__ = ("closed", "fast", "got_bytes", "h11", "idle", "idle_since", "pool", "requests", "reused", "stream",
                  "target")
 
     def __init__(self, stream: trio.abc.Stream, target: Address, pool: UpstreamPool | None = None) -> None:
         self.stream = stream
         self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_RESPONSE_HEADER_BYTES)
+        self.fast: FastClient | None = None  # this exchange through llhttp; None: through ``h11``
         self.target = target
         self.pool = pool
         self.idle = False
@@ -188,6 +195,12 @@ class UpstreamConnection:
 
     def parse(self) -> h11.Event | type[h11.NEED_DATA]:
         """The next event from the bytes already received (no I/O), or ``NEED_DATA``."""
+        fast = self.fast
+        if fast is not None:
+            try:
+                return cast("h11.Event | type[h11.NEED_DATA]", fast.next_event())
+            except BadResponse as exc:
+                raise BadUpstreamResponse(str(exc)) from None
         try:
             event = self.h11.next_event()
         except h11.RemoteProtocolError as exc:
@@ -200,17 +213,22 @@ class UpstreamConnection:
 
     async def next_event(self) -> h11.Event:
         conn = self.h11
+        fast = self.fast
         while True:
             event = self.parse()
             if event is not h11.NEED_DATA:
                 return cast(h11.Event, event)
             try:
-                data = await self._receive(wait_first=conn.their_state is h11.SEND_RESPONSE)
+                data = await self._receive(wait_first=fast.awaiting_head if fast is not None
+                                           else conn.their_state is h11.SEND_RESPONSE)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 raise BadUpstreamResponse(f"upstream connection reset: {exc}") from None
             if data:
                 self.got_bytes = True
-            conn.receive_data(data)
+            if fast is not None:
+                fast.receive_data(data)
+            else:
+                conn.receive_data(data)
 
     def is_readable(self) -> bool:
         """Stale: EOF or unasked-for bytes arrived while the connection sat in the pool."""
@@ -224,12 +242,20 @@ class UpstreamConnection:
         closes the connection (``UpstreamPool.request`` does)."""
         self.requests += 1
         try:
-            head = self.h11.send(h11.Request(method=method, target=path, headers=list(headers)))
-        except h11.LocalProtocolError as exc:
+            if FAST and method != b"HEAD" and method != b"CONNECT":
+                fast = self.fast = FastClient(MAX_RESPONSE_HEADER_BYTES)
+                head = fast.request(method, path, list(headers))
+            else:  # llhttp cannot be told that a HEAD's answer has no body: h11 reads it
+                self.fast = None
+                head = self.h11.send(h11.Request(method=method, target=path, headers=list(headers)))
+        except LocalProtocolError as exc:
             raise BadUpstreamResponse(f"cannot forward request: {exc}") from None
         upload = None
         if isinstance(body, bytes):
-            data = head + (self.h11.send(h11.Data(data=body)) if body else b"") + self.h11.send(h11.EndOfMessage())
+            try:
+                data = head + (self.encode(body) if body else b"") + self.encode_end()
+            except LocalProtocolError as exc:
+                raise BadUpstreamResponse(f"cannot forward request: {exc}") from None
             await self.send(data)
         else:
             await self.send(head)
@@ -252,6 +278,15 @@ class UpstreamConnection:
                 raise upload.error from None
             raise
 
+    def encode(self, data: bytes) -> bytes:
+        """A piece of the request body, framed (``LocalProtocolError`` past its Content-Length)."""
+        fast = self.fast
+        return fast.data(data) if fast is not None else self.h11.send(h11.Data(data=data)) or b""
+
+    def encode_end(self) -> bytes:
+        fast = self.fast
+        return fast.end() if fast is not None else self.h11.send(h11.EndOfMessage()) or b""
+
     # --- end of an exchange -----------------------------------------------------------------
 
     def release(self) -> None:
@@ -259,7 +294,15 @@ class UpstreamConnection:
         it cannot be reused: closed."""
         if self.closed:
             return
-        if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE \
+        fast = self.fast
+        if fast is not None:
+            if fast.reusable:
+                self.fast = None
+                self.got_bytes = False
+                if self.pool is not None:
+                    self.pool._returned(self)
+                    return
+        elif self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE \
                 and not self.h11.trailing_data[0]:  # bytes after the response answer no request
             self.h11.start_next_cycle()
             self.got_bytes = False
@@ -312,8 +355,8 @@ class _Upload:
         try:
             async for chunk in self.body:
                 if chunk:
-                    await conn.send(conn.h11.send(h11.Data(data=chunk)))
-            await conn.send(conn.h11.send(h11.EndOfMessage()))
+                    await conn.send(conn.encode(chunk))
+            await conn.send(conn.encode_end())
         except Exception as exc:  # noqa: BLE001 - handed to the reader, which re-raises it
             self.error = exc
             conn.close()  # wakes the reader with ClosedResourceError
