@@ -30,6 +30,7 @@ heads and compares what each accepts and what it parsed). What does what:
 from __future__ import annotations
 
 import re
+import weakref
 from typing import Any, Final
 
 import h11
@@ -51,6 +52,34 @@ _CRLF2: Final = b"\r\n\r\n"
 
 END: Final = "end"  # the request body is complete
 NEED_DATA: Final = "need-data"  # more bytes are needed
+
+
+class _Relay:
+    """llhttp's callbacks, forwarded to their owner through a weak reference.
+
+    A parser holds the callbacks it was made with; callbacks bound to the owner (which holds the
+    parser) would make one reference cycle per exchange, freed only by the cyclic collector, so a
+    gateway run with the collector off would leak them (docs/reliability.md, "Pauses";
+    tests/e2e/test_reliability_bench_smoke.py checks that a served load leaves no cycle)."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: Any) -> None:
+        self.owner = weakref.ref(owner)
+
+
+def _relay_class(owner: type) -> type:
+    """A ``_Relay`` with exactly the callbacks ``owner`` defines (llhttp looks each one up once)."""
+    names = [n for n in ("on_message_begin", "on_url", "on_status", "on_header", "on_headers_complete", "on_body",
+                         "on_message_complete", "on_chunk_header", "on_chunk_complete") if hasattr(owner, n)]
+
+    def forward(name: str) -> Any:
+        def callback(self: _Relay, *args: Any) -> Any:
+            return getattr(self.owner(), name)(*args)
+        callback.__name__ = name
+        return callback
+
+    return type(f"{owner.__name__}Relay", (_Relay,), {"__slots__": (), **{n: forward(n) for n in names}})
 
 
 class WireError(Exception):
@@ -91,7 +120,7 @@ class FastExchange:
     """One request on a server connection: its head (parsed by ``parse``), its body, its response."""
 
     __slots__ = ("method", "target", "http_version", "headers", "expects_continue", "keep_alive",
-                 "request_done", "response_done", "trailing", "_parser", "_remaining", "_chunked", "_events",
+                 "request_done", "response_done", "trailing", "__weakref__", "_parser", "_remaining", "_chunked", "_events",
                  "_headers_done", "_tail", "_writer", "_must_close", "_method_upper")
 
     method: bytes
@@ -144,7 +173,7 @@ class FastExchange:
         if match is None:
             raise WireError(400, "illegal request line")
         self = cls()
-        parser = self._parser = httptools.HttpRequestParser(self)
+        parser = self._parser = httptools.HttpRequestParser(_EXCHANGE_RELAY(self))
         parser.set_dangerous_leniencies(lenient_transfer_encoding=True, lenient_chunked_length=True)
         try:
             parser.feed_data(_LINE + data[line_end + 2:head_end])
@@ -379,14 +408,14 @@ class FastClient:
     ``pool.py`` reads them as before. HEAD and CONNECT exchanges stay with h11 (llhttp cannot be
     told a response has no body because of the request's method)."""
 
-    __slots__ = ("_events", "_parser", "_headers", "_reason", "_head_bytes", "_raw", "_writer", "_limit",
+    __slots__ = ("__weakref__", "_events", "_parser", "_headers", "_reason", "_head_bytes", "_raw", "_writer", "_limit",
                  "_informational", "_until_close", "_complete", "_error", "_close", "_length", "_received",
                  "our_done", "their_done",
                  "trailing")
 
     def __init__(self, limit: int) -> None:
         self._events: list[Any] = []
-        self._parser = httptools.HttpResponseParser(self)
+        self._parser = httptools.HttpResponseParser(_CLIENT_RELAY(self))
         self._parser.set_dangerous_leniencies(lenient_transfer_encoding=True, lenient_chunked_length=True)
         self._headers: list[tuple[bytes, bytes]] = []
         self._reason = b""
@@ -588,6 +617,10 @@ class FastClient:
     @property
     def reusable(self) -> bool:
         return self.our_done and self.their_done and not (self._until_close or self._close or self.trailing)
+
+
+_EXCHANGE_RELAY = _relay_class(FastExchange)
+_CLIENT_RELAY = _relay_class(FastClient)
 
 
 class BadResponse(Exception):
