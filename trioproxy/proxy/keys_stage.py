@@ -3,7 +3,7 @@ the upstream call, and the settlement after it.
 
 The ``apiKey`` stage (stages.py) authenticates a runtime key and leaves its ``Principal`` in
 ``x.principal``. Once the body is known (its model, its size, its ``max_tokens``), ``admit``
-refuses a model outside the key's or team's list (403, in the client's dialect) and reserves the
+refuses a model outside the key's ``models`` (403, in the client's dialect) and reserves the
 request's estimate against every limited window of the key and its team (429 ``budget exceeded``
 with when it resets). ``settle`` runs once at the end of every admitted request, whatever its end
 (answered, refused upstream, timed out, client gone): the real usage replaces the estimate. It
@@ -31,12 +31,11 @@ if TYPE_CHECKING:
     from ..keys.service import KeyService
     from .exchange import Exchange
 
-__all__ = ["PAYLOAD_LIMIT", "admit", "payload_text", "cost_estimate", "estimate_tokens", "requested_model", "settle"]
+__all__ = ["PAYLOAD_LIMIT", "admit", "cost_estimate", "estimate_tokens", "payload_text", "requested_model", "settle"]
 
 #: the completion-size fields of each dialect: OpenAI chat (old and new), Responses, Anthropic; Gemini's
 #: is under ``generationConfig``
 _MAX_FIELDS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
-
 
 
 def cost_estimate(prices: PriceCatalog, provider: str | None, model: str | None, prompt: int,
