@@ -105,6 +105,9 @@ async def start_workers(tmp_path: Path, config_yaml: str, *, workers: int = 2, b
     gw = WorkersGateway(proc, bind_port)
     try:
         await gw.wait_ready()
+        if isinstance(workers, int) and workers > 1:  # every worker accepting, or the first up may take all
+            for index in range(workers):
+                await gw.wait_line(rf"trioproxy: worker {index} serving")
     except BaseException:
         gw.stop()
         raise
