@@ -21,6 +21,7 @@ from tests.workers_helpers import WorkersGateway, start_workers
 CONFIG = """
 config:
   store: {store}
+  keys: {{failureMode: {mode}}}
 binds:
 - port: {port}
   listeners:
@@ -39,7 +40,7 @@ async def replica(tmp_path: Path, name: str, store: str, mock: int) -> WorkersGa
     directory = tmp_path / name
     directory.mkdir()
     port = free_port()
-    return await start_workers(directory, CONFIG.format(store=json.dumps(store), port=port, mock=mock),
+    return await start_workers(directory, CONFIG.format(store=json.dumps(store), port=port, mock=mock, mode="closed"),
                                workers=1, bind_port=port)
 
 
@@ -131,7 +132,7 @@ async def test_a_store_that_goes_down_is_503_when_closed_and_unmetered_when_open
         await trio.to_thread.run_sync(cluster.start)
         mock = MockOpenAI()
         await nursery.start(mock.serve, 0)
-        closed, opened = [await start_gateway(nursery, IN_PROCESS, port=free_port(), mock=mock.port,
+        closed, opened = [await start_gateway(nursery, CONFIG, port=free_port(), mock=mock.port,
                                               store=json.dumps(cluster.url()), mode=mode)
                           for mode in ("closed", "open")]
         async with httpx.AsyncClient(base_url=closed.admin_url, timeout=10) as admin:
@@ -152,20 +153,6 @@ async def test_a_store_that_goes_down_is_503_when_closed_and_unmetered_when_open
         shutil.rmtree(directory, ignore_errors=True)
 
 
-IN_PROCESS = """
-config:
-  store: {store}
-  keys: {{failureMode: {mode}}}
-binds:
-- port: {port}
-  listeners:
-  - routes:
-    - name: llm
-      policies:
-        apiKey: {{runtimeKeys: true, mode: strict}}
-      backends:
-      - ai: {{name: gpt, provider: {{openAI: {{}}}}, hostOverride: "127.0.0.1:{mock}"}}
-"""
 
 
 async def chat_url(url: str, secret: str) -> httpx.Response:
