@@ -82,6 +82,25 @@ def _relay_class(owner: type) -> type:
     return type(f"{owner.__name__}Relay", (_Relay,), {"__slots__": (), **{n: forward(n) for n in names}})
 
 
+def _frame(writer: int | None, data: bytes) -> tuple[int | None, bytes]:
+    """A body piece framed as h11 frames it, and what the body may still carry: ``writer`` is -1
+    for chunked, the bytes a Content-Length leaves, or None for a body that ends at the close."""
+    if writer == -1:  # (an empty chunk would be the last one: nothing is written)
+        return writer, b"%x\r\n%s\r\n" % (len(data), data) if data else b""
+    if writer is not None:
+        if len(data) > writer:
+            raise LocalProtocolError("Too much data for declared Content-Length")
+        writer -= len(data)
+    return writer, data
+
+
+def _frame_end(writer: int | None) -> bytes:
+    """The end of a body framed by ``_frame``: the last chunk, or nothing."""
+    if writer is not None and writer > 0:
+        raise LocalProtocolError("Too little data for declared Content-Length")
+    return b"0\r\n\r\n" if writer == -1 else b""
+
+
 class WireError(Exception):
     """The request is malformed; ``status`` is the answer h11 would hint (400, or 501 for a
     ``Transfer-Encoding`` other than ``chunked``)."""
@@ -367,22 +386,14 @@ class FastExchange:
 
     def body(self, data: bytes) -> bytes:
         """A piece of the response body, framed."""
-        writer = self._writer
-        if writer == -1:  # (an empty chunk would be the last one: nothing is written)
-            return b"%x\r\n%s\r\n" % (len(data), data) if data else b""
-        if writer is not None:
-            if len(data) > writer:
-                raise LocalProtocolError("Too much data for declared Content-Length")
-            self._writer = writer - len(data)
-        return data
+        self._writer, framed = _frame(self._writer, data)
+        return framed
 
     def end(self) -> bytes:
         """The end of the response."""
-        writer = self._writer
-        if writer is not None and writer > 0:
-            raise LocalProtocolError("Too little data for declared Content-Length")
+        last = _frame_end(self._writer)
         self.response_done = True
-        return b"0\r\n\r\n" if writer == -1 else b""
+        return last
 
     @property
     def reusable(self) -> bool:
@@ -467,21 +478,13 @@ class FastClient:
         return b"".join([b"%s %s HTTP/1.1\r\n" % (method, path), *hosts, *lines, b"\r\n"])
 
     def data(self, data: bytes) -> bytes:
-        writer = self._writer
-        if writer == -1:
-            return b"%x\r\n%s\r\n" % (len(data), data) if data else b""
-        assert writer is not None
-        if len(data) > writer:
-            raise LocalProtocolError("Too much data for declared Content-Length")
-        self._writer = writer - len(data)
-        return data
+        self._writer, framed = _frame(self._writer, data)
+        return framed
 
     def end(self) -> bytes:
-        writer = self._writer
-        if writer is not None and writer > 0:
-            raise LocalProtocolError("Too little data for declared Content-Length")
+        last = _frame_end(self._writer)
         self.our_done = True
-        return b"0\r\n\r\n" if writer == -1 else b""
+        return last
 
     # --- llhttp's callbacks -------------------------------------------------------------------------
 
