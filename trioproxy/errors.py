@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any, Self
 
 from .asgi import Header
 
@@ -54,11 +55,22 @@ class ProxyError(Exception):
     #: unless the route goes to an LLM provider
     dialect: str | None = None
     code: str | None = None  # OpenAI's ``error.code`` (else the class name in snake_case)
+    #: why the gateway answered so, for operators only (trace ``requestFinished``, history, access
+    #: log; docs/history.md, "Why"): JSON-able, never in the client's body
+    why: dict[str, Any] | None = None
 
-    def __init__(self, message: str | None = None, *, headers: Sequence[Header] = ()) -> None:
+    def __init__(self, message: str | None = None, *, headers: Sequence[Header] = (),
+                 why: dict[str, Any] | None = None) -> None:
         self.message = message if message is not None else self.default_message
         self.headers = list(headers)
+        if why is not None:
+            self.why = why
         super().__init__(self.message)
+
+    def because(self, why: dict[str, Any]) -> Self:
+        """This error with ``why`` set (for a raise site whose class takes no ``why`` argument)."""
+        self.why = why
+        return self
 
 
 class BadRequest(ProxyError):
@@ -80,8 +92,8 @@ class AuthenticationFailed(ProxyError):
     status = 401
     default_message = "authentication failure"
 
-    def __init__(self, reason: str, *, headers: Sequence[Header] = ()) -> None:
-        super().__init__(f"authentication failure: {reason}", headers=headers)
+    def __init__(self, reason: str, *, headers: Sequence[Header] = (), why: dict[str, Any] | None = None) -> None:
+        super().__init__(f"authentication failure: {reason}", headers=headers, why=why)
 
 
 class BasicAuthenticationFailed(ProxyError):
@@ -90,8 +102,8 @@ class BasicAuthenticationFailed(ProxyError):
     status = 401
     default_message = "basic authentication failure"
 
-    def __init__(self, reason: str, *, headers: Sequence[Header] = ()) -> None:
-        super().__init__(f"basic authentication failure: {reason}", headers=headers)
+    def __init__(self, reason: str, *, headers: Sequence[Header] = (), why: dict[str, Any] | None = None) -> None:
+        super().__init__(f"basic authentication failure: {reason}", headers=headers, why=why)
 
 
 class BasicAuthenticationBusy(ProxyError):
@@ -108,17 +120,21 @@ class ApiKeyAuthenticationFailed(ProxyError):
     status = 401
     default_message = "api key authentication failure"
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(f"api key authentication failure: {reason}")
+    def __init__(self, reason: str, *, why: dict[str, Any] | None = None) -> None:
+        super().__init__(f"api key authentication failure: {reason}", why=why)
 
 
 class KeyRefused(ApiKeyAuthenticationFailed):
     """A runtime key (``trioproxy/keys``) refused: ``reason`` is ``invalid api key``, ``key revoked``,
     ``key expired`` or ``key rotated`` (an old secret past its rotation grace period)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, key: tuple[str, str] | None = None, detail: str | None = None) -> None:
         self.reason = reason
-        super().__init__(reason)
+        why: dict[str, Any] = {"policy": "apiKey", "check": reason.removeprefix("key ").replace("invalid api key", "unknown"),
+                               "detail": detail or reason}
+        if key is not None:  # (id, name) of the runtime key
+            why["key"] = {"id": key[0], "name": key[1]}
+        super().__init__(reason, why=why)
 
 
 class ModelNotAllowed(ProxyError):
@@ -130,7 +146,19 @@ class ModelNotAllowed(ProxyError):
     def __init__(self, model: str, key: str) -> None:
         self.model = model
         self.key = key
-        super().__init__(f"model {model!r} is not allowed for key {key}")
+        super().__init__(f"model {model!r} is not allowed for key {key}", why={
+            "policy": "apiKey", "check": "model", "detail": f"model {model!r} is not in key {key}'s models"})
+
+
+def duration_text(seconds: float) -> str:
+    """``192`` → ``3m12s``, ``3725`` → ``1h2m5s``, ``0.4`` → ``0s`` (whole seconds, for a ``why`` detail)."""
+    total = int(abs(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    days, hours = divmod(hours, 24)
+    parts = [f"{days}d" if days else "", f"{hours}h" if hours else "", f"{minutes}m" if minutes else "",
+             f"{secs}s" if secs or not (days or hours or minutes) else ""]
+    return "".join(parts)
 
 
 def _number(value: float) -> str:
@@ -169,7 +197,9 @@ class BudgetExceeded(ProxyError):
             message += f"; resets at {_utc(resets_at)}"
             wait = max(1, math.ceil(resets_at - (time.time() if now is None else now)))
             headers.append((b"retry-after", str(wait).encode()))
-        super().__init__(message, headers=headers)
+        super().__init__(message, headers=headers, why={
+            "policy": "budget", "subject": subject, "metric": metric, "window": window, "limit": limit,
+            "resetsAt": None if resets_at is None else _utc(resets_at)})
 
 
 class KeyStoreUnavailable(ProxyError):

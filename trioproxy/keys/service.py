@@ -28,7 +28,7 @@ import trio
 from attrs import frozen
 
 from ..config.model import KeysSettings
-from ..errors import BudgetExceeded, KeyRefused, KeyStoreUnavailable
+from ..errors import BudgetExceeded, KeyRefused, KeyStoreUnavailable, duration_text
 from .limits import Limit, resets_at, window_start
 from .records import (
     FieldError,
@@ -282,12 +282,15 @@ class KeyService:
         if record is None:
             raise KeyRefused("invalid api key")
         status = record.status(now)
+        key = (record.id, record.name)
         if status == "revoked":
-            raise KeyRefused("key revoked")
+            raise KeyRefused("key revoked", key=key, detail=f"revoked {duration_text(now - (record.revoked_at or now))} ago")
         if status == "expired":
-            raise KeyRefused("key expired")
+            raise KeyRefused("key expired", key=key, detail=f"expired {duration_text(now - (record.expires_at or now))} ago")
         if digest != record.digest and (record.previous_valid_until is None or record.previous_valid_until <= now):
-            raise KeyRefused("key rotated")
+            grace = record.previous_valid_until
+            raise KeyRefused("key rotated", key=key, detail="an old secret of a rotated key" + (
+                f", its grace period ended {duration_text(now - grace)} ago" if grace is not None else ""))
         team = self._teams.get(record.team) if record.team is not None else None
         return Principal(record, team)
 

@@ -39,6 +39,8 @@ import jwt as pyjwt
 from attrs import frozen
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
+from ..errors import duration_text
+
 __all__ = [
     "LEEWAY_SECONDS",
     "MAX_TOKEN_BYTES",
@@ -110,18 +112,30 @@ class JwksError(ValueError):
 
 
 class JwtFailure(Exception):
-    """A token that does not authenticate; ``reason`` completes ``authentication failure: ...``."""
+    """A token that does not authenticate; ``reason`` completes ``authentication failure: ...``.
 
-    def __init__(self, reason: str) -> None:
+    ``check`` names the check that refused it (``size``, ``malformed``, ``alg``, ``kid``,
+    ``signature``, ``iss``, ``aud``, ``exp``, ``nbf``) and ``facts`` what an operator reads beside
+    it (``detail`` such as ``expired 3m12s ago``, the ``kid``, the token's and the expected issuer
+    or audience): the request's ``why`` (docs/history.md), never the client's body."""
+
+    def __init__(self, reason: str, check: str = "malformed", **facts: Any) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.check = check
+        self.facts = facts
+
+    def why(self, policy: str = "jwtAuth") -> dict[str, Any]:
+        return {"policy": policy, "check": self.check, "detail": self.reason,
+                **{k: v for k, v in self.facts.items() if v is not None}}
 
 
 class UnknownKey(JwtFailure):
     """The token names a ``kid`` no provider publishes (a JWKS refetch may find it)."""
 
     def __init__(self, kid: str) -> None:
-        super().__init__(f"token uses the unknown key {json.dumps(kid)}")
+        super().__init__(f"token uses the unknown key {json.dumps(kid)}", "kid", kid=kid,
+                         detail=f"no provider publishes key {json.dumps(kid)}")
         self.kid = kid
 
 
@@ -301,62 +315,71 @@ class JwtVerifier:
     def verify(self, token: str, now: float) -> dict[str, Any]:
         """The claims of a valid token; :class:`JwtFailure` (or :class:`UnknownKey`) otherwise."""
         if len(token) > self.max_token_bytes:
-            raise JwtFailure(f"token is too large ({len(token)} bytes, at most {self.max_token_bytes})")
+            raise JwtFailure(f"token is too large ({len(token)} bytes, at most {self.max_token_bytes})", "size")
         hit = self.cache.get(token)
         if hit is not None:
             claims, key, exp, nbf = hit
             found = self._find(key.kid)
             if found is not None and found[1] is key:
-                self._check_times(exp, nbf, now)
+                self._check_times(exp, nbf, now, claims, key.kid)
                 return claims
             self.cache.discard(token)  # its key was rotated out: verify from scratch
         try:
             header = pyjwt.get_unverified_header(token)
         except pyjwt.PyJWTError:
-            raise JwtFailure("token is malformed") from None
+            raise JwtFailure("token is malformed", detail="the token header is not readable") from None
         alg = header.get("alg")
         if not isinstance(alg, str) or alg.lower() == "none":
-            raise JwtFailure(f"token algorithm {json.dumps(alg)} is not allowed")
+            raise JwtFailure(f"token algorithm {json.dumps(alg)} is not allowed", "alg", alg=alg)
         kid = header.get("kid")
         if not isinstance(kid, str) or not kid:
-            raise JwtFailure("token header does not specify a key id (kid)")
+            raise JwtFailure("token header does not specify a key id (kid)", "kid")
         found = self._find(kid)
         if found is None:
             raise UnknownKey(kid)
         provider, key = found
         if alg not in key.algorithms:
-            raise JwtFailure(f"token algorithm {json.dumps(alg)} is not allowed for key {json.dumps(kid)}")
+            raise JwtFailure(f"token algorithm {json.dumps(alg)} is not allowed for key {json.dumps(kid)}", "alg",
+                             alg=alg, kid=kid, allowed=sorted(key.algorithms))
         try:
             claims = pyjwt.decode(token, key.key, algorithms=[alg], options={
                 "verify_exp": False, "verify_nbf": False, "verify_iat": False, "verify_aud": False,
                 "verify_iss": False})
         except pyjwt.InvalidSignatureError:
-            raise JwtFailure("token signature is invalid") from None
+            raise JwtFailure("token signature is invalid", "signature", kid=kid,
+                             detail=f"the signature does not verify with key {json.dumps(kid)}") from None
         except pyjwt.PyJWTError:
-            raise JwtFailure("token is malformed") from None
+            raise JwtFailure("token is malformed", kid=kid, detail="the token payload is not readable") from None
         if not isinstance(claims, dict):
-            raise JwtFailure("token is malformed")
+            raise JwtFailure("token is malformed", kid=kid, detail="the token payload is not a JSON object")
         if claims.get("iss") != provider.issuer:
-            raise JwtFailure("token has the wrong issuer")
+            raise JwtFailure("token has the wrong issuer", "iss", kid=kid, issuer=claims.get("iss"),
+                             expected=provider.issuer,
+                             detail=f"issuer {json.dumps(claims.get('iss'))}, expected {json.dumps(provider.issuer)}")
         if provider.audiences:
             aud = claims.get("aud")
             auds = [aud] if isinstance(aud, str) else aud if isinstance(aud, list) else []
             if not any(isinstance(a, str) and a in provider.audiences for a in auds):
-                raise JwtFailure("token has the wrong audience")
+                expected = sorted(provider.audiences)
+                raise JwtFailure("token has the wrong audience", "aud", kid=kid, issuer=provider.issuer, audience=aud,
+                                 expected=expected,
+                                 detail=f"audience {json.dumps(aud)}, expected one of {json.dumps(expected)}")
         expiry = _number(claims, "exp")
         if expiry is None:
-            raise JwtFailure("token has no valid expiry (exp)")
+            raise JwtFailure("token has no valid expiry (exp)", "exp", kid=kid, issuer=provider.issuer)
         nbf_claim = _number(claims, "nbf")
         if "nbf" in claims and nbf_claim is None:
-            raise JwtFailure("token has an invalid nbf claim")
+            raise JwtFailure("token has an invalid nbf claim", "nbf", kid=kid, issuer=provider.issuer)
         nbf = nbf_claim if nbf_claim is not None else -math.inf
-        self._check_times(expiry, nbf, now)
+        self._check_times(expiry, nbf, now, claims, kid)
         self.cache.put(token, claims, key, expiry, nbf, now)
         return claims
 
     @staticmethod
-    def _check_times(exp: float, nbf: float, now: float) -> None:
+    def _check_times(exp: float, nbf: float, now: float, claims: Mapping[str, Any], kid: str | None = None) -> None:
         if now > exp + LEEWAY_SECONDS:
-            raise JwtFailure("token has expired")
+            raise JwtFailure("token has expired", "exp", kid=kid, issuer=claims.get("iss"),
+                             detail=f"expired {duration_text(now - exp)} ago")
         if now < nbf - LEEWAY_SECONDS:
-            raise JwtFailure("token is not yet valid")
+            raise JwtFailure("token is not yet valid", "nbf", kid=kid, issuer=claims.get("iss"),
+                             detail=f"valid in {duration_text(nbf - now)}")

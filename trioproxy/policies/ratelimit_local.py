@@ -277,6 +277,18 @@ class LocalRateLimiter:
         """Each entry's (decision, raw balance) at ``now``; reads only (``TokenBucket.observe``)."""
         return tuple(b.observe(now) for b in self.buckets)
 
+    def refusal(self, now: float) -> dict[str, Any]:
+        """Why a request is refused now (read only; built only on a refusal): the entry that
+        refuses (``index`` in the list, its ``limit``), what it has ``remaining`` and
+        ``resetSeconds`` until its next refill; the most constrained one when several refuse."""
+        observed = [(decision, i) for i, (decision, _) in enumerate(self.observe(now))]
+        decision, index = min(observed, key=lambda o: (o[0].allowed, o[0].remaining, -o[0].reset_seconds, o[1]))
+        spec = self.buckets[index].spec
+        return {"policy": "localRateLimit", "index": index,
+                "limit": {"maxTokens": spec.max_tokens, "tokensPerFill": spec.tokens_per_fill,
+                          "fillInterval": spec.fill_interval, "type": spec.kind},
+                "remaining": decision.remaining, "resetSeconds": decision.reset_seconds}
+
     @staticmethod
     def headers(decision: Decision) -> list[tuple[bytes, bytes]]:
         """``x-ratelimit-*`` response headers; a rejection also carries ``retry-after``."""

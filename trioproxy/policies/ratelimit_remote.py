@@ -40,6 +40,7 @@ FailureMode = Literal["failClosed", "failOpen"]
 DEFAULT_TIMEOUT = 1.0
 UNIT_SECONDS = {1: 1, 2: 60, 3: 3600, 4: 86400}  # RateLimitResponse.RateLimit.Unit
 OVER_LIMIT = 2
+_UNIT_NAMES = {1: "SECOND", 2: "MINUTE", 3: "HOUR", 4: "DAY"}
 
 
 @frozen
@@ -214,6 +215,27 @@ class RemoteRateLimitPolicy:
             else:
                 out.append((i, entries))
         return out, skipped
+
+    @staticmethod
+    def refusal(response: Any, descriptors: Sequence[Sequence[tuple[str, str]]]) -> dict[str, Any]:
+        """Why the service said OVER_LIMIT (built only on a refusal): the first descriptor it
+        refused (``descriptors``: those sent, in order, as the statuses answer them), its limit,
+        what it has ``remaining`` and ``resetSeconds`` until its window ends."""
+        why: dict[str, Any] = {"policy": "remoteRateLimit"}
+        for i, status in enumerate(response.statuses):
+            if status.code != OVER_LIMIT:
+                continue
+            if i < len(descriptors):
+                why["descriptor"] = [[k, v] for k, v in descriptors[i]]
+            if status.HasField("current_limit"):
+                limit = status.current_limit
+                why["limit"] = {"requestsPerUnit": limit.requests_per_unit,
+                                "unit": _UNIT_NAMES.get(limit.unit, "UNKNOWN"), **({"name": limit.name} if limit.name else {})}
+            why["remaining"] = status.limit_remaining
+            why["resetSeconds"] = status.duration_until_reset.seconds
+            return why
+        why["descriptor"] = None  # OVER_LIMIT overall, no descriptor named
+        return why
 
     @staticmethod
     def decide(response: Any, detail: bool = True) -> Decision:

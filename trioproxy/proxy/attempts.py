@@ -342,6 +342,7 @@ async def run_attempts(resilience: Resilience, x: Exchange, route: Route, plan: 
             tried.append(index)
             x.attempts = [*(x.attempts or ()), candidate.backend.name]
             response, error, reason = await _call(resilience, x, plan, candidate, n, replay, attempt)
+            x.outcomes = [*(x.outcomes or ()), _outcome(response, error)]
             if holding:
                 budget.retries -= 1
                 holding = False
@@ -394,6 +395,14 @@ def _choose(resilience: Resilience, x: Exchange, plan: Plan, tried: list[int], s
     return index
 
 
+def _outcome(response: UpstreamResponse | None, error: ProxyError | None) -> str:
+    """One attempt as its ``why`` lists it (proxy/why.py): ``ok``, ``status 503`` or the error's text."""
+    if error is not None:
+        return error.message
+    assert response is not None
+    return "ok" if response.status < 400 else f"status {response.status}"
+
+
 def _charge_request(x: Exchange, candidate: Candidate) -> None:
     """The attempt taken from the target's quota (its ``requests`` buckets); its ``tokens`` buckets
     are charged with the answer's usage (``Gateway``'s finish hooks, ``x.target_limiter``)."""
@@ -405,7 +414,8 @@ def _charge_request(x: Exchange, candidate: Candidate) -> None:
                        target=candidate.backend.name, result="allowed" if decision.allowed else "rejected",
                        limit=decision.limit, remaining=decision.remaining, reset=decision.reset_seconds)
     if not decision.allowed:  # spent by other requests during a retry's backoff
-        raise RateLimited(headers=LocalRateLimiter.headers(decision))
+        raise RateLimited(headers=LocalRateLimiter.headers(decision),
+                          why={**limiter.refusal(trio.current_time()), "target": candidate.backend.name})
 
 
 def _over_quota(plan: Plan) -> RateLimited:
@@ -413,7 +423,9 @@ def _over_quota(plan: Plan) -> RateLimited:
     ``x-ratelimit-*``."""
     now = trio.current_time()
     decisions = [c.limiter.peek(now) for c in plan.candidates if c.limiter is not None]
-    return RateLimited(headers=LocalRateLimiter.headers(most_constrained(decisions)) if decisions else [])
+    targets = [{**c.limiter.refusal(now), "target": c.backend.name} for c in plan.candidates if c.limiter is not None]
+    return RateLimited(headers=LocalRateLimiter.headers(most_constrained(decisions)) if decisions else [],
+                       why={"policy": "localRateLimit", "targets": targets})
 
 
 async def _call(resilience: Resilience, x: Exchange, plan: Plan, candidate: Candidate, n: int,

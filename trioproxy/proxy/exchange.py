@@ -117,6 +117,8 @@ class Exchange:
         "upstream_path",
         "upstream_started",
         "usage",
+        "why",
+        "outcomes",
     )
 
     def __init__(self, scope: Scope, receive: Receive, send: Send, arrival: float) -> None:
@@ -157,6 +159,9 @@ class Exchange:
         self.llm_request: tuple[bytes, str | None] | None = None  # llm: format: (body read, model to send)
         self.attempts: list[str] | None = None  # the backends tried, in order (proxy/attempts.py)
         self.skipped: list[str] | None = None  # the targets passed over for their quota (proxy/attempts.py)
+        #: why the gateway answered so (``ProxyError.why``); with several attempts, their outcomes too
+        self.why: dict[str, Any] | None = None
+        self.outcomes: list[str] | None = None  # each attempt's outcome, beside ``attempts`` (proxy/why.py)
         self.llm_kind: str | None = None  # on a route to LLM providers: the endpoint kind of the path
         self.first_chunk: float | None = None  # when the first response body bytes arrived (LLM calls)
         self.llm_strip = False  # the gateway asked for stream usage the client did not: strip it
@@ -323,6 +328,7 @@ class Exchange:
         """Answer with ``error`` (the only place errors become responses), or abort if too late."""
         self.error = error.message
         self.error_kind = type(error).__name__
+        self.why = error.why
         if self.started:
             # Headers are gone already: ending here makes the server close the connection,
             # which the client sees as a truncated response rather than a wrong one.

@@ -75,7 +75,9 @@ class McpAuthenticationStage(Stage):
                 tr.event("policy", severity="warn", kind="mcpAuthentication", result="rejected",
                          reason="no bearer token found")
                 raise AuthenticationFailed("no bearer token found", headers=[(b"www-authenticate",
-                                                                                challenge(origin, path))])
+                                                                                challenge(origin, path))],
+                                           why={"policy": "mcpAuthentication", "check": "missing",
+                                                "detail": "no bearer token found"})
             return
         try:
             try:
@@ -89,14 +91,16 @@ class McpAuthenticationStage(Stage):
                 claims = self.verifier.verify(token, time.time())
             accepted = self.spec.audiences or (resource_for(self.spec, origin, path),)
             if not audience_matches(claims, accepted):
-                raise JwtFailure(f"token audience is not this resource ({', '.join(accepted)})")
+                raise JwtFailure(f"token audience is not this resource ({', '.join(accepted)})", "aud",
+                                 audience=claims.get("aud"), expected=list(accepted))
         except JwtFailure as failure:
             if mode == "permissive":
                 tr.event("policy", severity="warn", kind="mcpAuthentication", result="skipped", reason=failure.reason)
                 return
             tr.event("policy", severity="warn", kind="mcpAuthentication", result="rejected", reason=failure.reason)
             raise AuthenticationFailed(failure.reason, headers=[
-                (b"www-authenticate", challenge(origin, path, "invalid_token"))]) from None
+                (b"www-authenticate", challenge(origin, path, "invalid_token"))],
+                why=failure.why("mcpAuthentication")) from None
         x.jwt = claims
         x.headers = [h for h in x.headers if h[0] != b"authorization"]
         tr.event("policy", severity="success", kind="mcpAuthentication", result="authenticated",

@@ -38,10 +38,11 @@ from . import keys_stage, llm_gemini
 from .attempts import Candidate, Plan
 from .exchange import Exchange
 from .request_telemetry import end_server_span, log_request, observe_request
-from .routing import Request
+from .routing import Request, explain_misses
 from .runtime import CompiledRoute, Runtime
 from .stage import Phase
 from .virtual_models import route_plan, virtual_plan
+from .why import with_attempts
 
 __all__ = ["Pipeline"]
 
@@ -81,8 +82,10 @@ class Pipeline:
         observe_request(runtime.metrics, self.bind.key, x, status, seconds)
         if x.span is not None:
             end_server_span(runtime.otel, x, status)
+        if x.attempts is not None and len(x.attempts) > 1:  # failover or retries: each attempt's outcome
+            x.why = with_attempts(x)
         log_request(self.access_log, runtime.history, self.bind.key, x, status, seconds)
-        x.tracer.finish(status, x.error)
+        x.tracer.finish(status, x.error, x.why)
 
     async def admit_and_route(self, x: Exchange, method: str) -> tuple[Phase, CompiledRoute]:
         """Steps 1-3: admission, the listener's stages, and route selection (``x.listener``,
@@ -102,7 +105,7 @@ class Pipeline:
         found = bind.listener_for(x.host) if bind is not None else None
         if found is None:
             tr.event("routeSelection", severity="warn", selectedRoute=None, evaluatedRoutes=[])
-            raise RouteNotFound()
+            raise RouteNotFound(why={"routes": [], "evaluated": 0, "detail": f"no listener for host {x.host!r}"})
         listener, table = found
         x.listener = listener
 
@@ -114,13 +117,14 @@ class Pipeline:
         tr.snapshot("gateway policies", x)
 
         # 3. routing
-        selection = table.select(Request(method, scope["path"], x.host, x.headers, scope.get("query_string", b"")))
+        request = Request(method, scope["path"], x.host, x.headers, scope.get("query_string", b""))
+        selection = table.select(request)
         if tr.active:
             tr.event("routeSelection", severity="info" if selection.route else "warn",
                      selectedRoute=selection.route.key if selection.route else None,
                      evaluatedRoutes=list(selection.evaluated))
         if selection.route is None:
-            raise RouteNotFound()
+            raise RouteNotFound(why=explain_misses(listener.routes, request))
         x.route = selection.route
         x.route_match = selection.match
         compiled = state.routes[selection.route.key]

@@ -52,11 +52,13 @@ class ClientRateLimitStage(Stage):
     async def request(self, x: Exchange) -> None:
         client = x.scope.get("client")
         address = str(client[0]) if client else ""
-        decision = self.limiter_for(address, trio.current_time()).admit(trio.current_time())
+        limiter = self.limiter_for(address, trio.current_time())
+        decision = limiter.admit(trio.current_time())
         if x.tracer.active:
             x.tracer.event("policy", severity="info" if decision.allowed else "warn", kind="localRateLimit",
                            result="allowed" if decision.allowed else "rejected", perClientAddress=address,
                            limit=decision.limit, remaining=decision.remaining, reset=decision.reset_seconds)
         self.count("localRateLimit", self.key, "allowed" if decision.allowed else "rejected")
         if not decision.allowed:
-            raise RateLimited(headers=LocalRateLimiter.headers(decision))
+            raise RateLimited(headers=LocalRateLimiter.headers(decision),
+                              why={**limiter.refusal(trio.current_time()), "perClientAddress": address})

@@ -36,7 +36,8 @@ class LocalRateLimitStage(Stage):
                      limit=decision.limit, remaining=decision.remaining, reset=decision.reset_seconds)
         self.count("localRateLimit", self.key, "allowed" if decision.allowed else "rejected")
         if not decision.allowed:
-            raise RateLimited(headers=LocalRateLimiter.headers(decision))
+            raise RateLimited(headers=LocalRateLimiter.headers(decision),
+                              why=self.limiter.refusal(trio.current_time()))
         x.limits.append((self.limiter, decision))
         tr.snapshot("localRateLimit", x)
 

@@ -107,7 +107,7 @@ def _summary(x: Exchange, status: int, seconds: float, own_error: bool) -> Summa
         time.time(), x.scope["method"], x.scope["path"], x.host, x.route.key if x.route else "",
         x.backend.name if x.backend else "", status, seconds * 1000.0, llm.get("inputTokens"),
         llm.get("outputTokens"), subject_of(x.jwt, x.api_key, x.basic_auth) if x.jwt or x.api_key or x.basic_auth else None,
-        x.error if own_error else None, x.error_kind, llm.get("model"), llm.get("cost"))
+        x.error if own_error else None, x.error_kind, llm.get("model"), llm.get("cost"), x.why)
 
 
 def _access_fields(bind: str, x: Exchange, status: int, seconds: float) -> dict[str, Any]:
@@ -120,7 +120,7 @@ def _access_fields(bind: str, x: Exchange, status: int, seconds: float) -> dict[
         "src.addr": f"{client[0]}:{client[1]}" if client else None,
         "http.method": x.scope["method"], "http.host": x.host or None, "http.path": x.scope["path"],
         "http.version": x.scope.get("http_version", "1.1"), "http.status": status,
-        "duration": f"{seconds * 1000:.1f}ms", "error": x.error or None,
+        "duration": f"{seconds * 1000:.1f}ms", "error": x.error or None, "why": x.why,
     }
     if x.jwt is not None and isinstance(x.jwt.get("sub"), str):
         fields["jwt.sub"] = x.jwt["sub"]  # as agentgateway; never the token

@@ -98,6 +98,8 @@ class CorsStage(Stage):
 
 
 CHALLENGE = ((b"www-authenticate", b"Bearer"),)
+#: the ``why`` of a strict jwtAuth without a token (read only)
+NO_BEARER: dict[str, Any] = {"policy": "jwtAuth", "check": "missing", "detail": "no bearer token found"}
 
 
 def _without_bearer(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
@@ -132,7 +134,7 @@ class JwtAuthStage(Stage):
             if mode == "strict":
                 if tr:
                     tr.event("policy", severity="warn", kind="jwt", result="rejected", reason="no bearer token found")
-                raise AuthenticationFailed("no bearer token found", headers=CHALLENGE)
+                raise AuthenticationFailed("no bearer token found", headers=CHALLENGE, why=NO_BEARER)
             if tr:
                 tr.event("policy", kind="jwt", result="skipped", reason=f"no bearer token ({mode} mode)")
             return
@@ -151,7 +153,7 @@ class JwtAuthStage(Stage):
                 return
             if tr:
                 tr.event("policy", severity="warn", kind="jwt", result="rejected", reason=failure.reason)
-            raise AuthenticationFailed(failure.reason, headers=CHALLENGE) from None
+            raise AuthenticationFailed(failure.reason, headers=CHALLENGE, why=failure.why()) from None
         x.jwt = claims
         x.headers = _without_bearer(x.headers)
         if tr:
@@ -177,28 +179,32 @@ class BasicAuthStage(Stage):
         self.checks = 0  # bcrypt checks running or waiting for a thread
         self.dummy = dummy_hash(spec.users)
 
-    def _fail(self, x: Exchange, reason: str) -> BasicAuthenticationFailed:
+    def _fail(self, x: Exchange, reason: str, check: str, detail: str | None = None,
+              user: str | None = None) -> BasicAuthenticationFailed:
         x.tracer.event("policy", severity="warn", kind="basicAuth", result="rejected", reason=reason)
-        return BasicAuthenticationFailed(reason, headers=self.challenge)
+        why = {"policy": "basicAuth", "check": check, "detail": detail or reason}
+        if user is not None:
+            why["username"] = user
+        return BasicAuthenticationFailed(reason, headers=self.challenge, why=why)
 
     async def request(self, x: Exchange) -> None:
         spec = self.spec
         encoded = spec.location.extract(x)
         if encoded is None:
             if spec.mode == "strict":
-                raise self._fail(x, "no basic authentication credentials found")
+                raise self._fail(x, "no basic authentication credentials found", "missing")
             x.tracer.event("policy", kind="basicAuth", result="skipped", reason="no credentials (optional mode)")
             return
         credentials = credentials_of(encoded)
         if credentials is None:
-            raise self._fail(x, "invalid credentials")
+            raise self._fail(x, "invalid credentials", "malformed", "the credentials are not base64 user:password")
         user, password = credentials
         hashed = self.users.get(user)
         if hashed is None:  # as slow as a wrong password, so the timing does not tell users apart
             await self._verify(user, password, self.dummy)
-            raise self._fail(x, "invalid credentials")
+            raise self._fail(x, "invalid credentials", "user", f"unknown user {user!r}", user)
         if not await self._verify(user, password, hashed):
-            raise self._fail(x, "invalid credentials")
+            raise self._fail(x, "invalid credentials", "password", f"wrong password for user {user!r}", user)
         spec.location.remove(x)
         x.basic_auth = {"username": user}
         if x.tracer:
@@ -229,6 +235,12 @@ class BasicAuthStage(Stage):
         return ok
 
 
+#: the ``why`` of an apiKey refusal without a key, and with a key nobody knows (read only)
+NO_API_KEY: dict[str, Any] = {"policy": "apiKey", "check": "missing", "detail": "no API Key found"}
+UNKNOWN_API_KEY: dict[str, Any] = {"policy": "apiKey", "check": "unknown",
+                                   "detail": "the key is neither in the policy nor a runtime key"}
+
+
 class ApiKeyStage(Stage):
     """Sets ``x.api_key`` (CEL ``apiKey``) for a known key; after jwtAuth, before authorization.
 
@@ -252,7 +264,7 @@ class ApiKeyStage(Stage):
         if key is None:
             if spec.mode == "strict":
                 tr.event("policy", severity="warn", kind="apiKey", result="rejected", reason="no API Key found")
-                raise ApiKeyAuthenticationFailed("no API Key found")
+                raise ApiKeyAuthenticationFailed("no API Key found", why=NO_API_KEY)
             if tr:  # the reason is formatted only for a watcher
                 tr.event("policy", kind="apiKey", result="skipped", reason=f"no API key ({spec.mode} mode)")
             return
@@ -265,7 +277,7 @@ class ApiKeyStage(Stage):
                          reason="invalid credentials (permissive mode: passed without apiKey)")
                 return
             tr.event("policy", severity="warn", kind="apiKey", result="rejected", reason="invalid credentials")
-            raise ApiKeyAuthenticationFailed("invalid credentials")
+            raise ApiKeyAuthenticationFailed("invalid credentials", why=UNKNOWN_API_KEY)
         spec.location.remove(x)
         x.api_key = {**metadata, "key": REDACTED}
         if tr:
@@ -284,7 +296,7 @@ class ApiKeyStage(Stage):
             if refused.reason == "invalid api key":
                 return None
             x.tracer.event("policy", severity="warn", kind="apiKey", result="rejected", reason=refused.reason)
-            raise ApiKeyAuthenticationFailed(refused.reason) from None
+            raise ApiKeyAuthenticationFailed(refused.reason, why=refused.why) from None
         x.principal = principal
         if self.spec.log_payloads:
             x.payloads = {}  # the request log keeps the bodies (keys_stage.py)
@@ -308,7 +320,8 @@ class AuthorizationStage(Stage):
                            result="allowed" if decision.allowed else "denied", reason=decision.reason,
                            rule=decision.rule)
         if not decision.allowed:
-            raise AuthorizationDenied()
+            raise AuthorizationDenied(why={"policy": "authorization", "rule": decision.rule,
+                                           "detail": decision.reason})
 
 
 # --- the rest of the request ----------------------------------------------------------------
@@ -366,7 +379,8 @@ class RemoteRateLimitStage(Stage):
                 self._event(x, "warn", "failedOpen", reason=str(exc))
                 return
             self._event(x, "error", "failed", reason=str(exc))
-            raise RateLimitFailed() from None
+            raise RateLimitFailed(why={"policy": "remoteRateLimit", "check": "call", "detail": str(exc),
+                                       "failureMode": "failClosed"}) from None
         decision = self.policy.decide(response, x.tracer.active)
         self.count("remoteRateLimit", self.key, "allowed" if decision.allowed else "rejected")
         if x.tracer.active:  # (the event's fields are built only for a watcher)
@@ -374,7 +388,8 @@ class RemoteRateLimitStage(Stage):
                         descriptors=[dict(entries) for entries, _ in calls], limit=decision.limit,
                         remaining=decision.remaining)
         if not decision.allowed:
-            raise RateLimited(decision.body, headers=decision.response_headers)
+            raise RateLimited(decision.body, headers=decision.response_headers,
+                              why=self.policy.refusal(response, [entries for entries, _ in calls]))
         if decision.request_headers:
             names = {k for k, _ in decision.request_headers}
             x.headers = [h for h in x.headers if h[0] not in names] + list(decision.request_headers)

@@ -244,6 +244,7 @@ class WebSocketProxy:
         """A stage's or the gateway's own answer instead of the upgrade."""
         x.error = error.message
         x.error_kind = type(error).__name__
+        x.why = error.why
         if x.started:
             return
         status, headers, body = error_response(error)

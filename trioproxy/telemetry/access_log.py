@@ -68,6 +68,8 @@ class TextFormatter(logging.Formatter):
 
 
 def _text_value(value: Any) -> str:
+    if isinstance(value, (dict, list)):  # a structured field (``why``): one JSON value, quoted as text is
+        value = json.dumps(value, separators=(",", ":"), default=str)
     text = str(value)
     if not text or any(c in text for c in ' "=\n'):
         return json.dumps(text)

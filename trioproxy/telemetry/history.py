@@ -40,6 +40,8 @@ class Summary(NamedTuple):
     error_kind: str | None
     model: str | None
     cost: float | None = None  # USD (docs/pricing.md); None: no usage, or a model without a price
+    #: why the gateway refused, or the attempts of a failover (``Exchange.why``: built only then; docs/history.md)
+    why: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape of ``/api/requests`` (camelCase, as the rest of the admin API)."""
@@ -48,19 +50,20 @@ class Summary(NamedTuple):
             "route": self.route or None, "backend": self.backend or None, "status": self.status,
             "durationMs": round(self.duration_ms, 3), "inputTokens": self.input_tokens,
             "outputTokens": self.output_tokens, "model": self.model, "cost": self.cost, "subject": self.subject,
-            "reason": self.reason, "errorKind": self.error_kind,
+            "reason": self.reason, "errorKind": self.error_kind, "why": self.why,
         }
 
     def activation(self) -> dict[str, Any]:
         """CEL's view, with the trace filter's roots (cel.ALLOWED_ROOTS): ``request.method``,
-        ``request.path``, ``request.route``, ``response.code``, ``response.reason``, ``backend.name``,
+        ``request.path``, ``request.route``, ``response.code``, ``response.reason``, ``response.why``
+        (a map, empty without one: ``response.why.policy == "jwtAuth"``), ``backend.name``,
         ``llm.inputTokens``, ``llm.cost`` ... (docs/history.md)."""
         return {
             "request": {"method": self.method, "path": self.path.split("?", 1)[0], "pathAndQuery": self.path,
                         "host": self.host, "route": self.route, "subject": self.subject or "",
                         "time": self.time},
             "response": {"code": self.status, "durationMs": self.duration_ms, "reason": self.reason or "",
-                         "errorKind": self.error_kind or ""},
+                         "errorKind": self.error_kind or "", "why": self.why or {}},
             "backend": {"name": self.backend},
             "llm": {k: v for k, v in (("inputTokens", self.input_tokens), ("outputTokens", self.output_tokens),
                                       ("requestModel", self.model), ("cost", self.cost)) if v is not None},

@@ -242,7 +242,7 @@ class NullTracer:
     def body(self, stage: str, capture: BodyCapture | None) -> None:
         pass
 
-    def finish(self, status: int, error: str | None) -> None:
+    def finish(self, status: int, error: str | None, why: dict[str, Any] | None = None) -> None:
         pass
 
 
@@ -283,12 +283,16 @@ class Tracer:
         record["message"] = {"type": message_type, **fields}
         self._put(record)
 
-    def finish(self, status: int, error: str | None) -> None:
-        """The last event; closes the stream."""
+    def finish(self, status: int, error: str | None, why: dict[str, Any] | None = None) -> None:
+        """The last event; closes the stream. ``why``: the reason of a refusal or the attempts of a
+        failover (docs/history.md, "Why"), a field only when there is one."""
         if self._finished:
             return
         severity = "error" if status >= 500 or error and status == 0 else ("warn" if status >= 400 else "success")
-        self.event("requestFinished", severity=severity, status=status, error=error)
+        if why is None:
+            self.event("requestFinished", severity=severity, status=status, error=error)
+        else:
+            self.event("requestFinished", severity=severity, status=status, error=error, why=why)
         self._finished = True
         self.watcher.close(self.dropped)
 

@@ -22,20 +22,23 @@ def test_as_dict_is_the_admin_api_shape():
     assert summary().as_dict() == {
         "time": 1700000000.0, "method": "POST", "path": "/v1/chat?x=1", "host": "h", "route": "r", "backend": "b",
         "status": 200, "durationMs": 1.235, "inputTokens": 3, "outputTokens": 4, "model": "m", "cost": 0.0125,
-        "subject": "alice", "reason": "why", "errorKind": "kind"}
+        "subject": "alice", "reason": "why", "errorKind": "kind", "why": None}
+    refused = {"policy": "localRateLimit", "index": 0, "remaining": 0, "resetSeconds": 7}
+    assert summary(why=refused).as_dict()["why"] == refused
     empty = summary(route="", backend="", input_tokens=None, output_tokens=None, model=None, subject=None,
                     reason=None, error_kind=None, cost=None).as_dict()
     assert (empty["route"], empty["backend"], empty["inputTokens"], empty["model"], empty["reason"], empty["cost"]) == (
         None, None, None, None, None, None)
     # a summary made without a cost (older callers) has none
     assert Summary(*tuple(summary())[:14]).cost is None
+    assert Summary(*tuple(summary())[:15]).why is None  # nor a why
 
 
 def test_activation_is_the_cel_view():
     assert summary().activation() == {
         "request": {"method": "POST", "path": "/v1/chat", "pathAndQuery": "/v1/chat?x=1", "host": "h", "route": "r",
                     "subject": "alice", "time": 1700000000.0},
-        "response": {"code": 200, "durationMs": 1.23456, "reason": "why", "errorKind": "kind"},
+        "response": {"code": 200, "durationMs": 1.23456, "reason": "why", "errorKind": "kind", "why": {}},
         "backend": {"name": "b"},
         "llm": {"inputTokens": 3, "outputTokens": 4, "requestModel": "m", "cost": 0.0125}}
     bare = summary(path="/a?b?c", subject=None, reason=None, error_kind=None, input_tokens=None, output_tokens=0,
@@ -43,6 +46,7 @@ def test_activation_is_the_cel_view():
     assert bare["request"]["path"] == "/a" and bare["request"]["subject"] == ""
     assert bare["response"]["reason"] == "" and bare["response"]["errorKind"] == ""
     assert bare["llm"] == {"outputTokens": 0}
+    assert summary(why={"policy": "jwtAuth"}).activation()["response"]["why"] == {"policy": "jwtAuth"}
 
 
 def test_the_subject_is_the_jwt_then_basic_then_api_key_metadata():
