@@ -263,7 +263,9 @@ async def test_rate_limit_decisions_are_traced(nursery, backend, mock_clock):
     rejected = await rejected_trace.events()
     policy = [e for e in rejected if e["message"]["type"] == "policy"]
     assert policy[0]["message"]["result"] == "rejected" and policy[0]["severity"] == "warn"
-    assert rejected[-1]["message"] == {"type": "requestFinished", "status": 429, "error": "rate limit exceeded"}
+    assert rejected[-1]["message"] == {"type": "requestFinished", "status": 429, "error": "rate limit exceeded", "why": {
+        "policy": "localRateLimit", "index": 0, "remaining": 0, "resetSeconds": 60,
+        "limit": {"maxTokens": 1, "tokensPerFill": 1, "fillInterval": 60.0, "type": "requests"}}}
     assert "backendCallStart" not in [e["message"]["type"] for e in rejected]
 
 

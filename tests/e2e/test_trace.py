@@ -188,7 +188,9 @@ async def test_no_route_ends_with_final_response_and_finished(nursery, backend):
     assert events[4]["message"]["selectedRoute"] is None
     assert events[4]["message"]["evaluatedRoutes"] == [f"default/default/bind/{gw.port}/listener0/default/route0"]
     assert events[5]["message"]["requestState"]["response"]["code"] == 404
-    assert events[-1]["message"] == {"type": "requestFinished", "status": 404, "error": "route not found"}
+    assert events[-1]["message"] == {"type": "requestFinished", "status": 404, "error": "route not found", "why": {
+        "routes": [{"route": "default/route0", "missed": "path", "detail": "path '/elsewhere' is not exact '/only'"}],
+        "evaluated": 1}}
 
 
 async def test_backend_down_sets_backend_call_result_error(nursery):
