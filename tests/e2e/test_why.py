@@ -12,10 +12,12 @@ import httpx
 import pytest
 import trio
 
-from tests.conftest import free_port, start_gateway
+from tests.conftest import free_port, start_gateway, start_routes
 from tests.e2e.test_basic_auth import basic, users_yaml
+from tests.e2e.test_keys_gateway import start_keyed
 from tests.e2e.test_trace import watch
 from tests.jwt_helpers import AUDIENCE, ISSUER, jwks, make_key
+from tests.rls_helpers import ratelimit_server
 
 
 @pytest.fixture(scope="module")
@@ -216,3 +218,80 @@ async def test_a_plain_success_has_no_why(nursery, gw, log_lines):
             while not (entries := (await admin.get("/api/requests")).json()):
                 await trio.sleep(0.01)
     assert entries[0]["why"] is None
+
+
+# --- remote limits (a real `trioproxy ratelimit-server`) and runtime keys (a real SQLite store) ----------
+
+RLS = """
+domain: why
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 1}
+"""
+
+REMOTE = """
+- name: remote
+  policies:
+    remoteRateLimit:
+      host: "{rls}"
+      domain: why
+      descriptors:
+      - entries: [{{key: user, value: 'request.headers["x-user"]'}}]
+  backends: [{{host: "127.0.0.1:{backend}"}}]
+"""
+
+
+@pytest.fixture(scope="module")
+def rls(tmp_path_factory):
+    config = tmp_path_factory.mktemp("rls") / "rls.yaml"
+    config.write_text(RLS)
+    with ratelimit_server(config) as server:  # in-process counters (its default store)
+        yield server
+
+
+async def test_a_remote_limit_names_its_descriptor(nursery, backend, rls, log_lines):
+    gw = await start_routes(nursery, REMOTE, port=free_port(), rls=rls.target, backend=backend.port)
+    user = f"why-{time.time_ns()}"
+    async with gw.client() as client:
+        assert (await client.get("/", headers={"x-user": user})).status_code == 200
+    response, why = await why_of(nursery, gw, log_lines, "GET", "/", headers={"x-user": user})
+    assert (response.status_code, response.text) == (429, "rate limit exceeded")
+    assert why == {"policy": "remoteRateLimit", "descriptor": [["user", user]],
+                   "limit": {"requestsPerUnit": 1, "unit": "DAY"}, "remaining": 0,
+                   "resetSeconds": why["resetSeconds"]}
+    assert 0 < why["resetSeconds"] <= 86400
+
+
+async def test_an_unreachable_rate_limit_service_says_so(nursery, backend, log_lines):
+    gw = await start_routes(nursery, REMOTE, port=free_port(), rls=f"127.0.0.1:{free_port()}", backend=backend.port)
+    response, why = await why_of(nursery, gw, log_lines, "GET", "/", headers={"x-user": "u"})
+    assert (response.status_code, response.text) == (500, "rate limit failed")
+    assert (why["policy"], why["check"], why["failureMode"]) == ("remoteRateLimit", "call", "failClosed")
+    assert why["detail"]
+
+
+async def test_runtime_keys_budget_revoked_and_expired(nursery, tmp_path, log_lines):
+    keyed = await start_keyed(nursery, tmp_path)
+    gw = keyed.gateway
+    secret, key = await keyed.create_key(name="plain", limits={"requests": {"minute": 1}})
+    headers = {"authorization": f"Bearer {secret}"}
+    async with gw.client() as client:
+        assert (await client.get("/plain/v1/models", headers=headers)).status_code == 200
+    response, why = await why_of(nursery, gw, log_lines, "GET", "/plain/v1/models", headers=headers)
+    assert response.status_code == 429 and response.text.startswith("budget exceeded: key plain's")
+    assert why == {"policy": "budget", "subject": "key plain", "metric": "requests", "window": "minute",
+                   "limit": 1, "resetsAt": why["resetsAt"]}
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:00Z", why["resetsAt"]) and why["resetsAt"] in response.text
+
+    assert (await keyed.admin.delete(f"/api/keys/{key['id']}")).status_code == 200
+    response, why = await why_of(nursery, gw, log_lines, "GET", "/plain/v1/models", headers=headers)
+    assert (response.status_code, response.text) == (401, "api key authentication failure: key revoked")
+    assert (why["policy"], why["check"], why["key"]) == ("apiKey", "revoked", {"id": key["id"], "name": "plain"})
+    assert re.fullmatch(r"revoked \d+s ago", why["detail"]), why
+
+    expired, old = await keyed.create_key(name="old", expiresAt="2020-01-01T00:00:00Z")
+    response, why = await why_of(nursery, gw, log_lines, "GET", "/plain/v1/models",
+                                 headers={"authorization": f"Bearer {expired}"})
+    assert (response.status_code, why["check"], why["key"]["name"]) == (401, "expired", "old")
+    assert re.fullmatch(r"expired \d+d(\d+h)?(\d+m)?(\d+s)? ago", why["detail"]), why
+    await keyed.admin.aclose()
