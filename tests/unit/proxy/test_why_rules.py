@@ -4,6 +4,8 @@ and the duration text."""
 
 from __future__ import annotations
 
+import json
+import logging
 import textwrap
 
 import pytest
@@ -17,6 +19,7 @@ from trioproxy.policies.ratelimit_remote import RemoteRateLimitPolicy
 from trioproxy.proxy.routing import Request, explain_misses
 from trioproxy.proxy.why import attempts_why
 from trioproxy.rls.protos import rls_pb2
+from trioproxy.telemetry.access_log import TextFormatter
 
 
 def routes(routes_yaml: str):
@@ -173,3 +176,12 @@ def test_attempts_are_listed_in_order_with_the_last_error_for_one_without_an_out
 ])
 def test_duration_text(seconds, text):
     assert duration_text(seconds) == text
+
+
+def test_the_text_log_format_writes_why_as_one_json_value():
+    record = logging.LogRecord("trioproxy.access", logging.INFO, __file__, 1, "request", None, None)
+    why = {"policy": "jwtAuth", "check": "exp", "detail": "expired 3m12s ago"}
+    record.fields = {"http.status": 401, "why": why}
+    line = TextFormatter().format(record)
+    text = line.split(" why=", 1)[1]
+    assert json.loads(json.loads(text)) == why  # quoted as any value with spaces, then the JSON itself
