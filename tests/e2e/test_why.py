@@ -62,6 +62,10 @@ binds:
       policies:
         authorization: {{rules: [{{deny: 'request.headers["x-user"] == "mallory"'}}]}}
       backends: [{{host: "127.0.0.1:{backend}"}}]
+    - name: forms
+      matches: [{{path: {{pathPrefix: /forms}}}}]
+      policies: {{csrf: {{}}}}
+      backends: [{{host: "127.0.0.1:{backend}"}}]
     - name: flaky
       matches: [{{path: {{pathPrefix: /flaky}}}}]
       policies:
@@ -174,16 +178,22 @@ async def test_an_unknown_api_key_and_a_denying_rule(nursery, gw, log_lines):
                    "detail": "deny rule matched"}
 
 
+async def test_a_cross_site_post_names_its_origin(nursery, gw, log_lines):
+    response, why = await why_of(nursery, gw, log_lines, "POST", "/forms", headers={"origin": "https://evil.example"})
+    assert (response.status_code, response.text) == (403, "CSRF validation failed")
+    assert why == {"policy": "csrf", "detail": f"Origin https://evil.example is not http://{gw.url[7:]}"}
+
+
 async def test_a_404_lists_each_route_and_what_it_missed(nursery, gw, log_lines):
     response, why = await why_of(nursery, gw, log_lines, "GET", "/search?q=42", headers={"x-env": "dev"})
     assert (response.status_code, response.text) == (404, "route not found")  # no route structure for the client
     routes = {r["route"]: (r["missed"], r["detail"]) for r in why["routes"]}
-    assert why["evaluated"] == 11 and len(routes) == 11
+    assert why["evaluated"] == 12 and len(routes) == 12
     assert routes["default/hosted"] == ("hostname", "host '127.0.0.1' is not api.example.com")
     assert routes["default/limited"] == ("path", "path '/search' is not pathPrefix '/limited'")
     assert routes["default/search"] == ("query", "query q is '42', wanted regex '[a-z]+'")
     async with httpx.AsyncClient(base_url=gw.admin_url) as admin:  # CEL over it
-        found = (await admin.get("/api/requests", params={"expression": "response.why.evaluated == 11"})).json()
+        found = (await admin.get("/api/requests", params={"expression": "response.why.evaluated == 12"})).json()
     assert [e["path"] for e in found] == ["/search"]
     response, why = await why_of(nursery, gw, log_lines, "GET", "/posts/1")
     routes = {r["route"]: (r["missed"], r["detail"]) for r in why["routes"]}

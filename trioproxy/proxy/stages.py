@@ -454,7 +454,7 @@ class CsrfStage(SpecStage[CsrfSpec]):
                               x.authority() or x.host)
         if reason is not None:
             x.tracer.event("policy", severity="warn", kind="csrf", result="rejected", reason=reason)
-            raise CsrfValidationFailed()
+            raise CsrfValidationFailed(why={"policy": "csrf", "detail": reason})
         x.tracer.event("policy", kind="csrf", result="allowed")
 
 
