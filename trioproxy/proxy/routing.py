@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl
 
 from attrs import frozen
 
-from ..config.model import Bind, Listener, PathMatch, Route, RouteMatch, ValueMatch
+from ..config.model import Bind, Listener, Route, RouteMatch, ValueMatch
 from ..policies.headers import host_without_port as host_without_port
 from ..redaction import CREDENTIAL_HEADERS, CREDENTIAL_QUERY_PARAMS, REDACTED
 
@@ -124,31 +124,31 @@ MAX_EXPLAINED = 20
 _CHECKS = ("hostname", "path", "method", "headers", "query")
 
 
-def _path_text(path: PathMatch) -> str:
-    return f"{path.kind} {path.value!r}" if path.kind != "regex" else f"regex {path.value!r}"
-
-
 def _value_text(name: str, actual: str | None, cond: ValueMatch, secret: bool) -> str:
     shown = "absent" if actual is None else REDACTED if secret else repr(actual)
     return f"{name} is {shown}, wanted {cond.kind} {REDACTED if secret else repr(cond.value)}"
 
 
-def _first_miss(match: RouteMatch, request: Request, query: dict[str, str]) -> tuple[int, str] | None:
+def _first_miss(match: RouteMatch, request: Request, query: list[dict[str, str]]) -> tuple[int, str] | None:
     """(index in ``_CHECKS``, detail) of the first check ``match`` fails, None when it matches. The
     path comes before the method here (routing checks the method first, a cheaper test): an
-    operator reading a 404 asks about the path first."""
+    operator reading a 404 asks about the path first. ``query``: the parsed query, parsed on first
+    use into its one slot."""
     if not match.path.matches(request.path):
-        return 1, f"path {request.path!r} is not {_path_text(match.path)}"
+        return 1, f"path {request.path!r} is not {match.path.kind} {match.path.value!r}"
     if match.method is not None and match.method != request.method:
         return 2, f"method {request.method} is not {match.method}"
     for cond in match.headers:
         actual = _header(request.headers, cond.name)
         if not cond.matches(actual):
             return 3, "header " + _value_text(cond.name, actual, cond, cond.name.encode() in CREDENTIAL_HEADERS)
-    for cond in match.query:
-        actual = query.get(cond.name)
-        if not cond.matches(actual):
-            return 4, "query " + _value_text(cond.name, actual, cond, cond.name in CREDENTIAL_QUERY_PARAMS)
+    if match.query:
+        if not query:
+            query.append(dict(parse_qsl(request.query_string.decode("latin-1"), keep_blank_values=True)))
+        for cond in match.query:
+            value = query[0].get(cond.name)
+            if not cond.matches(value):
+                return 4, "query " + _value_text(cond.name, value, cond, cond.name in CREDENTIAL_QUERY_PARAMS)
     return None
 
 
@@ -157,23 +157,25 @@ def explain_misses(routes: Sequence[Route], request: Request, limit: int = MAX_E
     order, the check that ``missed`` (``hostname``, ``path``, ``method``, ``headers``, ``query``) and a
     ``detail``; a route with several match alternatives is explained by the one that got furthest.
     At most ``limit`` routes are listed; ``evaluated`` counts them all."""
-    query = dict(parse_qsl(request.query_string.decode("latin-1"), keep_blank_values=True))
+    query: list[dict[str, str]] = []
+    host = request.host
     listed: list[dict[str, str]] = []
     for route in routes[:limit]:
-        name = f"{route.namespace}/{route.name}"
-        if route.hostnames and not any(hostname_matches(h, request.host) for h in route.hostnames):
-            listed.append({"route": name, "missed": "hostname",
-                           "detail": f"host {request.host!r} is not {', '.join(route.hostnames)}"})
+        hostnames = route.hostnames
+        if hostnames and not any(hostname_matches(h, host) for h in hostnames):
+            listed.append({"route": f"{route.namespace}/{route.name}", "missed": "hostname",
+                           "detail": f"host {host!r} is not {', '.join(hostnames)}"})
             continue
-        if not route.matches:
-            listed.append({"route": name, "missed": "path", "detail": "the route has no matches"})
-            continue
-        misses = [_first_miss(match, request, query) for match in route.matches]
-        found = [m for m in misses if m is not None]
-        if len(found) < len(misses):
-            continue  # it matches (a route only a later listener's precedence hid): nothing to explain
-        check, detail = max(found, key=lambda m: m[0])
-        listed.append({"route": name, "missed": _CHECKS[check], "detail": detail})
+        best: tuple[int, str] | None = None
+        for match in route.matches:
+            miss = _first_miss(match, request, query)
+            if miss is None:
+                break  # it matches (a route only a later listener's precedence hid): nothing to explain
+            if best is None or miss[0] > best[0]:
+                best = miss
+        else:
+            check, detail = best if best is not None else (1, "the route has no matches")
+            listed.append({"route": f"{route.namespace}/{route.name}", "missed": _CHECKS[check], "detail": detail})
     why: dict[str, Any] = {"routes": listed, "evaluated": len(routes)}
     if len(routes) > limit:
         why["more"] = len(routes) - limit
