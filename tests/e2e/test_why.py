@@ -171,7 +171,8 @@ async def test_basic_auth_names_its_check(nursery, gw, log_lines, headers, check
 
 async def test_an_unknown_api_key_and_a_denying_rule(nursery, gw, log_lines):
     response, why = await why_of(nursery, gw, log_lines, "GET", "/key", headers={"authorization": "Bearer nope"})
-    assert (response.status_code, why["policy"], why["check"]) == (401, "apiKey", "unknown")
+    assert (response.status_code, why) == (401, {"policy": "apiKey", "check": "unknown",
+                                                 "detail": "no key of the policy matches"})
     response, why = await why_of(nursery, gw, log_lines, "GET", "/authz", headers={"x-user": "mallory"})
     assert (response.status_code, response.text) == (403, "authorization failed")
     assert why == {"policy": "authorization", "rule": 'request.headers["x-user"] == "mallory"',
@@ -298,6 +299,11 @@ async def test_runtime_keys_budget_revoked_and_expired(nursery, tmp_path, log_li
     assert (response.status_code, response.text) == (401, "api key authentication failure: key revoked")
     assert (why["policy"], why["check"], why["key"]) == ("apiKey", "revoked", {"id": key["id"], "name": "plain"})
     assert re.fullmatch(r"revoked \d+s ago", why["detail"]), why
+
+    response, why = await why_of(nursery, gw, log_lines, "GET", "/plain/v1/models",
+                                 headers={"authorization": "Bearer sk-tp-nobody"})
+    assert (response.status_code, why["check"], why["detail"]) == (
+        401, "unknown", "neither a key of the policy nor a runtime key matches")
 
     expired, old = await keyed.create_key(name="old", expiresAt="2020-01-01T00:00:00Z")
     response, why = await why_of(nursery, gw, log_lines, "GET", "/plain/v1/models",

@@ -237,8 +237,9 @@ class BasicAuthStage(Stage):
 
 #: the ``why`` of an apiKey refusal without a key, and with a key nobody knows (read only)
 NO_API_KEY: dict[str, Any] = {"policy": "apiKey", "check": "missing", "detail": "no API Key found"}
-UNKNOWN_API_KEY: dict[str, Any] = {"policy": "apiKey", "check": "unknown",
-                                   "detail": "the key is neither in the policy nor a runtime key"}
+UNKNOWN_API_KEY: dict[str, Any] = {"policy": "apiKey", "check": "unknown", "detail": "no key of the policy matches"}
+UNKNOWN_RUNTIME_KEY: dict[str, Any] = {"policy": "apiKey", "check": "unknown",
+                                       "detail": "neither a key of the policy nor a runtime key matches"}
 
 
 class ApiKeyStage(Stage):
@@ -277,7 +278,8 @@ class ApiKeyStage(Stage):
                          reason="invalid credentials (permissive mode: passed without apiKey)")
                 return
             tr.event("policy", severity="warn", kind="apiKey", result="rejected", reason="invalid credentials")
-            raise ApiKeyAuthenticationFailed("invalid credentials", why=UNKNOWN_API_KEY)
+            raise ApiKeyAuthenticationFailed(
+                "invalid credentials", why=UNKNOWN_API_KEY if self.runtime_keys is None else UNKNOWN_RUNTIME_KEY)
         spec.location.remove(x)
         x.api_key = {**metadata, "key": REDACTED}
         if tr:
