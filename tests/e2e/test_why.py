@@ -40,6 +40,11 @@ binds:
       policies:
         localRateLimit: [{{maxTokens: 5, tokensPerFill: 5, fillInterval: 1h}}, {{maxTokens: 1, tokensPerFill: 1, fillInterval: 60s}}]
       backends: [{{host: "127.0.0.1:{backend}"}}]
+    - name: perclient
+      matches: [{{path: {{pathPrefix: /perclient}}}}]
+      policies:
+        localRateLimit: [{{maxTokens: 1, tokensPerFill: 1, fillInterval: 60s, perClientAddress: true}}]
+      backends: [{{host: "127.0.0.1:{backend}"}}]
     - name: jwt
       matches: [{{path: {{pathPrefix: /jwt}}}}]
       policies:
@@ -130,6 +135,15 @@ async def test_a_local_limit_names_its_entry_remaining_and_reset(nursery, gw, lo
     assert 0 < why["resetSeconds"] <= 60 and response.headers["retry-after"] == str(why["resetSeconds"])
 
 
+async def test_a_per_client_limit_names_the_address(nursery, gw, log_lines):
+    async with gw.client() as client:
+        assert (await client.get("/perclient")).status_code == 200
+    response, why = await why_of(nursery, gw, log_lines, "GET", "/perclient")
+    assert response.status_code == 429
+    assert (why["policy"], why["index"], why["perClientAddress"], why["remaining"]) == (
+        "localRateLimit", 0, "127.0.0.1", 0)
+
+
 async def test_an_expired_token_says_how_long_ago(nursery, gw, log_lines, key):
     token = key.token(exp=int(time.time()) - 192)
     response, why = await why_of(nursery, gw, log_lines, "GET", "/jwt", headers={"authorization": f"Bearer {token}"})
@@ -189,12 +203,12 @@ async def test_a_404_lists_each_route_and_what_it_missed(nursery, gw, log_lines)
     response, why = await why_of(nursery, gw, log_lines, "GET", "/search?q=42", headers={"x-env": "dev"})
     assert (response.status_code, response.text) == (404, "route not found")  # no route structure for the client
     routes = {r["route"]: (r["missed"], r["detail"]) for r in why["routes"]}
-    assert why["evaluated"] == 12 and len(routes) == 12
+    assert why["evaluated"] == 13 and len(routes) == 13
     assert routes["default/hosted"] == ("hostname", "host '127.0.0.1' is not api.example.com")
     assert routes["default/limited"] == ("path", "path '/search' is not pathPrefix '/limited'")
     assert routes["default/search"] == ("query", "query q is '42', wanted regex '[a-z]+'")
     async with httpx.AsyncClient(base_url=gw.admin_url) as admin:  # CEL over it
-        found = (await admin.get("/api/requests", params={"expression": "response.why.evaluated == 12"})).json()
+        found = (await admin.get("/api/requests", params={"expression": "response.why.evaluated == 13"})).json()
     assert [e["path"] for e in found] == ["/search"]
     response, why = await why_of(nursery, gw, log_lines, "GET", "/posts/1")
     routes = {r["route"]: (r["missed"], r["detail"]) for r in why["routes"]}
