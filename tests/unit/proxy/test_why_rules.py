@@ -11,6 +11,8 @@ import textwrap
 import pytest
 
 from tests.jwt_helpers import AUDIENCE, ISSUER, jwks, make_key, unsigned_token
+from tests.memory_harness import Backend, answer, memory_gateway
+from tests.unit.proxy.test_resilience_memory import limited, openai, traced
 from trioproxy.config import parse_config
 from trioproxy.errors import BudgetExceeded, KeyRefused, duration_text
 from trioproxy.policies.jwt import JwksSource, JwtFailure, JwtVerifier, KeyHolder, ProviderSpec, parse_jwks
@@ -185,3 +187,26 @@ def test_the_text_log_format_writes_why_as_one_json_value():
     line = TextFormatter().format(record)
     text = line.split(" why=", 1)[1]
     assert json.loads(json.loads(text)) == why  # quoted as any value with spaces, then the JSON itself
+
+
+# --- through the in-memory gateway (tests/memory_harness.py): virtual models' targets -----------------
+
+
+async def test_a_failover_lists_its_targets_and_every_target_over_quota_is_named(autojump_clock):
+    backends = {"a.test:80": Backend(answer(503)), "b.test:80": openai("from b")}
+    async with memory_gateway(limited(""), backends) as gw:
+        response, events = await traced(gw)
+    assert response.status == 200
+    assert events[-1]["why"] == {"attempts": [{"backend": "a", "outcome": "status 503"},
+                                              {"backend": "b", "outcome": "ok"}]}
+
+    one = "[{maxTokens: 1, tokensPerFill: 1, fillInterval: 60s}]"
+    backends = {"a.test:80": openai("from a"), "b.test:80": openai("from b")}
+    async with memory_gateway(limited(one, one), backends) as gw:
+        assert [(await traced(gw))[0].status for _ in range(2)] == [200, 200]
+        refused, events = await traced(gw)
+    assert refused.status == 429
+    why = events[-1]["why"]
+    assert why["policy"] == "localRateLimit"
+    assert [(t["target"], t["index"], t["remaining"], t["limit"]["maxTokens"]) for t in why["targets"]] == [
+        ("a", 0, 0, 1), ("b", 0, 0, 1)]
