@@ -83,6 +83,7 @@
           tool(value.item.id || value.output_index || 0, value.item.name);
         if (isObject(value.response)) {
           if (value.response.model) out.model = value.response.model;
+          if (type === "response.completed" && !out.text) out.text = responsesText(value.response); // no deltas
           if (isObject(value.response.usage)) out.usage = value.response.usage;
           if (value.response.status && type !== "response.created") out.finishReason = value.response.status;
         }
@@ -116,6 +117,12 @@
     }
     out.toolCalls = [...tools.values()];
     return out;
+  }
+
+  /** The output text of a whole Responses API ``response`` object. */
+  function responsesText(response) {
+    return (response.output || []).flatMap((item) => (isObject(item) && Array.isArray(item.content) ? item.content : []))
+      .filter((c) => isObject(c) && c.type === "output_text" && typeof c.text === "string").map((c) => c.text).join("");
   }
 
   function headerValue(headers, name) {

@@ -1,0 +1,120 @@
+"""Reading LLM traffic in the web UI's trace view, in headless Chromium against a real gateway process in
+front of the mock providers: the Bodies view puts the request and response bodies side by side (JSON
+pretty-printed) and shows each streamed answer reassembled (llm_stream.js) — the generated text and
+the final usage — for OpenAI chat completions, OpenAI Responses, Anthropic Messages and Gemini; search
+finds a string that only a body holds."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.test_webui_browser import CHROMIUM, CHROMIUM_ARGS, Page
+from tests.webui_llm_helpers import LlmGateway
+
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium not installed")
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory):
+    gateway = LlmGateway(tmp_path_factory.mktemp("webui-llm"))
+    yield gateway
+    gateway.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, gw):
+    p = Page(browser, gw, height=900)
+    yield p
+    p.close()
+
+
+def follow(page: Page) -> None:
+    page.open("trace")
+    ui = page.page
+    ui.locator("#trace-follow").check()
+    ui.get_by_role("button", name="Start trace").click()
+    ui.wait_for_selector("#trace-status[data-state='waiting']")
+
+
+# (call, prompt, format, usage fields the final usage has)
+STREAMS = [
+    ("chat_stream", "a chat answer streamed in pieces", "openai-chat", {"prompt_tokens", "completion_tokens"}),
+    ("responses_stream", "a responses answer streamed in pieces", "openai-responses", {"input_tokens", "output_tokens"}),
+    ("messages_stream", "an anthropic answer streamed in pieces", "anthropic", {"input_tokens", "output_tokens"}),
+    ("gemini_stream", "a gemini answer streamed in pieces", "gemini", {"promptTokenCount", "candidatesTokenCount"}),
+]
+
+
+def test_streamed_answers_are_shown_reassembled_beside_the_request(page, gw):
+    follow(page)
+    ui = page.page
+    raw = {}
+    for n, (call, prompt, _, _) in enumerate(STREAMS, 1):
+        answer = getattr(gw, call)(prompt)
+        assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/event-stream")
+        raw[call] = answer.text
+        expect(ui.locator(f"#request-rows tr:nth-child({n}) td:nth-child(4)")).to_have_text("200")
+    ui.get_by_role("button", name="Stop").click()
+    for n, (call, prompt, fmt, usage_fields) in enumerate(STREAMS, 1):
+        ui.locator(f"#request-rows tr:nth-child({n})").click()
+        ui.keyboard.press("b")
+        expect(ui.locator("#details-title")).to_have_text("Bodies")
+        response = ui.locator("#bodies [data-side='response']")
+        stream = response.locator(f".stream[data-format='{fmt}']")
+        expect(stream).to_be_visible()
+        # the mocks echo the prompt, one word per event: the page joined the pieces again
+        assert stream.locator("pre.generated").inner_text() == prompt, call
+        assert raw[call].count("data:") >= len(prompt.split())  # one event per word at least
+        usage = json.loads(stream.locator("pre.usage").inner_text())
+        assert usage_fields <= set(usage) and all(usage[f] > 0 for f in usage_fields), (call, usage)
+        # the request beside it, pretty-printed JSON holding the same prompt
+        request = ui.locator("#bodies [data-side='request'] pre.json")
+        text = request.inner_text()
+        assert "\n  " in text and prompt in json.dumps(json.loads(text)), call
+        expect(response.locator("details.raw")).not_to_have_attribute("open", "")
+    page.shot("trace-bodies")
+
+
+def test_search_finds_a_string_that_only_a_body_holds(page, gw):
+    follow(page)
+    ui = page.page
+    gw.chat_stream("first prompt about kiwis")
+    expect(ui.locator("#request-rows tr:nth-child(1) td:nth-child(4)")).to_have_text("200")
+    gw.messages_stream("second prompt about a zebra")
+    expect(ui.locator("#request-rows tr:nth-child(2) td:nth-child(4)")).to_have_text("200")
+    ui.get_by_role("button", name="Stop").click()
+
+    ui.locator("#trace-search").fill("ZEBRA")  # case-insensitive; the events carry bodies as base64 only
+    expect(ui.locator("#trace-search-state")).to_contain_text("in 1 request")
+    assert ui.locator("#request-rows tr.match").count() == 1
+    assert ui.locator("#request-rows tr:nth-child(2)").get_attribute("class").split().count("match") == 1
+    ui.locator("#trace-search").press("Enter")  # jumps to the first match: a body of the second request
+    expect(ui.locator("#request-rows tr:nth-child(2)")).to_have_class("selected match")
+    selected = ui.locator("#event-rows tr.selected")
+    assert selected.get_attribute("data-kind") == "Body Snapshot"
+    assert "match" in selected.get_attribute("class")
+    ui.locator("#trace-search-filter").check()
+    kinds = ui.locator("#event-rows tr").evaluate_all("rows => rows.map(r => r.dataset.kind)")
+    assert kinds and set(kinds) == {"Body Snapshot"}
+    ui.get_by_role("button", name="Bodies").click()
+    marks = ui.locator("#bodies mark").all_text_contents()  # the request, the reassembled text, the raw stream
+    assert len(marks) >= 3 and {m.lower() for m in marks} == {"zebra"}
+    ui.locator("#trace-search-filter").uncheck()
+    assert ui.locator("#event-rows tr").count() > len(kinds)
+    ui.locator("#trace-search").fill("no such text anywhere")
+    expect(ui.locator("#trace-search-state")).to_have_text("no match")
+    assert ui.locator("#request-rows tr.match, #event-rows tr.match").count() == 0
