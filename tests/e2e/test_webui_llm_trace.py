@@ -94,27 +94,33 @@ def test_search_finds_a_string_that_only_a_body_holds(page, gw):
     ui = page.page
     gw.chat_stream("first prompt about kiwis")
     expect(ui.locator("#request-rows tr:nth-child(1) td:nth-child(4)")).to_have_text("200")
-    gw.messages_stream("second prompt about a zebra")
+    answer = gw.messages_stream("second prompt about a zebra")
     expect(ui.locator("#request-rows tr:nth-child(2) td:nth-child(4)")).to_have_text("200")
     ui.get_by_role("button", name="Stop").click()
+    # the mock streams seven characters an event: "about a", " zebra" — the phrase is in no one event
+    assert "about a zebra" not in answer.text and "zebra" in answer.text
 
-    ui.locator("#trace-search").fill("ZEBRA")  # case-insensitive; the events carry bodies as base64 only
-    expect(ui.locator("#trace-search-state")).to_contain_text("in 1 request")
+    ui.locator("#trace-search").fill("About A ZEBRA")  # case-insensitive; the events carry bodies as base64 only
+    expect(ui.locator("#trace-search-state")).to_have_text("2 matching events in 1 request")
     assert ui.locator("#request-rows tr.match").count() == 1
     assert ui.locator("#request-rows tr:nth-child(2)").get_attribute("class").split().count("match") == 1
     ui.locator("#trace-search").press("Enter")  # jumps to the first match: a body of the second request
     expect(ui.locator("#request-rows tr:nth-child(2)")).to_have_class("selected match")
     selected = ui.locator("#event-rows tr.selected")
     assert selected.get_attribute("data-kind") == "Body Snapshot"
-    assert "match" in selected.get_attribute("class")
+    assert "final request" in selected.inner_text() and "match" in selected.get_attribute("class")
     ui.locator("#trace-search-filter").check()
-    kinds = ui.locator("#event-rows tr").evaluate_all("rows => rows.map(r => r.dataset.kind)")
-    assert kinds and set(kinds) == {"Body Snapshot"}
+    rows = ui.locator("#event-rows tr").evaluate_all("rows => rows.map(r => [r.dataset.kind, r.cells[2].textContent])")
+    assert [kind for kind, _ in rows] == ["Body Snapshot", "Body Snapshot"]
+    assert rows[1][1].startswith("response")  # the streamed answer, found in its reassembled text
+    ui.locator("#pane-events h2").click()  # the keys work outside the inputs
+    ui.keyboard.press("n")
+    expect(ui.locator("#event-rows tr.selected")).to_contain_text("response")
     ui.get_by_role("button", name="Bodies").click()
-    marks = ui.locator("#bodies mark").all_text_contents()  # the request, the reassembled text, the raw stream
-    assert len(marks) >= 3 and {m.lower() for m in marks} == {"zebra"}
+    marks = ui.locator("#bodies mark").all_text_contents()
+    assert len(marks) == 2 and {m.lower() for m in marks} == {"about a zebra"}  # the request, the reassembled text
     ui.locator("#trace-search-filter").uncheck()
-    assert ui.locator("#event-rows tr").count() > len(kinds)
+    assert ui.locator("#event-rows tr").count() > len(rows)
     ui.locator("#trace-search").fill("no such text anywhere")
     expect(ui.locator("#trace-search-state")).to_have_text("no match")
     assert ui.locator("#request-rows tr.match, #event-rows tr.match").count() == 0

@@ -394,7 +394,13 @@
         const ev = this.events[i];
         const msg = message(ev);
         let text = JSON.stringify(ev);
-        if (msg.type === "bodySnapshot") text += "\n" + bodyText(decodeBody(msg.body));
+        if (msg.type === "bodySnapshot") {
+          const body = bodyText(decodeBody(msg.body));
+          text += "\n" + body;
+          // a streamed answer's text is split across events: search its reassembled text too
+          const shown = global.LlmStream ? global.LlmStream.present(body) : null;
+          if (shown && shown.kind === "sse") text += "\n" + shown.stream.text;
+        }
         this.searchCache[i] = text.toLowerCase();
       }
       return this.searchCache[i];
