@@ -319,6 +319,7 @@ function setupRequests() {
     if ($("requests-live").checked) restart();
     else { stopHistory(); renderHistory(); }
   });
+  $("requests-har").addEventListener("click", () => exportHistoryHar().catch((error) => setRequestsStatus(`export failed: ${error.message || error}`, "error")));
   $("history-rows").addEventListener("click", (ev) => {
     if (ev.target.closest("tr.detail")) return;
     const row = ev.target.closest("tr[data-key]");
@@ -328,6 +329,14 @@ function setupRequests() {
     else history_.open.add(key);
     renderHistory();
   });
+}
+
+/** The entries the page shows (its filter and limit) as HAR 1.2, from the server (GET /api/requests?format=har). */
+async function exportHistoryHar() {
+  const params = new URLSearchParams({ format: "har", limit: String(history_.limit) });
+  if (history_.expression) params.set("expression", history_.expression);
+  const response = await api(`/api/requests?${params}`);
+  saveFile(await response.text(), `requests-${stamp()}.har`, "application/json");
 }
 
 /** Shown: read the stream (once; it stays open while the page is shown) and redraw the charts as time passes. */

@@ -354,6 +354,9 @@ function scheduleRender() {
 function renderTrace() {
   const view = trace.view;
   $("trace-download").disabled = view.eventCount === 0;
+  const done = !!(view.trace && view.trace.finished);
+  for (const id of ["trace-har", "trace-curl"]) $(id).disabled = !done;
+  if (!$("trace-replay").matches("[data-busy]")) $("trace-replay").disabled = !done;
   $("pane-requests").hidden = !view.showRequests;
   $("trace-panes").classList.toggle("with-requests", view.showRequests);
   for (const pane of document.querySelectorAll("#trace-panes .pane"))
@@ -467,18 +470,89 @@ function copyDetails() {
   navigator.clipboard.writeText(text).then(() => done(true), () => done(false));
 }
 
-function downloadTrace() {
-  const events = trace.view.allEvents();
-  if (!events.length) return;
-  const text = events.map((e) => JSON.stringify(e)).join("\n") + "\n";
-  const link = el("a", {
-    href: URL.createObjectURL(new Blob([text], { type: "application/x-ndjson" })),
-    download: `trace-${new Date().toISOString().replace(/[:.]/g, "-")}.jsonl`,
-  });
+/** Save ``text`` as a file named ``name`` (the admin token stays in headers: fetch, then a blob link). */
+function saveFile(text, name, type) {
+  const link = el("a", { href: URL.createObjectURL(new Blob([text], { type })), download: name });
   document.body.append(link);
   link.click();
   link.remove();
   setTimeout(() => URL.revokeObjectURL(link.href), 1000);
+}
+const stamp = () => new Date().toISOString().replace(/[:.]/g, "-");
+
+// -- export and replay of the selected request (POST /api/export, /api/replay: docs/export.md) --------
+/** The ``name: value`` lines of the credentials box as an object (names lower-cased). */
+function traceCredentials() {
+  const headers = {};
+  for (const line of $("trace-credentials").value.split("\n")) {
+    const cut = line.indexOf(":");
+    if (cut > 0 && line.slice(0, cut).trim()) headers[line.slice(0, cut).trim().toLowerCase()] = line.slice(cut + 1).trim();
+  }
+  return headers;
+}
+
+function showExport(title, text, state) {
+  $("trace-export").hidden = false;
+  $("trace-export").dataset.state = state;
+  $("trace-export-title").textContent = title;
+  $("trace-export-text").textContent = text;
+}
+
+async function postJSON(path, body) {
+  return api(path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+}
+
+async function exportSelected(format) {
+  const current = trace.view.trace;
+  if (!current || !current.finished) return;
+  try {
+    if (format === "har") {
+      const response = await postJSON("/api/export?format=har", { traces: [current.events] });
+      saveFile(await response.text(), `request-${stamp()}.har`, "application/json");
+      setTraceStatus(`saved the request ${current.method} ${current.path} as HAR`, $("trace-status").dataset.state);
+    } else {
+      const response = await postJSON("/api/export?format=curl", { traces: [current.events], headers: traceCredentials() });
+      showExport(`curl: ${current.method} ${current.path}`, (await response.text()).trim(), "curl");
+    }
+  } catch (error) {
+    showExport(`${format} failed`, String(error.message || error), "error");
+  }
+}
+
+async function replaySelected() {
+  const current = trace.view.trace;
+  if (!current || !current.finished) return;
+  const button = $("trace-replay");
+  button.disabled = true;
+  button.dataset.busy = "1";
+  try {
+    const response = await postJSON("/api/replay", { trace: current.events, headers: traceCredentials() });
+    const answer = await response.json();
+    const head = answer.headers.map(([k, v]) => `${k}: ${v}`).join("\n");
+    showExport(`Replayed ${current.method} ${current.path}: HTTP ${answer.status}`, `${head}\n\n${answer.body}`, "replay");
+    $("trace-export").dataset.status = answer.status;
+    // The fresh trace joins the list (a running Follow stream shows it by itself).
+    if (!(trace.running && $("trace-follow").checked) && answer.trace.length) {
+      const view = trace.view;
+      view.followRequests = true;
+      view.showRequests = true;
+      for (const event of answer.trace) view.addEvent(event);
+      view.selectRequest(view.requests.length - 1);
+    }
+    renderTrace();
+  } catch (error) {
+    showExport("replay failed", String(error.message || error), "error");
+  } finally {
+    delete button.dataset.busy;
+    button.disabled = !(trace.view.trace && trace.view.trace.finished);
+  }
+}
+
+function downloadTrace() {
+  const events = trace.view.allEvents();
+  if (!events.length) return;
+  const text = events.map((e) => JSON.stringify(e)).join("\n") + "\n";
+  saveFile(text, `trace-${stamp()}.jsonl`, "application/x-ndjson");
 }
 
 // Keys as in the text UI (tui/keys.py): tab, arrows/j/k, PgUp/PgDn, Home/End/g/G, e/s/d, f.
@@ -550,6 +624,13 @@ function setupTrace() {
       trace.view.focus = pane.dataset.pane;
       for (const p of document.querySelectorAll("#trace-panes .pane")) p.classList.toggle("focused", p === pane);
     });
+  $("trace-har").addEventListener("click", () => exportSelected("har"));
+  $("trace-curl").addEventListener("click", () => exportSelected("curl"));
+  $("trace-replay").addEventListener("click", replaySelected);
+  $("trace-export-close").addEventListener("click", () => { $("trace-export").hidden = true; });
+  $("trace-export-copy").addEventListener("click", () => {
+    if (navigator.clipboard) navigator.clipboard.writeText($("trace-export-text").textContent).catch(() => {});
+  });
   $("trace-search").addEventListener("input", () => { trace.view.search = $("trace-search").value; renderTrace(); });
   $("trace-search-filter").addEventListener("change", renderTrace);
   $("trace-search-form").addEventListener("submit", (ev) => {
