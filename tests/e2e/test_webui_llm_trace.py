@@ -124,3 +124,46 @@ def test_search_finds_a_string_that_only_a_body_holds(page, gw):
     ui.locator("#trace-search").fill("no such text anywhere")
     expect(ui.locator("#trace-search-state")).to_have_text("no match")
     assert ui.locator("#request-rows tr.match, #event-rows tr.match").count() == 0
+
+
+def sse(*events: tuple[str | None, object], crlf: bool = False) -> str:
+    text = "".join((f"event: {name}\n" if name else "") + f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n"
+                   for name, data in events)
+    return text.replace("\n", "\r\n") if crlf else text
+
+
+def test_reassembly_of_tool_calls_and_edge_cases(page):
+    """llm_stream.js in the page on streams the mocks do not send: tool calls, CRLF, no deltas."""
+    page.open("trace")
+    run = lambda body, kind="text/event-stream": page.page.evaluate(  # noqa: E731
+        "([b, t]) => LlmStream.present(b, t)", [body, kind])
+    chat = run(sse((None, {"model": "gpt-4o", "choices": [{"index": 0, "delta": {"tool_calls": [
+        {"index": 0, "function": {"name": "lookup", "arguments": '{"q": '}}]}}]}),
+                   (None, {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '"kiwi"}'}}]},
+                                        "finish_reason": "tool_calls"}]}),
+                   (None, {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 7}}), (None, "[DONE]"), crlf=True))
+    assert chat["kind"] == "sse" and chat["stream"]["format"] == "openai-chat" and chat["stream"]["done"]
+    assert chat["stream"]["toolCalls"] == [{"name": "lookup", "arguments": '{"q": "kiwi"}'}]
+    assert chat["stream"]["finishReason"] == "tool_calls" and chat["stream"]["usage"]["completion_tokens"] == 7
+    done = {"model": "gpt-4.1", "status": "completed", "usage": {"input_tokens": 2, "output_tokens": 3},
+            "output": [{"type": "message", "content": [{"type": "output_text", "text": "whole answer"}]}]}
+    responses = run(sse(("response.completed", {"type": "response.completed", "response": done})))["stream"]
+    assert (responses["format"], responses["text"], responses["usage"]["output_tokens"]) == ("openai-responses", "whole answer", 3)
+    claude = run(sse(("message_start", {"type": "message_start", "message": {"model": "claude", "usage": {"input_tokens": 4}}}),
+                     ("content_block_start", {"type": "content_block_start", "index": 1,
+                                              "content_block": {"type": "tool_use", "name": "search"}}),
+                     ("content_block_delta", {"type": "content_block_delta", "index": 1,
+                                              "delta": {"type": "input_json_delta", "partial_json": '{"a":'}}),
+                     ("content_block_delta", {"type": "content_block_delta", "index": 1,
+                                              "delta": {"type": "input_json_delta", "partial_json": "1}"}}),
+                     ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use"},
+                                        "usage": {"output_tokens": 9}})))["stream"]
+    assert claude["toolCalls"] == [{"name": "search", "arguments": '{"a":1}'}]
+    assert claude["usage"] == {"input_tokens": 4, "output_tokens": 9} and claude["finishReason"] == "tool_use"
+    gemini = run(sse((None, {"candidates": [{"content": {"parts": [{"text": "thinking", "thought": True},
+                                                                   {"functionCall": {"name": "f", "args": {"x": 1}}}]},
+                                             "finishReason": "STOP"}], "usageMetadata": {"totalTokenCount": 3}})))["stream"]
+    assert gemini["text"] == "" and gemini["toolCalls"] == [{"name": "f", "arguments": '{"x":1}'}]
+    assert run('{"a":[1,2]}', "application/json") == {"kind": "json", "text": '{\n  "a": [\n    1,\n    2\n  ]\n}'}
+    assert run("plain words", "text/plain") == {"kind": "text", "text": "plain words"}
+    assert run("", "application/json")["kind"] == "empty"
