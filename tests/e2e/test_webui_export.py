@@ -56,9 +56,10 @@ def page(browser, gw):
     p.close()
 
 
-def traced_order(page: Page, path: str) -> None:
+def traced_order(page: Page, path: str, opened: bool = False) -> None:
     """Trace one POST with a JSON body and a credential the trace redacts."""
-    page.open("trace")
+    if not opened:
+        page.open("trace")
     ui = page.page
     ui.get_by_role("button", name="Start trace").click()
     ui.wait_for_selector("#trace-status[data-state='waiting']")
@@ -106,8 +107,20 @@ def test_curl_line_of_the_selected_request_runs(page):
 
 
 def test_replay_sends_it_again_with_a_fresh_trace(page):
-    traced_order(page, "/orders/replay")
+    page.open("trace")
     ui = page.page
+    ui.locator("#trace-follow").check()
+    ui.get_by_role("button", name="Start trace").click()
+    httpx.get(f"{page.gw.url}/while-following")
+    expect(ui.locator("#request-rows tr:nth-child(1) td:nth-child(4)")).to_have_text("200")
+    # a running trace would take the replayed request before the replay's own watcher: not while it runs
+    expect(ui.get_by_role("button", name="Replay")).to_be_disabled()
+    ui.get_by_role("button", name="Stop").click()
+    expect(ui.get_by_role("button", name="Replay")).to_be_enabled()
+    ui.get_by_role("button", name="Clear").click()
+    ui.locator("#trace-follow").uncheck()
+
+    traced_order(page, "/orders/replay", opened=True)
     ui.locator("#trace-credentials").fill("authorization: Bearer replayed")
     ui.get_by_role("button", name="Replay").click()
     expect(ui.locator("#trace-export-title")).to_have_text("Replayed POST /orders/replay: HTTP 200")

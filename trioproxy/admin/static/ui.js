@@ -285,6 +285,7 @@ async function startTrace() {
     $("trace-start").textContent = "Start trace";
     if ($("trace-status").dataset.state !== "error")
       setTraceStatus(statusLine(wasStopped ? "stopped" : "stream complete"), "done");
+    renderTrace();
   }
 }
 
@@ -356,7 +357,12 @@ function renderTrace() {
   $("trace-download").disabled = view.eventCount === 0;
   const done = !!(view.trace && view.trace.finished);
   for (const id of ["trace-har", "trace-curl"]) $(id).disabled = !done;
-  if (!$("trace-replay").matches("[data-busy]")) $("trace-replay").disabled = !done;
+  // While this page's trace waits, its watcher would take the replayed request before the replay's own
+  // watcher (the gateway gives a request to the first waiting watcher): stop the trace to replay.
+  const replay = $("trace-replay");
+  if (!replay.matches("[data-busy]")) replay.disabled = !done || trace.running;
+  replay.title = trace.running ? "stop the trace first: its watcher would take the replayed request"
+    : "send the selected request again through the gateway, with a fresh trace";
   $("pane-requests").hidden = !view.showRequests;
   $("trace-panes").classList.toggle("with-requests", view.showRequests);
   for (const pane of document.querySelectorAll("#trace-panes .pane"))
@@ -531,8 +537,8 @@ async function replaySelected() {
     const head = answer.headers.map(([k, v]) => `${k}: ${v}`).join("\n");
     showExport(`Replayed ${current.method} ${current.path}: HTTP ${answer.status}`, `${head}\n\n${answer.body}`, "replay");
     $("trace-export").dataset.status = answer.status;
-    // The fresh trace joins the list (a running Follow stream shows it by itself).
-    if (!(trace.running && $("trace-follow").checked) && answer.trace.length) {
+    // The fresh trace joins the list, selected.
+    if (answer.trace.length) {
       const view = trace.view;
       view.followRequests = true;
       view.showRequests = true;
@@ -544,7 +550,7 @@ async function replaySelected() {
     showExport("replay failed", String(error.message || error), "error");
   } finally {
     delete button.dataset.busy;
-    button.disabled = !(trace.view.trace && trace.view.trace.finished);
+    renderTrace();
   }
 }
 
