@@ -10,6 +10,7 @@ import re
 
 import httpx
 import pytest
+import trio
 from playwright.sync_api import expect
 
 from tests.e2e.test_webui_browser import CHROMIUM, CHROMIUM_ARGS, Page
@@ -151,3 +152,23 @@ def test_a_rows_why_is_shown_as_json(page, gw):
     assert row.locator("td").nth(9).inner_text() == "alice"
     row.click()
     assert json.loads(ui.locator("#history-rows tr.detail pre.why-json").inner_text()) == why
+
+
+def test_a_burst_arrives_whole(page, gw):
+    """Live entries are drawn once per frame, never thinned out: 200 requests sent at once are 200 rows."""
+    page.open("requests")
+    ui = page.page
+    ui.locator("#requests-expression").fill('request.path.startsWith("/api/burst/")')
+    ui.locator("#requests-expression").press("Enter")
+    expect(ui.locator("#requests-expression-state")).to_contain_text("filter:")
+
+    async def burst() -> None:
+        async with httpx.AsyncClient(base_url=gw.url) as client:
+            async with trio.open_nursery() as nursery:
+                for i in range(200):
+                    nursery.start_soon(client.get, f"/api/burst/{i}")
+
+    trio.run(burst)
+    expect(ui.locator("#history-rows tr[data-path]")).to_have_count(200)
+    assert sorted(paths(ui)) == sorted(f"/api/burst/{i}" for i in range(200))
+    expect(ui.locator("#requests-status")).to_contain_text("200 requests")

@@ -16,6 +16,7 @@ const history_ = {
   generation: 0,
 };
 
+const MAX_ROWS = 1000;
 const entryKey = (e) => `${e.time}|${e.method}|${e.path}|${e.status}|${e.durationMs}`;
 
 function setRequestsStatus(text, state) {
@@ -152,12 +153,14 @@ function historyRow(e) {
 
 function renderHistory() {
   if (currentPage() !== "requests") return;
-  const newest = history_.entries.slice().reverse();
+  // The table shows the newest MAX_ROWS (a burst redraws it each frame); the charts use every entry.
+  const newest = history_.entries.slice(-MAX_ROWS).reverse();
   $("history-rows").replaceChildren(...(newest.length ? newest.flatMap(historyRow)
     : [el("tr", {}, el("td", { colSpan: 11, class: "muted", text: history_.expression ? "no request matches the filter yet" : "no requests yet" }))]));
   const n = history_.entries.length;
-  if (history_.running) setRequestsStatus(`${n} request${n === 1 ? "" : "s"} · live`, "waiting");
-  else if ($("requests-status").dataset.state !== "error") setRequestsStatus(`${n} request${n === 1 ? "" : "s"} · paused`, "done");
+  const count = `${n} request${n === 1 ? "" : "s"}` + (n > MAX_ROWS ? ` (the table shows the newest ${MAX_ROWS})` : "");
+  if (history_.running) setRequestsStatus(`${count} · live`, "waiting");
+  else if ($("requests-status").dataset.state !== "error") setRequestsStatus(`${count} · paused`, "done");
   renderHistoryCharts();
 }
 
