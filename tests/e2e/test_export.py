@@ -159,8 +159,24 @@ async def test_replay_through_the_gateway_with_a_fresh_trace(nursery, gateway, b
     assert not_events.status_code == 400 and "trace" in not_events.json()["error"]
 
 
+async def test_replay_goes_before_a_reader_of_any_request(nursery, gateway, backend):
+    """A ``/debug/trace`` reader of every request, waiting already (the web UI following), does not
+    take the replayed request: the replay's watcher is offered it first."""
+    _, events = await traced(nursery, gateway, _post)
+    bystander = await watch(nursery, gateway)
+    async with httpx.AsyncClient(base_url=gateway.admin_url, timeout=60) as admin:
+        replayed = await admin.post("/api/replay", json={"trace": events})
+    assert replayed.status_code == 200, replayed.text
+    assert replayed.json()["trace"][-1]["message"]["type"] == "requestFinished"
+    async with gateway.client() as client:
+        await client.get("/other")
+    seen = await bystander.events()  # still waiting after the replay: it took the next request
+    first = next(e for e in seen if e["message"].get("stage") == "initial request")
+    assert first["message"]["requestState"]["request"]["path"] == "/other"
+
+
 async def test_replay_traces_only_its_own_request(nursery, gateway, backend):
-    """A request arriving while a replay waits is not taken for it (the watcher waits for the token)."""
+    """Requests arriving while a replay waits are not taken for it (its watcher waits for its token)."""
     _, events = await traced(nursery, gateway, _post)
     async with httpx.AsyncClient(base_url=gateway.admin_url, timeout=30) as admin, gateway.client() as client:
         async with trio.open_nursery() as inner:
@@ -169,9 +185,20 @@ async def test_replay_traces_only_its_own_request(nursery, gateway, backend):
                     await client.get("/other")
             inner.start_soon(other_traffic)
             replayed = await admin.post("/api/replay", json={"trace": events})
+    assert replayed.status_code == 200, replayed.text
     trace = replayed.json()["trace"]
     initial = next(e for e in trace if e["message"].get("stage") == "initial request")
     assert initial["message"]["requestState"]["request"]["path"] == "/echo/items"
+
+
+async def test_replay_refuses_a_websocket_upgrade(nursery, gateway):
+    _, events = await traced(nursery, gateway, _post)
+    for event in events:  # the same trace, as an upgrade request's would read
+        if event["message"].get("stage") == "initial request":
+            event["message"]["requestState"]["request"]["headers"]["upgrade"] = "websocket"
+    async with httpx.AsyncClient(base_url=gateway.admin_url) as admin:
+        refused = await admin.post("/api/replay", json={"trace": events})
+    assert refused.status_code == 400 and "WebSocket" in refused.json()["error"]
 
 
 def test_schema_fixture_refuses_a_broken_har():
