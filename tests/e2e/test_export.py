@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 import trio
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, SIMPLE, free_port, start_gateway
 from tests.e2e.test_trace import watch
 from tests.har_helpers import assert_har
 
@@ -209,3 +209,35 @@ def test_schema_fixture_refuses_a_broken_har():
     with pytest.raises(jsonschema.ValidationError):
         assert_har({"log": {"version": "1.1", "creator": {"name": "x", "version": "1"}, "entries": []}})
     assert Path(ROOT / "fixtures" / "har" / "har-1.2.schema.json").exists()
+
+
+async def test_replay_trace_hides_the_admin_token(nursery, backend):
+    """As ``/debug/trace`` does, the replay's fresh trace never shows the admin token (here sent as
+    an ordinary header, which the trace would otherwise show)."""
+    gw = await start_gateway(nursery, "config:\n  adminToken: tok-123456\n" + SIMPLE, port=free_port(),
+                             backend=backend.port)
+    async with httpx.AsyncClient(base_url=gw.admin_url, headers={"authorization": "Bearer tok-123456"},
+                                 timeout=30) as admin:
+        events: list[dict] = []
+        ready = trio.Event()
+
+        async def read_trace() -> None:
+            async with admin.stream("POST", "/debug/trace") as stream:
+                async for line in stream.aiter_lines():
+                    if line == ": ready":
+                        ready.set()
+                    elif line.startswith("data: "):
+                        events.append(json.loads(line[6:]))
+
+        async with trio.open_nursery() as inner:
+            inner.start_soon(read_trace)
+            await ready.wait()
+            async with gw.client() as client:
+                await client.get("/echo/token", headers={"x-note": "plain"})
+        replayed = await admin.post("/api/replay", json={"trace": events, "headers": {"x-note": "tok-123456"}})
+    assert replayed.status_code == 200, replayed.text
+    assert dict(backend.last_headers)["x-note"] == "tok-123456"  # sent as supplied
+    fresh = replayed.json()["trace"]
+    initial = next(e for e in fresh if e["message"].get("stage") == "initial request")
+    assert initial["message"]["requestState"]["request"]["headers"]["x-note"] == "<redacted>"
+    assert "tok-123456" not in json.dumps(fresh)  # nor in the echoed body (base64 inside the event)
