@@ -113,7 +113,7 @@ def test_replay_sends_it_again_with_a_fresh_trace(page):
     ui.get_by_role("button", name="Start trace").click()
     httpx.get(f"{page.gw.url}/while-following")
     expect(ui.locator("#request-rows tr:nth-child(1) td:nth-child(4)")).to_have_text("200")
-    # a running trace would take the replayed request before the replay's own watcher: not while it runs
+    # the fresh trace joins the list: not while the page's own stream adds to it
     expect(ui.get_by_role("button", name="Replay")).to_be_disabled()
     ui.get_by_role("button", name="Stop").click()
     expect(ui.get_by_role("button", name="Replay")).to_be_enabled()

@@ -357,11 +357,10 @@ function renderTrace() {
   $("trace-download").disabled = view.eventCount === 0;
   const done = !!(view.trace && view.trace.finished);
   for (const id of ["trace-har", "trace-curl"]) $(id).disabled = !done;
-  // While this page's trace waits, its watcher would take the replayed request before the replay's own
-  // watcher (the gateway gives a request to the first waiting watcher): stop the trace to replay.
+  // The replay's fresh trace joins the list: not while this page's trace stream is adding to it.
   const replay = $("trace-replay");
   if (!replay.matches("[data-busy]")) replay.disabled = !done || trace.running;
-  replay.title = trace.running ? "stop the trace first: its watcher would take the replayed request"
+  replay.title = trace.running ? "stop the trace first: the replay's fresh trace joins the list"
     : "send the selected request again through the gateway, with a fresh trace";
   $("pane-requests").hidden = !view.showRequests;
   $("trace-panes").classList.toggle("with-requests", view.showRequests);
