@@ -80,6 +80,7 @@ def main() -> None:
             browser.close()
             gw.close()
     keys_pages()
+    llm_pages()
     print(f"screenshots written to {OUT}")
 
 
@@ -159,5 +160,58 @@ def keys_pages() -> None:
             gw.close()
 
 
+def llm_pages() -> None:
+    """The Requests page and a streamed answer reassembled in the trace's Bodies view
+    (docs/images/webui-requests.png, webui-trace-stream.png), against the mock LLM providers:
+    some twenty seconds of mixed traffic first, so the charts have a few buckets."""
+    import itertools
+    import random
+    import time
+
+    from .webui_llm_helpers import LlmGateway
+
+    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
+        gw = LlmGateway(Path(tmp))
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            rng = random.Random(34)
+            calls = [(gw.chat_stream, "gpt-4o-mini"), (gw.chat_stream, "gpt-4o"), (gw.messages_stream, "claude-sonnet-4-5"),
+                     (gw.gemini_stream, "gemini-2.5-flash")]
+            words = "the quick brown fox jumps over a lazy dog while the gateway counts every token".split()
+            end = time.monotonic() + 20
+            for n in itertools.count():
+                if time.monotonic() > end:
+                    break
+                call, model = rng.choice(calls)
+                call(" ".join(rng.sample(words, rng.randrange(3, 12))), model=model)
+                httpx.get(gw.url + rng.choice(["/api/users", "/api/orders/7", "/echo/health"]))
+                if n % 3 == 0:
+                    httpx.get(gw.url + "/limited/report")  # three per minute pass
+                if rng.random() < 0.1:
+                    httpx.get(gw.url + "/missing-page")
+                time.sleep(rng.uniform(0.05, 0.5))
+            page = Page(browser, gw, height=900)
+            ui = page.page
+            page.open("requests")
+            ui.wait_for_selector("#chart-history-tokens svg")
+            ui.wait_for_selector("#history-rows tr[data-status='429']")
+            ui.screenshot(path=str(OUT / "webui-requests.png"))
+            page.nav("Trace", "trace")
+            ui.get_by_role("button", name="Start trace").click()
+            ui.wait_for_selector("#trace-status[data-state='waiting']")
+            gw.messages_stream("Summarise the gateway's request history in one sentence, please")
+            ui.wait_for_selector("#event-rows tr[data-kind='Request Done']")
+            ui.get_by_role("button", name="Bodies").click()
+            ui.locator("#trace-search").fill("history")
+            ui.wait_for_selector("#bodies .stream pre.generated")
+            ui.screenshot(path=str(OUT / "webui-trace-stream.png"))
+            page.close()
+        finally:
+            browser.close()
+            gw.close()
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    {"llm": llm_pages, "keys": keys_pages}.get(sys.argv[1] if len(sys.argv) > 1 else "", main)()

@@ -91,7 +91,7 @@ def test_each_page_loads_and_shows_the_running_config(page, ui_gateway):
     httpx.get(f"{ui_gateway.url}/limited/a")
     page.open("overview")
     ui = page.page
-    assert ui.locator("nav a").all_inner_texts() == ["Overview", "Trace", "Rate limits", "Traffic", "Upstreams",
+    assert ui.locator("nav a").all_inner_texts() == ["Overview", "Requests", "Trace", "Rate limits", "Traffic", "Upstreams",
                                                      "Keys", "Spend", "Logs"]
     bind = ui.locator(f"[data-bind='{ui_gateway.port}']")
     assert f"Bind {ui_gateway.port}" in bind.inner_text()

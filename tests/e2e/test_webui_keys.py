@@ -79,7 +79,7 @@ def settle_spend(gw: GatewayProcess, secret: str, requests: list[tuple[str, floa
 def test_create_a_key_see_the_secret_once_then_revoke_it(page, gw):
     page.open("keys")
     ui = page.page
-    assert ui.locator("nav a").all_inner_texts() == ["Overview", "Trace", "Rate limits", "Traffic", "Upstreams", "Keys",
+    assert ui.locator("nav a").all_inner_texts() == ["Overview", "Requests", "Trace", "Rate limits", "Traffic", "Upstreams", "Keys",
                                                      "Spend", "Logs"]
 
     ui.get_by_role("button", name="New team").click()

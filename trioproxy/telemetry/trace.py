@@ -46,6 +46,10 @@ DEFAULT_WATCHER_BUDGET = 8 * 1024 * 1024  # bytes of unread events per watcher; 
 KEEPALIVE_SECONDS = 1.0
 FOLLOW_ARMED = 2  # watchers a follower keeps waiting (2: a worker's claim reaches the supervisor late)
 FOLLOW_PENDING = 64  # claimed requests a follower's reader may lag behind; past it requests go untraced
+#: ``POST /api/replay`` marks the request it sends with this header (a random value) and waits for
+#: it with a watcher whose expression matches that value; the gateway removes it from a request
+#: while any watcher waits (``Pipeline.open_exchange``), so neither the trace nor the backend sees it
+REPLAY_HEADER = b"x-trioproxy-replay"
 
 
 class Traced(Protocol):
@@ -426,15 +430,20 @@ class TraceHub:
         self.open += 1
 
     def watch(self, matches: Callable[[Mapping[str, Any]], bool] | None = None, *,
-              follower: Follower | None = None) -> Watcher:
+              follower: Follower | None = None, first: bool = False) -> Watcher:
         """A new reader; ``TooManyWatchers`` when ``max_watchers`` exist already. A ``follower``'s
-        watchers share its budget and its place among ``max_watchers``."""
+        watchers share its budget and its place among ``max_watchers``. ``first``: offered requests
+        before the readers already waiting (``/api/replay`` waits for its own request, which a
+        reader of every request would otherwise take)."""
         if follower is None:
             self._take_slot()
         watcher = Watcher(matches, self.buffer, self.watcher_budget, lambda: self.on_drop(),
                           follower.ledger if follower is not None else None)
         watcher.counted = follower is None
-        self.watchers.append(watcher)
+        if first:
+            self.watchers.insert(0, watcher)
+        else:
+            self.watchers.append(watcher)
         return watcher
 
     def follow(self, matches: Callable[[Mapping[str, Any]], bool] | None = None) -> Follower:

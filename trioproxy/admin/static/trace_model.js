@@ -17,8 +17,8 @@
     requestFinished: "Request Done",
   };
   const SNAPSHOT_TYPES = ["requestSnapshot", "responseSnapshot", "bodySnapshot"];
-  const MODES = ["event", "snapshot", "diff"];
-  const MODE_TITLES = { event: "Raw Event", snapshot: "Snapshot", diff: "Snapshot Diff" };
+  const MODES = ["event", "snapshot", "diff", "bodies"];
+  const MODE_TITLES = { event: "Raw Event", snapshot: "Snapshot", diff: "Snapshot Diff", bodies: "Bodies" };
   const FORMATS = ["yaml", "json"];
   const PANES = ["requests", "events", "details"];
   const MAX_REQUESTS = 500; // follow mode keeps the newest; a tab left open must not grow forever
@@ -292,6 +292,12 @@
     return out;
   }
 
+  function headerOf(headers, name) {
+    if (!headers || typeof headers !== "object") return "";
+    for (const [k, v] of Object.entries(headers)) if (k.toLowerCase() === name) return String(v);
+    return "";
+  }
+
   function fmtDuration(micros) {
     return typeof micros === "number" ? `${(micros / 1000).toFixed(1)}ms` : "";
   }
@@ -357,6 +363,56 @@
       return current;
     }
 
+    /**
+     * The request and response bodies of this request as read: {request, response}, each
+     * {stage, text, contentType, truncated, original} or null; ``original`` is the other form of a
+     * translated body (the client's request, the provider's answer).
+     */
+    bodies() {
+      let requestType = "", responseType = "";
+      const found = {};
+      for (const ev of this.events) {
+        const msg = message(ev);
+        const state = msg.requestState || {};
+        if (msg.type === "requestSnapshot" && state.request) requestType = headerOf(state.request.headers, "content-type") || requestType;
+        if (msg.type === "responseSnapshot" && state.response) responseType = headerOf(state.response.headers, "content-type") || responseType;
+        if (msg.type === "bodySnapshot") found[String(msg.stage)] = { stage: String(msg.stage), text: bodyText(decodeBody(msg.body)), truncated: !!msg.truncated };
+      }
+      const side = (main, other, type) => {
+        const body = found[main] || found[other];
+        if (!body) return null;
+        const original = found[main] && found[other] ? { ...found[other], contentType: "" } : null;
+        return { ...body, contentType: type, original };
+      };
+      return { request: side("final request", "client request", requestType), response: side("response", "provider response", responseType) };
+    }
+
+    /** Lower-cased text of event ``i`` for search: the event's JSON and, for a body, the body as text. */
+    searchText(i) {
+      if (!this.searchCache) this.searchCache = [];
+      if (this.searchCache[i] === undefined) {
+        const ev = this.events[i];
+        const msg = message(ev);
+        let text = JSON.stringify(ev);
+        if (msg.type === "bodySnapshot") {
+          const body = bodyText(decodeBody(msg.body));
+          text += "\n" + body;
+          // a streamed answer's text is split across events: search its reassembled text too
+          const shown = global.LlmStream ? global.LlmStream.present(body) : null;
+          if (shown && shown.kind === "sse") text += "\n" + shown.stream.text;
+        }
+        this.searchCache[i] = text.toLowerCase();
+      }
+      return this.searchCache[i];
+    }
+
+    /** Indexes of the events whose text holds ``query`` (case-insensitive). */
+    matching(query) {
+      const q = String(query || "").toLowerCase();
+      if (!q) return [];
+      return this.events.map((_, i) => (this.searchText(i).includes(q) ? i : -1)).filter((i) => i >= 0);
+    }
+
     /** [caption, [[tag, line]]]: the snapshot at ``index`` against the one before it. */
     diffAt(index, fmt) {
       const points = this.snapshotPoints().filter((p) => p <= index);
@@ -381,6 +437,7 @@
       this.followRequests = true;
       this.showRequests = false;
       this.cache = null;
+      this.search = ""; // search within the trace's events and bodies
     }
 
     addEvent(event) {
@@ -422,6 +479,7 @@
       if (!trace || !trace.events.length) return [["", "waiting for trace data"]];
       const index = Math.min(this.selectedRow, trace.events.length - 1);
       if (this.mode === "event") return render(trace.events[index], this.fmt).map((l) => ["", l]);
+      if (this.mode === "bodies") return bodiesLines(trace.bodies());
       if (this.mode === "snapshot") {
         const snap = trace.snapshotAt(index);
         return snap === null ? [["", "no snapshot yet"]] : render(snap, this.fmt).map((l) => ["", l]);
@@ -465,8 +523,40 @@
       }
     }
 
+    /** Move the selection to the next (or previous) event that matches the search, across requests. */
+    nextMatch(step = 1) {
+      if (!this.search || !this.requests.length) return false;
+      const flat = [];
+      this.requests.forEach((r, ri) => { for (const i of r.matching(this.search)) flat.push([ri, i]); });
+      if (!flat.length) return false;
+      const here = [this.selectedRequest, this.selectedRow];
+      const after = (a) => a[0] > here[0] || (a[0] === here[0] && a[1] > here[1]);
+      const before = (a) => a[0] < here[0] || (a[0] === here[0] && a[1] < here[1]);
+      const target = step > 0 ? (flat.find(after) || flat[0]) : ([...flat].reverse().find(before) || flat[flat.length - 1]);
+      if (target[0] !== this.selectedRequest) this.selectRequest(target[0]);
+      this.followRequests = false;
+      this.selectRow(target[1]);
+      return true;
+    }
+
     setMode(mode) { if (MODES.includes(mode)) this.mode = mode; }
     toggleFormat() { this.fmt = FORMATS[(FORMATS.indexOf(this.fmt) + 1) % FORMATS.length]; }
+  }
+
+  /** The bodies as plain lines (what ``c`` copies in the Bodies view). */
+  function bodiesLines(bodies) {
+    const out = [];
+    for (const [name, body] of [["request", bodies.request], ["response", bodies.response]]) {
+      out.push(["diff-caption", `${name}${body ? ` (${body.stage}${body.contentType ? ", " + body.contentType : ""})` : ""}`]);
+      if (!body) { out.push(["", "no body"]); continue; }
+      const shown = global.LlmStream ? global.LlmStream.present(body.text, body.contentType) : { kind: "text", text: body.text };
+      if (shown.kind === "sse") {
+        out.push(["", `reassembled ${shown.stream.format} stream (${shown.stream.events} events):`]);
+        out.push(...shown.stream.text.split("\n").map((l) => ["", l]));
+        if (shown.stream.usage) out.push(["", "usage: " + JSON.stringify(shown.stream.usage)]);
+      } else out.push(...shown.text.split("\n").map((l) => ["", l]));
+    }
+    return out;
   }
 
   global.TraceModel = { summarize, render, unifiedDiff, RequestTrace, TraceView, KIND_BY_TYPE, MODE_TITLES, MAX_REQUESTS };

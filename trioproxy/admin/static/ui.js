@@ -1,5 +1,5 @@
-// trioproxy admin UI: seven pages over the admin JSON API (/api/*) and /debug/trace; the Keys, Spend
-// and Logs pages are in keys_ui.js.
+// trioproxy admin UI: nine pages over the admin JSON API (/api/*) and /debug/trace; the Keys, Spend
+// and Logs pages are in keys_ui.js, the Requests page in requests_ui.js.
 // Plain modern JS, no build step; trace_model.js holds the trace viewer's state.
 "use strict";
 
@@ -285,6 +285,7 @@ async function startTrace() {
     $("trace-start").textContent = "Start trace";
     if ($("trace-status").dataset.state !== "error")
       setTraceStatus(statusLine(wasStopped ? "stopped" : "stream complete"), "done");
+    renderTrace();
   }
 }
 
@@ -354,30 +355,115 @@ function scheduleRender() {
 function renderTrace() {
   const view = trace.view;
   $("trace-download").disabled = view.eventCount === 0;
+  const done = !!(view.trace && view.trace.finished);
+  for (const id of ["trace-har", "trace-curl"]) $(id).disabled = !done;
+  // The replay's fresh trace joins the list: not while this page's trace stream is adding to it.
+  const replay = $("trace-replay");
+  if (!replay.matches("[data-busy]")) replay.disabled = !done || trace.running;
+  replay.title = trace.running ? "stop the trace first: the replay's fresh trace joins the list"
+    : "send the selected request again through the gateway, with a fresh trace";
   $("pane-requests").hidden = !view.showRequests;
   $("trace-panes").classList.toggle("with-requests", view.showRequests);
   for (const pane of document.querySelectorAll("#trace-panes .pane"))
     pane.classList.toggle("focused", pane.dataset.pane === view.focus);
 
+  const query = view.search;
+  const matches = view.requests.map((r) => new Set(r.matching(query)));
   $("request-rows").replaceChildren(...view.requests.map((r, i) => el("tr", {
-    class: i === view.selectedRequest ? "selected" : "", "data-index": i,
+    class: (i === view.selectedRequest ? "selected" : "") + (query && matches[i].size ? " match" : ""), "data-index": i,
   }, el("td", { text: i + 1 }), el("td", { text: r.method }), el("td", { class: "mono", text: r.path, title: r.path }),
     el("td", { text: r.status }), el("td", { text: r.duration }))));
 
   const current = view.trace;
-  $("event-rows").replaceChildren(...(current ? current.rows : []).map((row, i) => el("tr", {
-    class: `sev-${row.severity}` + (i === view.selectedRow ? " selected" : ""), "data-kind": row.kind, "data-index": i,
-  }, el("td", { text: row.number }), el("td", { text: row.kind }), el("td", { text: row.summary }))));
+  const mine = matches[view.selectedRequest] || new Set();
+  const only = query && $("trace-search-filter").checked;
+  $("event-rows").replaceChildren(...(current ? current.rows : []).flatMap((row, i) => (only && !mine.has(i) && i !== view.selectedRow ? [] : [el("tr", {
+    class: `sev-${row.severity}` + (i === view.selectedRow ? " selected" : "") + (query && mine.has(i) ? " match" : ""),
+    "data-kind": row.kind, "data-index": i,
+  }, el("td", { text: row.number }), el("td", { text: row.kind }), el("td", { text: row.summary }))])));
+  renderSearchState(matches);
 
   $("details-title").textContent = view.detailsTitle();
   $("details-format").firstChild.textContent = view.fmt + " ";
   for (const b of document.querySelectorAll(".modes [data-mode]")) b.classList.toggle("active", b.dataset.mode === view.mode);
   const details = $("details");
   details.dataset.mode = view.mode;
-  details.replaceChildren(...view.detailsLines().map(([style, line]) => el("span", { class: style ? `line ${style}` : "line", text: line })));
+  const bodies = view.mode === "bodies";
+  details.hidden = bodies;
+  $("bodies").hidden = !bodies;
+  if (bodies) renderBodies(current, query);
+  else details.replaceChildren(...view.detailsLines().map(([style, line]) => el("span", { class: style ? `line ${style}` : "line" }, highlighted(line, query))));
 
   for (const row of document.querySelectorAll("#event-rows tr.selected, #request-rows tr.selected"))
     row.scrollIntoView({ block: "nearest" });
+}
+
+/** ``text`` as nodes, each case-insensitive occurrence of ``query`` in a <mark>. */
+function highlighted(text, query) {
+  if (!query) return [text];
+  const lower = text.toLowerCase(), q = query.toLowerCase();
+  const out = [];
+  let at = 0;
+  for (let i = lower.indexOf(q); i >= 0; i = lower.indexOf(q, at)) {
+    if (i > at) out.push(text.slice(at, i));
+    out.push(el("mark", { text: text.slice(i, i + q.length) }));
+    at = i + q.length;
+  }
+  if (at < text.length) out.push(text.slice(at));
+  return out;
+}
+
+function renderSearchState(matches) {
+  const box = $("trace-search-state");
+  const query = trace.view.search;
+  if (!query) { box.textContent = ""; delete box.dataset.count; return; }
+  const events = matches.reduce((n, m) => n + m.size, 0);
+  const requests = matches.filter((m) => m.size).length;
+  box.dataset.count = events;
+  box.textContent = events ? `${events} matching event${events === 1 ? "" : "s"}` + (trace.view.showRequests ? ` in ${requests} request${requests === 1 ? "" : "s"}` : "")
+    : "no match";
+}
+
+const SIDE_NAMES = { request: "Request body", response: "Response body" };
+const ORIGINAL_NAMES = { request: "as the client sent it", response: "as the provider sent it" };
+
+/** The Bodies view: request and response side by side; JSON pretty-printed, SSE streams reassembled. */
+function renderBodies(current, query) {
+  const box = $("bodies");
+  if (!current) { box.replaceChildren(el("p", { class: "muted", text: "waiting for trace data" })); return; }
+  const found = current.bodies();
+  const open = new Set([...box.querySelectorAll("details[open] > summary")].map((n) => n.textContent));
+  box.replaceChildren(...["request", "response"].map((side) => {
+    const body = found[side];
+    const head = el("h3", {}, SIDE_NAMES[side], body ? el("span", { class: "muted small",
+      text: ` ${body.stage}${body.contentType ? " · " + body.contentType : ""} · ${body.text.length} chars${body.truncated ? " · truncated" : ""}` }) : null);
+    if (!body) return el("div", { class: "body-side", "data-side": side }, head, el("p", { class: "muted", text: "no body in this trace" }));
+    const parts = [head, ...bodyView(body, query)];
+    if (body.original) parts.push(el("details", { class: "original" }, el("summary", { text: `${ORIGINAL_NAMES[side]} (${body.original.stage})` }),
+      ...bodyView(body.original, query)));
+    return el("div", { class: "body-side", "data-side": side }, parts);
+  }));
+  for (const summary of box.querySelectorAll("details > summary")) if (open.has(summary.textContent)) summary.parentNode.open = true;
+}
+
+function bodyView(body, query) {
+  const shown = LlmStream.present(body.text, body.contentType);
+  if (shown.kind === "empty") return [el("p", { class: "muted", text: "empty" })];
+  if (shown.kind !== "sse") return [el("pre", { class: `body ${shown.kind}`, "data-kind": shown.kind }, highlighted(shown.text, query))];
+  const stream = shown.stream;
+  const facts = [["format", stream.format], ["model", stream.model], ["finish", stream.finishReason],
+    ["events", String(stream.events) + (stream.done ? "" : " (no end marker)")]].filter(([, v]) => v);
+  return [
+    el("div", { class: "stream", "data-format": stream.format },
+      el("div", { class: "muted small" }, facts.map(([k, v]) => el("span", { class: "fact" }, `${k}: `, el("strong", { text: v })))),
+      el("h4", { text: "Reassembled text" }),
+      el("pre", { class: "body generated", "data-kind": "generated" }, highlighted(stream.text || "(no text)", query)),
+      stream.toolCalls.length ? el("h4", { text: "Tool calls" }) : null,
+      stream.toolCalls.length ? el("pre", { class: "body tools" }, highlighted(stream.toolCalls.map((t) => `${t.name}(${t.arguments})`).join("\n"), query)) : null,
+      el("h4", { text: "Usage" }),
+      el("pre", { class: "body usage", "data-kind": "usage" }, highlighted(stream.usage ? JSON.stringify(stream.usage, null, 2) : "(the stream reported none)", query))),
+    el("details", { class: "raw" }, el("summary", { text: "raw stream" }), el("pre", { class: "body raw" }, highlighted(shown.text, query))),
+  ];
 }
 
 /** ``c`` as in the text UI: the details pane's text to the clipboard. */
@@ -389,18 +475,89 @@ function copyDetails() {
   navigator.clipboard.writeText(text).then(() => done(true), () => done(false));
 }
 
-function downloadTrace() {
-  const events = trace.view.allEvents();
-  if (!events.length) return;
-  const text = events.map((e) => JSON.stringify(e)).join("\n") + "\n";
-  const link = el("a", {
-    href: URL.createObjectURL(new Blob([text], { type: "application/x-ndjson" })),
-    download: `trace-${new Date().toISOString().replace(/[:.]/g, "-")}.jsonl`,
-  });
+/** Save ``text`` as a file named ``name`` (the admin token stays in headers: fetch, then a blob link). */
+function saveFile(text, name, type) {
+  const link = el("a", { href: URL.createObjectURL(new Blob([text], { type })), download: name });
   document.body.append(link);
   link.click();
   link.remove();
   setTimeout(() => URL.revokeObjectURL(link.href), 1000);
+}
+const stamp = () => new Date().toISOString().replace(/[:.]/g, "-");
+
+// -- export and replay of the selected request (POST /api/export, /api/replay: docs/export.md) --------
+/** The ``name: value`` lines of the credentials box as an object (names lower-cased). */
+function traceCredentials() {
+  const headers = {};
+  for (const line of $("trace-credentials").value.split("\n")) {
+    const cut = line.indexOf(":");
+    if (cut > 0 && line.slice(0, cut).trim()) headers[line.slice(0, cut).trim().toLowerCase()] = line.slice(cut + 1).trim();
+  }
+  return headers;
+}
+
+function showExport(title, text, state) {
+  $("trace-export").hidden = false;
+  $("trace-export").dataset.state = state;
+  $("trace-export-title").textContent = title;
+  $("trace-export-text").textContent = text;
+}
+
+async function postJSON(path, body) {
+  return api(path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+}
+
+async function exportSelected(format) {
+  const current = trace.view.trace;
+  if (!current || !current.finished) return;
+  try {
+    if (format === "har") {
+      const response = await postJSON("/api/export?format=har", { traces: [current.events] });
+      saveFile(await response.text(), `request-${stamp()}.har`, "application/json");
+      setTraceStatus(`saved the request ${current.method} ${current.path} as HAR`, $("trace-status").dataset.state);
+    } else {
+      const response = await postJSON("/api/export?format=curl", { traces: [current.events], headers: traceCredentials() });
+      showExport(`curl: ${current.method} ${current.path}`, (await response.text()).trim(), "curl");
+    }
+  } catch (error) {
+    showExport(`${format} failed`, String(error.message || error), "error");
+  }
+}
+
+async function replaySelected() {
+  const current = trace.view.trace;
+  if (!current || !current.finished) return;
+  const button = $("trace-replay");
+  button.disabled = true;
+  button.dataset.busy = "1";
+  try {
+    const response = await postJSON("/api/replay", { trace: current.events, headers: traceCredentials() });
+    const answer = await response.json();
+    const head = answer.headers.map(([k, v]) => `${k}: ${v}`).join("\n");
+    showExport(`Replayed ${current.method} ${current.path}: HTTP ${answer.status}`, `${head}\n\n${answer.body}`, "replay");
+    $("trace-export").dataset.status = answer.status;
+    // The fresh trace joins the list, selected.
+    if (answer.trace.length) {
+      const view = trace.view;
+      view.followRequests = true;
+      view.showRequests = true;
+      for (const event of answer.trace) view.addEvent(event);
+      view.selectRequest(view.requests.length - 1);
+    }
+    renderTrace();
+  } catch (error) {
+    showExport("replay failed", String(error.message || error), "error");
+  } finally {
+    delete button.dataset.busy;
+    renderTrace();
+  }
+}
+
+function downloadTrace() {
+  const events = trace.view.allEvents();
+  if (!events.length) return;
+  const text = events.map((e) => JSON.stringify(e)).join("\n") + "\n";
+  saveFile(text, `trace-${stamp()}.jsonl`, "application/x-ndjson");
 }
 
 // Keys as in the text UI (tui/keys.py): tab, arrows/j/k, PgUp/PgDn, Home/End/g/G, e/s/d, f.
@@ -424,6 +581,9 @@ function onTraceKey(ev) {
   else if (ev.key === "e") view.setMode("event");
   else if (ev.key === "s") view.setMode("snapshot");
   else if (ev.key === "d") view.setMode("diff");
+  else if (ev.key === "b") view.setMode("bodies");
+  else if (ev.key === "/") { $("trace-search").focus(); ev.preventDefault(); return; }
+  else if (ev.key === "n" || ev.key === "N") view.nextMatch(ev.key === "n" ? 1 : -1);
   else if (ev.key === "f") view.toggleFormat();
   else if (ev.key === "c") { copyDetails(); return; }
   else return;
@@ -469,6 +629,21 @@ function setupTrace() {
       trace.view.focus = pane.dataset.pane;
       for (const p of document.querySelectorAll("#trace-panes .pane")) p.classList.toggle("focused", p === pane);
     });
+  $("trace-har").addEventListener("click", () => exportSelected("har"));
+  $("trace-curl").addEventListener("click", () => exportSelected("curl"));
+  $("trace-replay").addEventListener("click", replaySelected);
+  $("trace-export-close").addEventListener("click", () => { $("trace-export").hidden = true; });
+  $("trace-export-copy").addEventListener("click", () => {
+    if (navigator.clipboard) navigator.clipboard.writeText($("trace-export-text").textContent).catch(() => {});
+  });
+  $("trace-search").addEventListener("input", () => { trace.view.search = $("trace-search").value; renderTrace(); });
+  $("trace-search-filter").addEventListener("change", renderTrace);
+  $("trace-search-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    trace.view.search = $("trace-search").value;
+    trace.view.nextMatch(1);
+    renderTrace();
+  });
   document.addEventListener("keydown", onTraceKey);
   renderTrace();
 }
@@ -608,6 +783,7 @@ async function renderTraffic() {
 // -- pages and polling -----------------------------------------------------------------------------
 const PAGES = {
   overview: { render: renderOverview, every: 5000 },
+  requests: { render: renderRequests, every: 0, leave: leaveRequests }, // requests_ui.js
   trace: { render: async () => renderTrace(), every: 0 },
   ratelimits: { render: renderLimiters, every: 1000 },
   traffic: { render: renderTraffic, every: 2000 },
@@ -618,6 +794,7 @@ const PAGES = {
 };
 let pollTimer = null;
 let generation = 0;
+let shownPage = null;
 
 function currentPage() {
   const name = location.hash.replace(/^#\/?/, "");
@@ -628,6 +805,8 @@ async function showPage() {
   const name = currentPage();
   const mine = ++generation;
   clearTimeout(pollTimer);
+  if (shownPage && shownPage !== name && PAGES[shownPage].leave) PAGES[shownPage].leave();
+  shownPage = name;
   for (const section of document.querySelectorAll(".page")) section.hidden = section.id !== `page-${name}`;
   for (const link of document.querySelectorAll("nav a")) {
     if (link.dataset.page === name) link.setAttribute("aria-current", "page");
