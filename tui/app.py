@@ -13,11 +13,12 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 
 from prompt_toolkit.application import Application
+from prompt_toolkit.filters import Condition
 from prompt_toolkit.input import Input
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.output import Output
 
-from .keys import KEYMAP
+from .keys import KEYMAP, PROMPT_KEYMAP
 from .layout import STYLE, TraceLayout
 from .state import Event, TraceView
 
@@ -50,12 +51,25 @@ class TraceApp:
             "view.snapshot": lambda: self.view.set_mode("snapshot"),
             "view.diff": lambda: self.view.set_mode("diff"),
             "view.format": self.view.toggle_format,
+            "view.bodies": lambda: self.view.set_mode("bodies"),
+            "search.start": self.view.prompt_open,
+            "search.next": lambda: self.view.search_next(1),
+            "search.prev": lambda: self.view.search_next(-1),
             "details.copy": self.copy_details,
             "app.quit": self.quit,
         }
+        self.prompt_commands: dict[str, Callable[[], None]] = {
+            "prompt.accept": self.view.prompt_accept,
+            "prompt.backspace": self.view.prompt_backspace,
+            "prompt.cancel": self.view.prompt_cancel,
+        }
+        typing = Condition(lambda: self.view.prompt is not None)
         kb = KeyBindings()
         for binding in KEYMAP:
-            kb.add(binding.key)(self._handler(binding.command))
+            kb.add(binding.key, filter=~typing)(self._handler(binding.command))
+        for binding in PROMPT_KEYMAP:
+            kb.add(binding.key, filter=typing)(self._handler(binding.command))
+        kb.add("<any>", filter=typing)(self._type)
         self.app: Application[int] = Application(
             layout=self.layout.layout,
             key_bindings=kb,
@@ -75,8 +89,12 @@ class TraceApp:
 
     def run_command(self, command: str) -> None:
         self.view.notice = None
-        self.commands[command]()
+        (self.commands.get(command) or self.prompt_commands[command])()
         self.history.append((command, self.view.details_title()))
+        self.app.invalidate()
+
+    def _type(self, event: KeyPressEvent) -> None:
+        self.view.prompt_type(event.data)
         self.app.invalidate()
 
     def quit(self) -> None:
