@@ -98,8 +98,10 @@ class TraceLayout:
         details = Frame(self.details_window, title=lambda: self._title("details", view.details_title()),
                         width=Dimension(weight=45))
         bodies = VSplit([
-            Frame(self.body_windows[0], title=lambda: self._title("details", "Request body")),
-            Frame(self.body_windows[1], title=lambda: self._title("details", "Response body")),
+            Frame(self.body_windows[0], title=lambda: self._title("details", "Request body"),
+                  width=Dimension(weight=50)),
+            Frame(self.body_windows[1], title=lambda: self._title("details", "Response body"),
+                  width=Dimension(weight=50)),
         ])
         showing_bodies = Condition(lambda: view.mode == "bodies")
         self.container = HSplit(

@@ -30,6 +30,7 @@ KIND_BY_TYPE = {
     "backendCallStart": "Backend Start",
     "backendCallResult": "Backend Result",
     "bodySnapshot": "Body Snapshot",
+    "llmUsage": "LLM Usage",
     "mcp": "MCP Call",
     "requestFinished": "Request Done",
 }
@@ -90,6 +91,10 @@ def summarize(event: Event) -> tuple[str, str]:
         summary += f": {msg.get('result', '?')}"
         if msg.get("error"):
             summary += f" error={msg['error']}"
+    elif typ == "llmUsage":
+        summary = " ".join(f"{label}={msg[key]}" for key, label in (
+            ("model", "model"), ("inputTokens", "in"), ("outputTokens", "out"), ("cost", "cost"))
+            if msg.get(key) is not None)
     elif typ == "requestFinished":
         summary = f"request finished status={msg.get('status')}"
         if msg.get("error"):

@@ -1,0 +1,99 @@
+"""The text UI in a real terminal (tmux) on a real gateway process serving a streamed LLM answer from the
+mock OpenAI provider (also a process): the body view shows the answer reassembled, search finds it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.admin_helpers import GatewayProcess
+from tests.conftest import ROOT
+from tests.e2e.test_tui_app import Tmux
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+
+CONFIG = """
+binds:
+- port: {port}
+  listeners:
+  - routes:
+    - name: llm
+      backends:
+      - ai: {{name: gpt, provider: {{openAI: {{}}}}, hostOverride: "127.0.0.1:{mock}"}}
+"""
+
+QUESTION = "the quick brown fox jumps over the lazy dog"
+
+
+@pytest.fixture
+def llm_gateway(tmp_path):
+    mock = subprocess.Popen([sys.executable, "-m", "fixtures.mock_openai", "--port", "0"], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        line = mock.stdout.readline()  # printed once it listens
+        assert line.startswith("mock-openai listening on http://127.0.0.1:"), line
+        gw = GatewayProcess(tmp_path, config_text=CONFIG, mock=line.rsplit(":", 1)[1].strip())
+        try:
+            yield gw
+        finally:
+            gw.close()
+    finally:
+        mock.terminate()
+        mock.wait(timeout=10)
+        mock.stdout.close()
+
+
+def trace_in_tmux(gw: GatewayProcess, *curl_args: str) -> Tmux:
+    cmd = [sys.executable, "-m", "trioproxy", "trace", "--local", "--proxy-admin-port", str(gw.admin_port),
+           "--port", str(gw.port), "--", *curl_args]
+    script = f"cd {shlex.quote(str(ROOT))} && TERM=xterm-256color {shlex.join(cmd)}; echo TRACE-EXIT=$?; exec sleep 60"
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in gw.env.items() if k in ("PYTHONPATH", "TRIOPROXY_RUNTIME_DIR"))
+    return Tmux(f"env {env} sh -c {shlex.quote(script)}")
+
+
+def test_body_view_reassembles_a_streamed_answer_and_search_finds_it(llm_gateway):
+    chat = {"model": "gpt-4o-mini", "stream": True, "stream_options": {"include_usage": True},
+            "messages": [{"role": "user", "content": QUESTION}]}
+    tmux = trace_in_tmux(llm_gateway, "http://llm.example/v1/chat/completions", "-H",
+                         "content-type: application/json", "-d", json.dumps(chat))
+    try:
+        tmux.wait_for(lambda s: "stream complete, press q to exit" in s, "the trace")
+        tmux.keys("b")
+        screen = tmux.wait_for(lambda s: "Response body" in s and "tokens: input" in s, "the body view")
+        assert "Request body" in screen and "POST /v1/chat/completions" in screen
+        assert "OpenAI chat stream reassembled from" in screen and "model gpt-4o-mini" in screen
+        # the answer in one piece (the mock echoes the question, streamed in pieces of words)
+        right = [line.split("││", 1)[1].rstrip("│ ") for line in screen.splitlines() if "││" in line]
+        assert right[right.index("text:") + 1] == QUESTION
+        assert "finish: stop" in screen and "status 200" in screen
+        assert '"content": "the quick brown fox' in screen  # the request, pretty-printed
+        assert "tokens: input 9, output 9, total 18" in right  # the gateway's count (the mock: words)
+
+        tmux.keys("/", "l", "a", "z", "y")
+        tmux.wait_for(lambda s: "/lazy" in s and "Enter search" in s, "the search prompt")
+        tmux.keys("Enter")
+        screen = tmux.wait_for(lambda s: "/lazy: 1/" in s, "the first match")
+        total = int(screen.split("/lazy: 1/", 1)[1].split()[0])
+        assert total >= 2  # the request's content, the reassembled text (and a delta event holding all of it)
+        tmux.keys("n")
+        tmux.wait_for(lambda s: f"/lazy: 2/{total}" in s, "the next match")
+
+        tmux.keys("e")  # in the events view the rows holding a match are marked
+        screen = tmux.wait_for(lambda s: "Raw Event" in s, "the events view")
+        marked = [line for line in screen.splitlines() if "▶" in line]
+        assert any("Body Snapshot" in line and "final request" in line for line in marked)
+        assert any("Body Snapshot" in line and "response" in line for line in marked)
+        assert "LLM Usage       model=gpt-4o-mini in=9 out=9" in screen
+        tmux.keys("n")  # the first match among the events: the request body, decoded under its raw event
+        screen = tmux.wait_for(lambda s: f"/lazy: 1/{total}" in s, "a match in the events")
+        assert '"content": "the quick brown fox jumps over the lazy dog"' in screen
+        tmux.keys("q")
+        screen = tmux.wait_for(lambda s: "TRACE-EXIT=" in s, "exit")
+        assert "TRACE-EXIT=0" in screen and "Traceback" not in screen
+    finally:
+        tmux.close()
