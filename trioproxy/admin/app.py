@@ -23,6 +23,7 @@ from ..proxy.runtime import Runtime
 from ..telemetry.access_log import level_name, parse_level
 from .api import register_api
 from .auth import require_token
+from .export_api import register_export_api
 from .keys_api import register_keys_api
 from .requests_api import serve_requests
 from .trace_stream import serve_trace
@@ -54,7 +55,7 @@ def create_admin_app(runtime: Runtime, *, token: str | None = None) -> ASGIApp:
     ``token`` (off loopback) puts every data endpoint behind ``auth.require_token``; it is
     also scrubbed from trace events, so a traced request carrying it never shows it.
     """
-    quart = _quart_app(runtime)
+    quart = _quart_app(runtime, secrets=(token,) if token else ())
 
     async def app(scope: Any, receive: Any, send: Any) -> None:  # Quart types its own ASGI messages
         if scope["type"] == "http" and scope["path"] == "/debug/trace":
@@ -68,7 +69,7 @@ def create_admin_app(runtime: Runtime, *, token: str | None = None) -> ASGIApp:
     return wrapped
 
 
-def _quart_app(runtime: Runtime) -> QuartTrio:
+def _quart_app(runtime: Runtime, *, secrets: tuple[str, ...] = ()) -> QuartTrio:
     app = QuartTrio("trioproxy.admin")
     app.config["JSON_SORT_KEYS"] = False
     app.json.sort_keys = False  # type: ignore[attr-defined]  # keep config order (binds, listeners, routes as written)
@@ -117,6 +118,7 @@ def _quart_app(runtime: Runtime) -> QuartTrio:
 
     register_api(app, runtime)
     register_keys_api(app, runtime)  # /api/keys, /api/teams, /api/spend, /api/logs
+    register_export_api(app, runtime, secrets=secrets)  # /api/export, /api/replay
 
     @app.get("/config_dump")
     async def dump() -> Any:

@@ -1,4 +1,5 @@
-"""``/api/requests``: the request history (docs/history.md), newest first, optionally CEL-filtered.
+"""``/api/requests``: the request history (docs/history.md), newest first, optionally CEL-filtered;
+``?format=har`` answers the same entries as HAR 1.2 (docs/export.md).
 
 Raw ASGI, like ``/debug/trace``: with ``?follow=true`` it is a server-sent-event stream of each
 new matching summary (``data: {...}``, ``: keepalive`` every second while idle) that must notice
@@ -16,6 +17,7 @@ import trio
 
 from ..asgi import send_text
 from ..cel import CelError, compile_expression
+from ..telemetry.export import har_from_history
 from ..telemetry.history import History, Summary
 
 MAX_LIMIT = 1_000_000
@@ -36,6 +38,11 @@ async def serve_requests(scope: dict[str, Any], receive: Any, send: Any, history
     if follow is None:
         await send_text(send, 400, f"invalid follow {query['follow'][0]!r}: expected true or false")
         return
+    fmt = query.get("format", ["json"])[0].strip().lower() or "json"
+    if fmt not in ("json", "har") or (fmt == "har" and follow):
+        await send_text(send, 400, f"invalid format {query['format'][0]!r}: expected json or har"
+                        + (" (har is a list, not a follow stream)" if fmt == "har" else ""))
+        return
     limit: int | None = None
     if "limit" in query:
         text = query["limit"][0].strip()
@@ -55,8 +62,8 @@ async def serve_requests(scope: dict[str, Any], receive: Any, send: Any, history
             return expression.matches(summary.activation())
 
     if not follow:
-        found = history.newest(limit, matches)
-        await send_text(send, 200, _json([s.as_dict() for s in found]), b"application/json")
+        found = [s.as_dict() for s in history.newest(limit, matches)]
+        await send_text(send, 200, _json(har_from_history(found) if fmt == "har" else found), b"application/json")
         return
     await _follow(receive, send, history, matches, limit)
 

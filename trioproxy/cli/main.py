@@ -23,7 +23,7 @@ from ..rls import cli as rls_cli
 from ..telemetry.access_log import configure_logging
 from ..usage import PREFIX, OneLineParser
 from ..version import __version__
-from . import demo, keys_cli, requests_cli, schema_cli, status_cli, trace_cli
+from . import demo, keys_cli, replay_cli, requests_cli, schema_cli, status_cli, trace_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
         "requests", help="show the last requests a gateway handled (its history)",
         description=requests_cli.DESCRIPTION, epilog=requests_cli.EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter))
+    replay_cli.configure_replay_parser(commands.add_parser(
+        "replay", help="send a traced request again through the gateway, with a fresh trace",
+        description=replay_cli.DESCRIPTION, epilog=replay_cli.EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter))
     keys_cli.configure_parser(commands.add_parser(
         "keys", help="runtime API keys, teams, spend and the request log (keys create|list|...)",
         description=keys_cli.DESCRIPTION, epilog=keys_cli.EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter))

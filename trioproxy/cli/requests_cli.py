@@ -2,7 +2,8 @@
 
 The admin server is found as ``trioproxy trace`` finds it: ``--local`` / ``--proxy-admin-port``,
 or ``gateway/NAME`` from the registry. Rows are printed oldest first, so ``--follow`` simply
-keeps appending below them; ``--raw`` prints the same entries as one JSON object per line.
+keeps appending below them; ``--raw`` prints the same entries as one JSON object per line;
+``--har FILE`` writes them as HAR 1.2 (docs/export.md).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from .export_files import ExportFailed, write_history_har
 from .trace_cli import DEFAULT_ADMIN_PORT, UsageError, exit_status, resolve_admin
 
 DESCRIPTION = "Show the last requests a gateway handled; with --follow, each new one too."
@@ -39,6 +41,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="admin port with --local (default %(default)s)")
     parser.add_argument("--raw", action="store_true", help="print one JSON object per request instead of a table")
     parser.add_argument("--follow", action="store_true", help="keep printing requests as they finish")
+    parser.add_argument("--har", metavar="FILE", help="write the requests shown as HAR 1.2 to FILE (- for stdout)")
     parser.add_argument("-n", "--limit", type=int, default=20, metavar="N",
                         help="how many of the last requests to show first (default %(default)s)")
     parser.add_argument("target", nargs="?", metavar="gateway/NAME",
@@ -139,7 +142,13 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--local and {target} name two different gateways; give one of them")
         if not 1 <= args.limit <= 1_000_000:
             raise UsageError(f"--limit: expected a whole number from 1 to 1000000, got {args.limit}")
+        if args.har is not None and (args.follow or args.har == ""):
+            raise UsageError("--har: expected a file name (or - for stdout)" if args.har == "" else
+                             "--har writes the requests shown once; it cannot be combined with --follow")
         admin = resolve_admin(args, target)
+        if args.har is not None:
+            write_history_har(fetch(admin, expression, args.limit), args.har)
+            return 0
         entries = follow(admin, expression, args.limit) if args.follow else iter(fetch(admin, expression, args.limit))
         if not args.raw:
             _print(header())
@@ -147,4 +156,4 @@ def run(args: argparse.Namespace) -> int:
             _print(json.dumps(entry, separators=(",", ":"), ensure_ascii=False) if args.raw else row(entry))
         return 0
 
-    return exit_status(command, (RequestsError,))
+    return exit_status(command, (RequestsError, ExportFailed))

@@ -3,7 +3,9 @@
 Usage::
 
     trace [gateway/NAME] [--local] [--proxy-admin-port 15000] [--raw] [--expression CEL]
-          [--file F|-] [--follow] [--port N -- URL [curl args...]]
+          [--file F|-] [--follow] [--har FILE|-] [--curl] [--port N -- URL [curl args...]]
+
+``--har`` / ``--curl`` export each traced request (``export_files.py``) instead of showing it.
 
 Argument parsing. ``configure_parser`` declares the options plus one ``argparse.REMAINDER``
 positional, ``rest``. argparse fills it from the first positional word on, including options that
@@ -25,6 +27,8 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
 from ..frontend import registry
+from ..telemetry.export import ExportError
+from .export_files import ExportFailed, export_stream
 from .trace_client import Event, Injection, TraceError, TraceSession, events_from_lines
 
 DEFAULT_ADMIN_PORT = 15000
@@ -54,6 +58,9 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--follow", action="store_true", help="keep tracing request after request")
     parser.add_argument("--port", type=int, metavar="N",
                         help="inject mode: send the request given after -- to 127.0.0.1:N")
+    parser.add_argument("--har", metavar="FILE",
+                        help="write the traced requests as HAR 1.2 to FILE (- for stdout)")
+    parser.add_argument("--curl", action="store_true", help="print each traced request as a curl command line")
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -102,6 +109,10 @@ def check_conflicts(args: argparse.Namespace, opts: Options) -> None:
                 raise UsageError(f"--file shows a saved trace; it cannot be combined with {flag}")
     if args.local and opts.target is not None:
         raise UsageError(f"--local and {opts.target} name two different gateways; give one of them")
+    if args.har == "":
+        raise UsageError("--har: expected a file name (or - for stdout)")
+    if args.har == "-" and (args.curl or args.raw):
+        raise UsageError("--har - writes HAR to stdout; it cannot be combined with --curl or --raw")
 
 
 def wants_raw(args: argparse.Namespace) -> bool:
@@ -147,8 +158,11 @@ def _read_file(name: str) -> list[Event]:
 
 
 async def _run_async(args: argparse.Namespace, opts: Options) -> int:
+    exporting = args.har is not None or args.curl
     if args.file is not None:
         events = _read_file(args.file)
+        if exporting:  # --raw with an export would print the file back: only the export
+            return await export_stream(events, args, live=False)
         if wants_raw(args):
             for event in events:
                 _print_raw(event)
@@ -160,6 +174,8 @@ async def _run_async(args: argparse.Namespace, opts: Options) -> int:
     admin = resolve_admin(args, opts.target)
     injection = Injection(args.port, opts.request) if args.port is not None else None
     async with TraceSession(admin, args.expression, injection=injection, follow=args.follow) as session:
+        if exporting:  # the export instead of the text UI; --raw prints the events too
+            return await export_stream(session.events(), args, live=True, raw=_print_raw if args.raw else None)
         if wants_raw(args):
             async for event in session.events():
                 _print_raw(event)
@@ -196,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
         check_conflicts(args, opts)
         return asyncio.run(_run_async(args, opts))
 
-    return exit_status(command, (TraceError,))
+    return exit_status(command, (TraceError, ExportFailed, ExportError))
 
 
 DESCRIPTION = "Trace the next request of a gateway (with --follow, each request)."

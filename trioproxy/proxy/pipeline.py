@@ -33,7 +33,7 @@ from ..config.model import Backend
 from ..errors import BackendUnreachable, HeaderTooLarge, ModelList, ProxyError, RouteNotFound, UpstreamError
 from ..llm.models import model_list, select_model, transformed_model
 from ..llm.providers import GEMINI_KINDS, MODELS, endpoint_kind, error_dialect, resolve_route
-from ..telemetry.trace import NULL_TRACER, activation
+from ..telemetry.trace import NULL_TRACER, REPLAY_HEADER, activation
 from . import keys_stage, llm_gemini
 from .attempts import Candidate, Plan
 from .exchange import Exchange
@@ -62,6 +62,8 @@ class Pipeline:
         x = Exchange(scope, receive, send, trio.current_time())
         if runtime.trace.watchers:
             x.tracer = runtime.trace.claim(x.arrival, lambda: activation(x)) or NULL_TRACER
+            if any(name == REPLAY_HEADER for name, _ in x.headers):  # /api/replay's marker, used up by the claim
+                x.headers = [h for h in x.headers if h[0] != REPLAY_HEADER]
         if runtime.otel is not None:
             x.span = runtime.otel.start(scope["method"], scope["path"], scope["headers"], time.time_ns())
         return x

@@ -46,6 +46,10 @@ DEFAULT_WATCHER_BUDGET = 8 * 1024 * 1024  # bytes of unread events per watcher; 
 KEEPALIVE_SECONDS = 1.0
 FOLLOW_ARMED = 2  # watchers a follower keeps waiting (2: a worker's claim reaches the supervisor late)
 FOLLOW_PENDING = 64  # claimed requests a follower's reader may lag behind; past it requests go untraced
+#: ``POST /api/replay`` marks the request it sends with this header (a random value) and waits for
+#: it with a watcher whose expression matches that value; the gateway removes it from a request
+#: while any watcher waits (``Pipeline.open_exchange``), so neither the trace nor the backend sees it
+REPLAY_HEADER = b"x-trioproxy-replay"
 
 
 class Traced(Protocol):
