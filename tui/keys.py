@@ -33,6 +33,8 @@ COMMANDS: dict[str, str] = {
     "search.start": "search",
     "search.next": "next match",
     "search.prev": "previous match",
+    "request.export": "export HAR + curl",
+    "request.replay": "replay",
     "details.copy": "copy details",
     "app.quit": "quit",
 }
@@ -58,6 +60,8 @@ KEYMAP: tuple[Binding, ...] = (
     Binding("/", "search.start"),
     Binding("n", "search.next"),
     Binding("N", "search.prev"),
+    Binding("x", "request.export"),
+    Binding("r", "request.replay"),
     Binding("c", "details.copy"),
     Binding("q", "app.quit"),
     Binding("escape", "app.quit"),

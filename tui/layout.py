@@ -77,7 +77,9 @@ class TraceLayout:
         self.events_window = Window(
             FormattedTextControl(self._event_lines, get_cursor_position=self._event_cursor),
         )
-        self.details_window = Window(FormattedTextControl(self._details), wrap_lines=False)
+        # the export view's curl line is one long line: wrapped, so all of it shows
+        self.details_window = Window(FormattedTextControl(self._details),
+                                     wrap_lines=Condition(lambda: view.mode == "export"))
         self.body_windows = [Window(FormattedTextControl(lambda c=c: self._column(c)), wrap_lines=True)
                              for c in (0, 1)]
         help_box = HSplit(
@@ -135,7 +137,8 @@ class TraceLayout:
         out: StyleAndTextTuples = []
         for i, req in enumerate(self.view.requests):
             style = "class:row.selected" if i == self.view.selected_request else ""
-            out.append((style, f"{i + 1:>3}  {req.method:<7} {req.path[:40]:<40} {req.status:>6} {req.duration:>9}"))
+            path = f"{req.path} ({req.note})" if req.note else req.path
+            out.append((style, f"{i + 1:>3}  {req.method:<7} {path[:40]:<40} {req.status:>6} {req.duration:>9}"))
             out.append(("", "\n"))
         return out
 

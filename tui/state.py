@@ -35,8 +35,9 @@ KIND_BY_TYPE = {
     "requestFinished": "Request Done",
 }
 SNAPSHOT_TYPES = ("requestSnapshot", "responseSnapshot", "bodySnapshot")
-MODES = ("event", "snapshot", "diff", "bodies")
-MODE_TITLES = {"event": "Raw Event", "snapshot": "Snapshot", "diff": "Snapshot Diff", "bodies": "Bodies"}
+MODES = ("event", "snapshot", "diff", "bodies", "export")
+MODE_TITLES = {"event": "Raw Event", "snapshot": "Snapshot", "diff": "Snapshot Diff", "bodies": "Bodies",
+               "export": "Export"}
 #: body snapshot stages that hold a response body (the client's form, and a translated answer's provider form)
 RESPONSE_STAGES = ("response", "provider response")
 FORMATS = ("yaml", "json")
@@ -187,6 +188,16 @@ def find_spans(text: str, term: str) -> list[tuple[int, int]]:
     return spans
 
 
+@dataclass(frozen=True)
+class ExportShown:
+    """What ``x`` did, for the details pane: the HAR file written and the request's curl line."""
+
+    request: int  # 1-based number in the request list
+    path: str
+    curl: str | None
+    curl_error: str | None = None
+
+
 @dataclass
 class RequestTrace:
     """The events of one traced request and what the UI derives from them."""
@@ -194,6 +205,7 @@ class RequestTrace:
     events: list[Event] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
     finished: bool = False
+    note: str = ""  # shown after the path in the request list ("replay of 1")
 
     def add(self, event: Event) -> Row:
         kind, summary = summarize(event)
@@ -354,6 +366,7 @@ class TraceView:
     prompt: str | None = None  # the search term being typed after ``/`` (None: not typing)
     search_term: str | None = None
     match_index: int = -1  # the current match in ``matches()``; -1 before ``n`` found one
+    exported: ExportShown | None = None
     _details_cache: tuple[tuple[Any, ...], list[tuple[str, str]]] | None = field(default=None, repr=False)
     _columns_cache: tuple[tuple[Any, ...], tuple[list[Line], list[Line]]] | None = field(default=None, repr=False)
     _match_cache: tuple[tuple[Any, ...], list[Match]] | None = field(default=None, repr=False)
@@ -371,6 +384,26 @@ class TraceView:
         if self.follow_rows and self.selected_request == len(self.requests) - 1:
             self.selected_row = len(self.requests[-1].rows) - 1
             self.details_scroll = 0
+
+    def add_trace(self, events: list[Event], note: str = "") -> int:
+        """A whole request traced elsewhere (a replay's fresh trace), listed and selected; returns its
+        index. It goes before a request still arriving, so live events keep to their own request."""
+        trace = RequestTrace(note=note)
+        for event in events:
+            trace.add(event)
+        at = len(self.requests) - 1 if self.requests and not self.requests[-1].finished else len(self.requests)
+        self.requests.insert(at, trace)
+        self.show_requests = True
+        self.follow_requests = False
+        self.selected_request, self.selected_row = at, max(0, len(trace.rows) - 1)
+        self.follow_rows, self.details_scroll = True, 0
+        if self.mode == "export":  # that view was about the request exported, no longer the selected one
+            self.mode = "event"
+        return at
+
+    def show_export(self, shown: ExportShown) -> None:
+        self.exported = shown
+        self.set_mode("export")
 
     # -- derived -----------------------------------------------------------------------------
     @property
@@ -420,7 +453,8 @@ class TraceView:
         Cached: every redraw asks, and rendering a 2 MiB body as YAML each time would lag keys.
         """
         trace = self.trace
-        key = (self.selected_request, self.selected_row, self.mode, self.fmt, len(trace.events) if trace else 0)
+        key = (self.selected_request, self.selected_row, self.mode, self.fmt, len(trace.events) if trace else 0,
+               len(self.requests), self.exported)
         if self._details_cache is None or self._details_cache[0] != key:
             self._details_cache = (key, self._render_details())
         return self._details_cache[1]
@@ -443,6 +477,8 @@ class TraceView:
         if self.mode == "bodies":
             left, right = self.body_columns()
             return [*left, ("", ""), *right]
+        if self.mode == "export":
+            return self._export_lines()
         if self.mode == "event":
             return [("", line) for line in trace.event_lines(index, self.fmt)]
         if self.mode == "snapshot":
@@ -454,7 +490,19 @@ class TraceView:
         styles = {"+": "diff.add", "-": "diff.del", "@": "diff.hunk", " ": ""}
         return [("diff.caption", caption)] + [(styles[t], line) for t, line in diff]
 
+    def _export_lines(self) -> list[tuple[str, str]]:
+        shown = self.exported
+        if shown is None:
+            return [("", "nothing exported yet: x exports the selected request")]
+        out = [("body.caption", f"request {shown.request} written as HAR 1.2 to {shown.path}"), ("", "")]
+        if shown.curl is None:
+            return out + [("body.warn", f"no curl line: {shown.curl_error}")]
+        return out + [("body.label", "curl (c copies it):"), ("", shown.curl)]
+
     def details_text(self) -> str:
+        """What ``c`` copies: the details pane, or in the export view the curl line alone."""
+        if self.mode == "export" and self.exported is not None and self.exported.curl is not None:
+            return self.exported.curl
         return "\n".join(line for _, line in self.details_lines())
 
     # -- commands ----------------------------------------------------------------------------

@@ -8,7 +8,9 @@ import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.admin_helpers import GatewayProcess
@@ -37,7 +39,9 @@ def llm_gateway(tmp_path):
     try:
         line = mock.stdout.readline()  # printed once it listens
         assert line.startswith("mock-openai listening on http://127.0.0.1:"), line
-        gw = GatewayProcess(tmp_path, config_text=CONFIG, mock=line.rsplit(":", 1)[1].strip())
+        port = line.rsplit(":", 1)[1].strip()
+        gw = GatewayProcess(tmp_path, config_text=CONFIG, mock=port)
+        gw.mock_url = f"http://127.0.0.1:{port}"
         try:
             yield gw
         finally:
@@ -48,10 +52,10 @@ def llm_gateway(tmp_path):
         mock.stdout.close()
 
 
-def trace_in_tmux(gw: GatewayProcess, *curl_args: str) -> Tmux:
+def trace_in_tmux(gw: GatewayProcess, *curl_args: str, cwd: Path = ROOT) -> Tmux:
     cmd = [sys.executable, "-m", "trioproxy", "trace", "--local", "--proxy-admin-port", str(gw.admin_port),
            "--port", str(gw.port), "--", *curl_args]
-    script = f"cd {shlex.quote(str(ROOT))} && TERM=xterm-256color {shlex.join(cmd)}; echo TRACE-EXIT=$?; exec sleep 60"
+    script = f"cd {shlex.quote(str(cwd))} && TERM=xterm-256color {shlex.join(cmd)}; echo TRACE-EXIT=$?; exec sleep 60"
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in gw.env.items() if k in ("PYTHONPATH", "TRIOPROXY_RUNTIME_DIR"))
     return Tmux(f"env {env} sh -c {shlex.quote(script)}")
 
@@ -68,7 +72,7 @@ def test_body_view_reassembles_a_streamed_answer_and_search_finds_it(llm_gateway
         assert "Request body" in screen and "POST /v1/chat/completions" in screen
         assert "OpenAI chat stream reassembled from" in screen and "model gpt-4o-mini" in screen
         # the answer in one piece (the mock echoes the question, streamed in pieces of words)
-        right = [line.split("││", 1)[1].rstrip("│ ") for line in screen.splitlines() if "││" in line]
+        right = right_column(screen)
         assert right[right.index("text:") + 1] == QUESTION
         assert "finish: stop" in screen and "status 200" in screen
         assert '"content": "the quick brown fox' in screen  # the request, pretty-printed
@@ -92,6 +96,45 @@ def test_body_view_reassembles_a_streamed_answer_and_search_finds_it(llm_gateway
         tmux.keys("n")  # the first match among the events: the request body, decoded under its raw event
         screen = tmux.wait_for(lambda s: f"/lazy: 1/{total}" in s, "a match in the events")
         assert '"content": "the quick brown fox jumps over the lazy dog"' in screen
+        tmux.keys("q")
+        screen = tmux.wait_for(lambda s: "TRACE-EXIT=" in s, "exit")
+        assert "TRACE-EXIT=0" in screen and "Traceback" not in screen
+    finally:
+        tmux.close()
+
+
+def right_column(screen: str) -> list[str]:
+    return [line.split("││", 1)[1].rstrip("│ ") for line in screen.splitlines() if "││" in line]
+
+
+def test_x_exports_har_and_curl_and_r_replays_through_the_gateway(llm_gateway, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    chat = {"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "replay me please"}]}
+    tmux = trace_in_tmux(llm_gateway, "http://llm.example/v1/chat/completions", "-H",
+                         "content-type: application/json", "-d", json.dumps(chat), cwd=work)
+    try:
+        tmux.wait_for(lambda s: "stream complete, press q to exit" in s, "the trace")
+        tmux.keys("x")
+        screen = tmux.wait_for(lambda s: "wrote trioproxy-request-1.har" in s, "the export")
+        har = json.loads((work / "trioproxy-request-1.har").read_text())
+        entry = har["log"]["entries"][0]
+        assert entry["request"]["url"] == "http://llm.example/v1/chat/completions"
+        # (the body as sent upstream: the gateway asked the stream for its usage, stream_options)
+        assert json.loads(entry["request"]["postData"]["text"])["messages"] == chat["messages"]
+        assert "data: [DONE]" in entry["response"]["content"]["text"]
+        assert " Export " in screen and "curl (c copies it):" in screen
+        assert f"http://127.0.0.1:{llm_gateway.port}/v1/chat/completions" in screen  # aimed at the listener
+
+        tmux.keys("r")
+        screen = tmux.wait_for(lambda s: "replayed request 1: status 200 (request 2)" in s, "the replay")
+        assert "(replay of 1)" in screen and " Requests " in screen
+        recorded = httpx.get(f"{llm_gateway.mock_url}/mock/requests").json()
+        assert [r["json"]["messages"] for r in recorded] == [chat["messages"]] * 2  # sent again, upstream
+        tmux.keys("b")  # the replayed request's own trace: its answer, reassembled
+        screen = tmux.wait_for(lambda s: "Response body" in s and "text:" in s, "the replay's bodies")
+        right = right_column(screen)
+        assert right[right.index("text:") + 1] == "replay me please"
         tmux.keys("q")
         screen = tmux.wait_for(lambda s: "TRACE-EXIT=" in s, "exit")
         assert "TRACE-EXIT=0" in screen and "Traceback" not in screen

@@ -7,7 +7,7 @@ import copy
 import json
 
 from tests.fake_trace_gateway import canned_events
-from trioproxy.tui.state import TraceView
+from trioproxy.tui.state import ExportShown, TraceView
 
 CHAT = {"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "say hi to Oslo"}]}
 
@@ -173,3 +173,32 @@ def test_search_prompt_typing():
     view.prompt_type("zzz")
     view.prompt_cancel()
     assert view.prompt is None and view.search_term == "Osl"  # Esc keeps the search it interrupted
+
+
+def test_a_replayed_trace_is_listed_and_selected_before_a_request_still_arriving():
+    first, live = canned_events("GET", "/a"), canned_events("GET", "/live")
+    view = view_of(first + live[:3])  # /live is still arriving
+    view.show_export(ExportShown(1, "/tmp/a.har", "curl http://a"))
+    replayed = canned_events("GET", "/a", status=201)
+    at = view.add_trace(replayed, note="replay of 1")
+    assert at == 1 and view.selected_request == 1 and view.show_requests and not view.follow_requests
+    assert [(r.path, r.note, r.status) for r in view.requests] == [
+        ("/a", "", "200"), ("/a", "replay of 1", "201"), ("/live", "", "…")]
+    assert view.selected_row == len(replayed) - 1 and view.mode == "event"
+    for e in live[3:]:  # the live request's events still go to the live request
+        view.add_event(e)
+    assert len(view.requests) == 3 and view.requests[2].finished and view.selected_request == 1
+    assert view.add_trace(canned_events("GET", "/b")) == 3  # after finished requests: at the end
+
+
+def test_export_view_shows_the_har_file_and_copies_the_curl_line():
+    view = view_of(llm_events())
+    assert view.details_title() == "Raw Event"
+    view.show_export(ExportShown(1, "/tmp/x/trioproxy-request-1.har", "curl --globoff http://a/v1 -d hi"))
+    assert view.details_title() == "Export"
+    assert texts(view.details_lines()) == ["request 1 written as HAR 1.2 to /tmp/x/trioproxy-request-1.har", "",
+                                           "curl (c copies it):", "curl --globoff http://a/v1 -d hi"]
+    assert view.details_text() == "curl --globoff http://a/v1 -d hi"
+    view.show_export(ExportShown(1, "/tmp/h.har", None, "the trace cut the request body"))
+    assert view.details_lines()[-1] == ("body.warn", "no curl line: the trace cut the request body")
+    assert view.details_text().startswith("request 1 written")
