@@ -17,13 +17,7 @@ import trio
 
 from tests.conftest import ROOT
 from tests.e2e.test_trace import watch
-
-HAR_SCHEMA = json.loads((ROOT / "fixtures" / "har" / "har-1.2.schema.json").read_text())
-
-
-def assert_har(document: dict) -> None:
-    jsonschema.Draft202012Validator.check_schema(HAR_SCHEMA)
-    jsonschema.validate(document, HAR_SCHEMA, cls=jsonschema.Draft202012Validator)
+from tests.har_helpers import assert_har
 
 
 async def traced(nursery, gateway, send) -> tuple[httpx.Response, list[dict]]:

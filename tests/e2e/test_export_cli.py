@@ -15,7 +15,7 @@ import pytest
 
 from tests.admin_helpers import GatewayProcess
 from tests.conftest import ROOT
-from tests.e2e.test_export import assert_har
+from tests.har_helpers import assert_har
 
 
 class Gw(GatewayProcess):

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import ROOT
 
 CLI_MD = (ROOT / "docs" / "cli.md").read_text()
-COMMANDS = [(), ("proxy", "trace"), ("requests",), ("keys",), ("keys", "create"), ("demo",), ("schema",), ("status",), ("idp", "setup"), ("ratelimit-server",)]
+COMMANDS = [(), ("proxy", "trace"), ("requests",), ("replay",), ("keys",), ("keys", "create"), ("demo",), ("schema",), ("status",), ("idp", "setup"), ("ratelimit-server",)]
 
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=lambda argv: " ".join(argv) or "trioproxy")
@@ -30,7 +30,7 @@ def test_every_subcommand_is_documented():
                          env={**os.environ, "COLUMNS": "80"}, check=True).stdout
     listed = top.split("positional arguments:", 1)[1].split("options:", 1)[0]
     names = {line.split()[0] for line in listed.splitlines() if re.match(r"^    [a-z]", line)}
-    assert names == {"proxy", "trace", "requests", "keys", "demo", "schema", "status", "idp", "ratelimit-server"}
+    assert names == {"proxy", "trace", "requests", "replay", "keys", "demo", "schema", "status", "idp", "ratelimit-server"}
     assert names - {"proxy", "idp", "trace"} <= {argv[0] for argv in COMMANDS if argv}
 
 
