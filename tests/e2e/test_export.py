@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 import trio
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, SIMPLE, free_port, start_gateway
 from tests.e2e.test_trace import watch
 from tests.har_helpers import assert_har
 
@@ -159,8 +159,24 @@ async def test_replay_through_the_gateway_with_a_fresh_trace(nursery, gateway, b
     assert not_events.status_code == 400 and "trace" in not_events.json()["error"]
 
 
+async def test_replay_goes_before_a_reader_of_any_request(nursery, gateway, backend):
+    """A ``/debug/trace`` reader of every request, waiting already (the web UI following), does not
+    take the replayed request: the replay's watcher is offered it first."""
+    _, events = await traced(nursery, gateway, _post)
+    bystander = await watch(nursery, gateway)
+    async with httpx.AsyncClient(base_url=gateway.admin_url, timeout=60) as admin:
+        replayed = await admin.post("/api/replay", json={"trace": events})
+    assert replayed.status_code == 200, replayed.text
+    assert replayed.json()["trace"][-1]["message"]["type"] == "requestFinished"
+    async with gateway.client() as client:
+        await client.get("/other")
+    seen = await bystander.events()  # still waiting after the replay: it took the next request
+    first = next(e for e in seen if e["message"].get("stage") == "initial request")
+    assert first["message"]["requestState"]["request"]["path"] == "/other"
+
+
 async def test_replay_traces_only_its_own_request(nursery, gateway, backend):
-    """A request arriving while a replay waits is not taken for it (the watcher waits for the token)."""
+    """Requests arriving while a replay waits are not taken for it (its watcher waits for its token)."""
     _, events = await traced(nursery, gateway, _post)
     async with httpx.AsyncClient(base_url=gateway.admin_url, timeout=30) as admin, gateway.client() as client:
         async with trio.open_nursery() as inner:
@@ -169,9 +185,20 @@ async def test_replay_traces_only_its_own_request(nursery, gateway, backend):
                     await client.get("/other")
             inner.start_soon(other_traffic)
             replayed = await admin.post("/api/replay", json={"trace": events})
+    assert replayed.status_code == 200, replayed.text
     trace = replayed.json()["trace"]
     initial = next(e for e in trace if e["message"].get("stage") == "initial request")
     assert initial["message"]["requestState"]["request"]["path"] == "/echo/items"
+
+
+async def test_replay_refuses_a_websocket_upgrade(nursery, gateway):
+    _, events = await traced(nursery, gateway, _post)
+    for event in events:  # the same trace, as an upgrade request's would read
+        if event["message"].get("stage") == "initial request":
+            event["message"]["requestState"]["request"]["headers"]["upgrade"] = "websocket"
+    async with httpx.AsyncClient(base_url=gateway.admin_url) as admin:
+        refused = await admin.post("/api/replay", json={"trace": events})
+    assert refused.status_code == 400 and "WebSocket" in refused.json()["error"]
 
 
 def test_schema_fixture_refuses_a_broken_har():
@@ -182,3 +209,35 @@ def test_schema_fixture_refuses_a_broken_har():
     with pytest.raises(jsonschema.ValidationError):
         assert_har({"log": {"version": "1.1", "creator": {"name": "x", "version": "1"}, "entries": []}})
     assert Path(ROOT / "fixtures" / "har" / "har-1.2.schema.json").exists()
+
+
+async def test_replay_trace_hides_the_admin_token(nursery, backend):
+    """As ``/debug/trace`` does, the replay's fresh trace never shows the admin token (here sent as
+    an ordinary header, which the trace would otherwise show)."""
+    gw = await start_gateway(nursery, "config:\n  adminToken: tok-123456\n" + SIMPLE, port=free_port(),
+                             backend=backend.port)
+    async with httpx.AsyncClient(base_url=gw.admin_url, headers={"authorization": "Bearer tok-123456"},
+                                 timeout=30) as admin:
+        events: list[dict] = []
+        ready = trio.Event()
+
+        async def read_trace() -> None:
+            async with admin.stream("POST", "/debug/trace") as stream:
+                async for line in stream.aiter_lines():
+                    if line == ": ready":
+                        ready.set()
+                    elif line.startswith("data: "):
+                        events.append(json.loads(line[6:]))
+
+        async with trio.open_nursery() as inner:
+            inner.start_soon(read_trace)
+            await ready.wait()
+            async with gw.client() as client:
+                await client.get("/echo/token", headers={"x-note": "plain"})
+        replayed = await admin.post("/api/replay", json={"trace": events, "headers": {"x-note": "tok-123456"}})
+    assert replayed.status_code == 200, replayed.text
+    assert dict(backend.last_headers)["x-note"] == "tok-123456"  # sent as supplied
+    fresh = replayed.json()["trace"]
+    initial = next(e for e in fresh if e["message"].get("stage") == "initial request")
+    assert initial["message"]["requestState"]["request"]["headers"]["x-note"] == "<redacted>"
+    assert "tok-123456" not in json.dumps(fresh)  # nor in the echoed body (base64 inside the event)

@@ -25,6 +25,7 @@ async def test_replay_across_workers(launch, backend, nursery):  # noqa: F811
                                      headers={"x-api-key": "k-secret", "x-visible": "v"})
     events = await reader.events()
     assert original.status_code == 200
+    bystander = await nursery.start(TraceReader(Admin).run)  # an older watcher of any request
     async with httpx.AsyncClient(base_url=gw.admin_url, timeout=60) as admin:
         for _ in range(3):  # the kernel may hand each replay to either worker
             before = len(backend.seen)
@@ -39,3 +40,8 @@ async def test_replay_across_workers(launch, backend, nursery):  # noqa: F811
             assert result["trace"][-1]["message"] == {"type": "requestFinished", "status": 200, "error": None}
             initial = next(e for e in result["trace"] if e["message"].get("stage") == "initial request")
             assert initial["message"]["requestState"]["request"]["path"] == "/w/replayed"
+    async with httpx.AsyncClient(timeout=30) as client:
+        await client.get(f"{gw.url}/w/after")
+    seen = await bystander.events()  # the replays went first; it took the next request
+    first = next(e for e in seen if e["message"].get("stage") == "initial request")
+    assert first["message"]["requestState"]["request"]["path"] == "/w/after"

@@ -5,9 +5,10 @@ with a fresh trace of it. How exactly that request is traced, and no other:
 
 1. a random token (128 bits) is made, and a one-shot trace watcher registered on the runtime's
    hub (``TraceHub.watch``) whose CEL expression is
-   ``request.headers["x-trioproxy-replay"] == "<token>"`` — an ordinary watcher, so it counts among
-   ``TRIOPROXY_TRACE_MAX_WATCHERS`` (429 past it) and, under ``--workers``, is published to the
-   workers like any other (the expression travels as text);
+   ``request.headers["x-trioproxy-replay"] == "<token>"``, ahead of the watchers already waiting
+   (``first``: a ``/debug/trace`` reader of every request, such as the web UI following, would
+   otherwise take it). It counts among ``TRIOPROXY_TRACE_MAX_WATCHERS`` (429 past it) and, under
+   ``--workers``, is published to the workers like any other (the expression travels as text);
 2. the request goes to ``127.0.0.1:<bind port>`` (the bind named by the trace's listener key,
    ``https`` with the traced ``Host`` as SNI when the trace says so), with the traced ``Host`` and
    headers plus ``x-trioproxy-replay: <token>``;
@@ -147,6 +148,8 @@ async def replay(runtime: Runtime, x: Exchange, credentials: Mapping[str, str], 
     if x.request_truncated:
         raise ExportError("the trace cut the request body at its limit (TRIOPROXY_TRACE_BODY_LIMIT):"
                           " replaying it would send another request")
+    if any(k.lower() == "upgrade" for k, _ in x.request_headers):
+        raise ExportError("a WebSocket (upgrade) request cannot be replayed: only plain HTTP requests")
     port = _bind_port(runtime, x)
     token = random_tokens.token_hex(16)
     name = REPLAY_HEADER.decode()
@@ -157,7 +160,7 @@ async def replay(runtime: Runtime, x: Exchange, credentials: Mapping[str, str], 
     headers.append((name, token))
     host_name = x.host.rsplit(":", 1)[0] if not x.host.endswith("]") else x.host
     try:
-        watcher = runtime.trace.watch(expression.matches)
+        watcher = runtime.trace.watch(expression.matches, first=True)
     except TooManyWatchers as error:
         raise ApiError(429, str(error)) from None
     events: list[dict[str, Any]] = []

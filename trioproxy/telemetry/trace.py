@@ -426,15 +426,20 @@ class TraceHub:
         self.open += 1
 
     def watch(self, matches: Callable[[Mapping[str, Any]], bool] | None = None, *,
-              follower: Follower | None = None) -> Watcher:
+              follower: Follower | None = None, first: bool = False) -> Watcher:
         """A new reader; ``TooManyWatchers`` when ``max_watchers`` exist already. A ``follower``'s
-        watchers share its budget and its place among ``max_watchers``."""
+        watchers share its budget and its place among ``max_watchers``. ``first``: offered requests
+        before the readers already waiting (``/api/replay`` waits for its own request, which a
+        reader of every request would otherwise take)."""
         if follower is None:
             self._take_slot()
         watcher = Watcher(matches, self.buffer, self.watcher_budget, lambda: self.on_drop(),
                           follower.ledger if follower is not None else None)
         watcher.counted = follower is None
-        self.watchers.append(watcher)
+        if first:
+            self.watchers.insert(0, watcher)
+        else:
+            self.watchers.append(watcher)
         return watcher
 
     def follow(self, matches: Callable[[Mapping[str, Any]], bool] | None = None) -> Follower:

@@ -180,15 +180,20 @@ class SupervisorTraceHub(TraceHub):
         self._claimed_by: dict[int, int] = {}  # watcher id -> index of the worker whose request it traces
 
     def watch(self, matches: Callable[[Mapping[str, Any]], bool] | None = None, *,
-              follower: Follower | None = None) -> Watcher:
-        watcher = super().watch(matches, follower=follower)
-        watcher_id = self._next_id
+              follower: Follower | None = None, first: bool = False) -> Watcher:
+        watcher = super().watch(matches, follower=follower, first=first)
+        # workers offer a request to the waiting watchers by id, lowest first: ``first`` ones get a
+        # negative id, so they come before every ordinary one
+        watcher_id = -self._next_id if first else self._next_id
         self._next_id += 1
         self._ids[id(watcher)] = watcher_id
         self._by_id[watcher_id] = watcher
         # trace_stream compiles the expression; its source is what the workers compile again
         self._expressions[watcher_id] = getattr(getattr(matches, "__self__", None), "source", "") or ""
-        self._unpublished.append(watcher_id)
+        if first:
+            self._unpublished.insert(0, watcher_id)
+        else:
+            self._unpublished.append(watcher_id)
         self._publish_pending()
         return watcher
 
