@@ -140,3 +140,38 @@ def test_x_exports_har_and_curl_and_r_replays_through_the_gateway(llm_gateway, t
         assert "TRACE-EXIT=0" in screen and "Traceback" not in screen
     finally:
         tmux.close()
+
+
+def test_r_under_follow_adds_the_replay_once_and_following_goes_on(llm_gateway, tmp_path):
+    cmd = [sys.executable, "-m", "trioproxy", "trace", "--local", "--proxy-admin-port", str(llm_gateway.admin_port),
+           "--follow"]
+    script = f"cd {shlex.quote(str(tmp_path))} && TERM=xterm-256color {shlex.join(cmd)}; exec sleep 60"
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in llm_gateway.env.items()
+                   if k in ("PYTHONPATH", "TRIOPROXY_RUNTIME_DIR"))
+    tmux = Tmux(f"env {env} sh -c {shlex.quote(script)}")
+
+    def rows(screen: str) -> list[str]:
+        return [line for line in screen.splitlines() if "/v1/chat/completions" in line and "POST" in line]
+
+    def ask(text: str) -> None:
+        chat = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}]}
+        answer = httpx.post(f"{llm_gateway.url}/v1/chat/completions", json=chat, timeout=10)
+        assert answer.status_code == 200
+
+    try:
+        # drawn only once the stream said ": ready": the follower is armed
+        tmux.wait_for(lambda s: "waiting for trace data" in s, "the follow stream")
+        ask("first question")
+        tmux.wait_for(lambda s: len(rows(s)) == 1 and "200" in rows(s)[0], "the first request")
+        tmux.keys("r")
+        screen = tmux.wait_for(lambda s: "replayed request 1: status 200 (request 2)" in s, "the replay")
+        assert len(rows(screen)) == 2 and "(replay of 1)" in rows(screen)[1]  # once: not also followed
+        ask("second question")
+        screen = tmux.wait_for(lambda s: len(rows(s)) == 3, "the next live request")
+        assert "(replay of 1)" in rows(screen)[1] and "replay" not in rows(screen)[2]
+        recorded = httpx.get(f"{llm_gateway.mock_url}/mock/requests").json()
+        assert [r["json"]["messages"][0]["content"] for r in recorded] == [
+            "first question", "first question", "second question"]
+        tmux.keys("q")
+    finally:
+        tmux.close()
