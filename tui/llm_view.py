@@ -76,7 +76,7 @@ def looks_like_sse(raw: bytes) -> bool:
     return bool(head) and _SSE_START.match(head) is not None
 
 
-def _dialect(name: str, obj: dict[str, Any]) -> str | None:
+def _dialect(obj: dict[str, Any]) -> str | None:
     typ = obj.get("type")
     if isinstance(typ, str) and typ.startswith("response."):
         return "OpenAI responses"
@@ -138,7 +138,7 @@ class _Assembler:
         if not isinstance(obj, dict):
             return
         s.events += 1
-        dialect = _dialect(name, obj)
+        dialect = _dialect(obj)
         if s.dialect is None:
             s.dialect = dialect
         if obj.get("type") == "error" or (name == "error" and "error" in obj):

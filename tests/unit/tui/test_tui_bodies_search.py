@@ -202,3 +202,24 @@ def test_export_view_shows_the_har_file_and_copies_the_curl_line():
     view.show_export(ExportShown(1, "/tmp/h.har", None, "the trace cut the request body"))
     assert view.details_lines()[-1] == ("body.warn", "no curl line: the trace cut the request body")
     assert view.details_text().startswith("request 1 written")
+
+
+def test_matches_are_highlighted_the_current_one_apart_and_matching_rows_marked():
+    from trioproxy.tui.layout import TraceLayout
+
+    view = view_of(llm_events())
+    layout = TraceLayout(view)
+    view.search("oslo")
+    fragments = layout._details()
+    hits = [(style, text) for style, text in fragments if "search" in style]
+    current = view.current_match()
+    assert ("class:search.current", "Oslo") in hits  # the current match's line
+    line_of = "".join(text for _, text in fragments).split("\n")
+    assert "Oslo" in line_of[current.line - view.details_scroll]
+    marks = [text for style, text in layout._event_lines() if style == "class:search.match"]
+    assert marks == ["▶"] * len(view.matching_rows())
+    view.set_mode("bodies")
+    view.search("oslo")
+    right = layout._column(1)
+    assert [t for s, t in right if s == "class:search.current"] == ["Oslo"]
+    assert all(t.lower() == "oslo" for s, t in right if s.startswith("class:search"))
