@@ -105,8 +105,10 @@ class TraceApp:
         self.app.invalidate()
 
     def _type(self, event: KeyPressEvent) -> None:
-        self.view.prompt_type(event.data)
-        self.app.invalidate()
+        key = event.key_sequence[0].key
+        if len(key) == 1:  # a character; named keys (arrows, function keys) type nothing
+            self.view.prompt_type(event.data)
+            self.app.invalidate()
 
     def quit(self) -> None:
         if not self.app.is_done:

@@ -131,7 +131,7 @@ def test_follow_view_shows_request_list():
 def test_search_prompt_takes_the_keys_until_enter_then_n_and_b_work():
     events = canned_events("POST", "/v1/chat", body=b"ask quickly")
     # while typing, q and n are text (not quit, not next match); Enter searches; Esc leaves a second prompt
-    app, rc = drive(_aiter(events), ["/", "q", "u", "x", "\x7f", "i", "\r", "n", "/", "z", ESC, "b", "q"])
+    app, rc = drive(_aiter(events), ["/", "q", "u", UP, "x", "\x7f", "i", "\r", "n", "/", "z", ESC, "b", "q"])
     assert rc == 0
     assert [c for c, _ in app.history] == [
         "search.start", "prompt.backspace", "prompt.accept", "search.next", "search.start", "prompt.cancel",
