@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,8 @@ from ..llm.usage import Usage, UsageReader
 Line = tuple[str, str]  # (style class without "class:", text)
 
 DIALECTS = ("OpenAI chat", "OpenAI responses", "Anthropic messages", "Gemini")
+#: the most a compressed body is inflated to for reading (a trace holds at most 2 MiB of it)
+MAX_INFLATED = 16 * 1024 * 1024
 _SSE_START = re.compile(rb"^(?:data|event|id|retry):|^:", re.MULTILINE)
 
 
@@ -328,14 +331,38 @@ def _pretty_json_text(text: str) -> list[str]:
         return text.splitlines() or [""]
 
 
-def body_lines(raw: bytes, content_type: str | None = None, *, truncated: bool = False) -> list[Line]:
-    """A body for reading: an event stream reassembled (then its events, each JSON on one line), JSON
-    pretty-printed, text as is, anything else as a hex preview. An event stream is a
-    ``text/event-stream`` body, or one that starts like one (a trace may not show the header)."""
+def inflate(raw: bytes, encoding: str | None) -> tuple[bytes, str | None]:
+    """``raw`` decoded from its ``content-encoding`` (gzip, deflate) for reading, and a note saying so
+    (or why it was not: another coding, a broken stream); bytes of no coding come back as they are."""
+    coding = (encoding or "").strip().lower()
+    if coding in ("", "identity"):
+        return raw, None
+    if coding not in ("gzip", "x-gzip", "deflate"):
+        return raw, f"({coding}-encoded: shown as it came)"
+    for wbits in ((32 + zlib.MAX_WBITS,) if coding != "deflate" else (zlib.MAX_WBITS, -zlib.MAX_WBITS)):
+        inflater = zlib.decompressobj(wbits)
+        try:
+            data = inflater.decompress(raw, MAX_INFLATED)
+        except zlib.error:
+            continue
+        more = " (the first 16 MiB)" if inflater.unconsumed_tail else ""
+        return data, f"({coding}: {len(raw)} bytes decoded to {len(data)}{more})"
+    return raw, f"({coding}-encoded but not decodable: shown as it came)"
+
+
+def body_lines(raw: bytes, content_type: str | None = None, *, truncated: bool = False,
+               encoding: str | None = None) -> list[Line]:
+    """A body for reading: decoded from its ``encoding`` (gzip, deflate), then an event stream
+    reassembled (then its events, each JSON on one line), JSON pretty-printed, text as is, anything
+    else as a hex preview. An event stream is a ``text/event-stream`` body, or one that starts like
+    one (a trace may not show the header)."""
     media = (content_type or "").partition(";")[0].strip().lower()
     out: list[Line] = []
     if truncated:
         out.append(("body.warn", f"(truncated: the trace holds the first {len(raw)} bytes)"))
+    raw, note = inflate(raw, encoding)
+    if note:
+        out.append(("body.warn" if "shown as it came" in note else "body.label", note))
     json_media = media == "application/json" or media.endswith("+json")
     if media == "text/event-stream" or (not json_media and looks_like_sse(raw)):
         events = parse_events(raw)

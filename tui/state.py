@@ -157,6 +157,10 @@ class Body:
     raw: bytes
     content_type: str | None
     truncated: bool
+    content_encoding: str | None = None
+
+    def lines(self) -> list[Line]:
+        return body_lines(self.raw, self.content_type, truncated=self.truncated, encoding=self.content_encoding)
 
 
 @dataclass(frozen=True)
@@ -168,10 +172,10 @@ class Match:
     column: int = 0
 
 
-def _content_type(headers: Any) -> str | None:
+def _header(headers: Any, wanted: str) -> str | None:
     if isinstance(headers, dict):
         for name, value in headers.items():
-            if str(name).lower() == "content-type":
+            if str(name).lower() == wanted:
                 return str(value)
     return None
 
@@ -246,19 +250,20 @@ class RequestTrace:
     def bodies(self) -> list[Body]:
         """The body snapshots in order, each with the content type of the latest snapshot of its side."""
         out: list[Body] = []
-        types: dict[str, str | None] = {"request": None, "response": None}
+        headers: dict[str, Any] = {"request": None, "response": None}
         for ev in self.events:
             msg = _message(ev)
             typ = msg.get("type")
             state = msg.get("requestState") if isinstance(msg.get("requestState"), dict) else {}
             if typ == "requestSnapshot":
-                types["request"] = _content_type((state.get("request") or {}).get("headers"))
+                headers["request"] = (state.get("request") or {}).get("headers")
             elif typ == "responseSnapshot":
-                types["response"] = _content_type((state.get("response") or {}).get("headers"))
+                headers["response"] = (state.get("response") or {}).get("headers")
             elif typ == "bodySnapshot":
                 stage = str(msg.get("stage", ""))
                 side = "response" if stage in RESPONSE_STAGES else "request"
-                out.append(Body(side, stage, decode_body(msg.get("body")), types[side], bool(msg.get("truncated"))))
+                out.append(Body(side, stage, decode_body(msg.get("body")), _header(headers[side], "content-type"),
+                                bool(msg.get("truncated")), _header(headers[side], "content-encoding")))
         return out
 
     def body_column(self, side: str) -> list[Line]:
@@ -272,7 +277,7 @@ class RequestTrace:
         for body in bodies:
             caption = f"── {body.stage} · {len(body.raw)} bytes" + (f" · {body.content_type}" if body.content_type else "")
             out.append(("body.caption", caption))
-            out += body_lines(body.raw, body.content_type, truncated=body.truncated)
+            out += body.lines()
         if not bodies:
             waiting = side == "response" and not self.finished
             out.append(("body.none", "no response body yet" if waiting else f"no {side} body in the trace"))
@@ -287,7 +292,7 @@ class RequestTrace:
             body = next((b for i, b in zip(self._body_indexes(), self.bodies(), strict=True) if i == index), None)
             if body is not None:
                 lines.append(f"# body, decoded ({len(body.raw)} bytes):")
-                lines += [text for _, text in body_lines(body.raw, body.content_type, truncated=body.truncated)]
+                lines += [text for _, text in body.lines()]
         return lines
 
     def _body_indexes(self) -> list[int]:

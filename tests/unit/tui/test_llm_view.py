@@ -252,3 +252,24 @@ def test_body_lines_pretty_print_json_sniff_sse_and_show_binary():
     assert body_lines(b"\xff\x00", "application/octet-stream") == [("", "<2 bytes binary> ff00")]
     cut = body_lines(b'{"a": ', "application/json", truncated=True)
     assert cut == [("body.warn", "(truncated: the trace holds the first 6 bytes)"), ("", '{"a": ')]
+
+
+def test_compressed_bodies_are_decoded_for_reading():
+    import gzip
+    import zlib
+
+    doc = b'{"answer": "compressed"}'
+    packed = gzip.compress(doc)
+    lines = body_lines(packed, "application/json", encoding="gzip")
+    assert lines[0] == ("body.label", f"(gzip: {len(packed)} bytes decoded to {len(doc)})")
+    assert lines[1:] == [("", "{"), ("", '  "answer": "compressed"'), ("", "}")]
+    for deflated in (zlib.compress(doc), zlib.compress(doc)[2:-4]):  # zlib-wrapped, and raw as some servers send
+        assert body_lines(deflated, "application/json", encoding="deflate")[2] == ("", '  "answer": "compressed"')
+    stream = gzip.compress(sse((None, {"choices": [{"index": 0, "delta": {"content": "zipped"}}]}), (None, "[DONE]")))
+    assert ("body.text", "zipped") in body_lines(stream, "text/event-stream", encoding="gzip")
+    cut = packed[: len(packed) // 2 + 4]  # a body the trace cut: what can be inflated is shown
+    assert body_lines(cut, "application/json", truncated=True, encoding="gzip")[1][1].startswith("(gzip: ")
+    assert body_lines(b"\x8b\x00", None, encoding="br")[0] == ("body.warn", "(br-encoded: shown as it came)")
+    assert body_lines(b"not gzip", None, encoding="gzip") == [
+        ("body.warn", "(gzip-encoded but not decodable: shown as it came)"), ("", "not gzip")]
+    assert body_lines(doc, "application/json", encoding="identity")[0] == ("", "{")

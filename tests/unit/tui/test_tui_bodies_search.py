@@ -223,3 +223,19 @@ def test_matches_are_highlighted_the_current_one_apart_and_matching_rows_marked(
     right = layout._column(1)
     assert [t for s, t in right if s == "class:search.current"] == ["Oslo"]
     assert all(t.lower() == "oslo" for s, t in right if s.startswith("class:search"))
+
+
+def test_a_gzip_response_is_shown_and_searched_decoded():
+    import gzip
+
+    events = llm_events(gzip.compress(STREAM))
+    for e in events:
+        if e["message"]["type"] == "responseSnapshot":
+            e["message"]["requestState"]["response"]["headers"]["content-encoding"] = "gzip"
+    view = view_of(events)
+    view.set_mode("bodies")
+    right = texts(view.body_columns()[1])
+    assert right[2].startswith("(gzip: ") and "Hello, Oslo!" in right
+    view.set_mode("event")
+    view.search("hello, oslo")
+    assert view.matching_rows() == {len(events) - 2}  # the response body snapshot, decoded
