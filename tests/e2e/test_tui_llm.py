@@ -4,6 +4,7 @@ mock OpenAI provider (also a process): the body view shows the answer reassemble
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -67,35 +68,35 @@ def test_body_view_reassembles_a_streamed_answer_and_search_finds_it(llm_gateway
                          "content-type: application/json", "-d", json.dumps(chat))
     try:
         tmux.wait_for(lambda s: "stream complete, press q to exit" in s, "the trace")
+        # Each step waits for the whole screen it checks: a capture can fall between two writes of a redraw.
         tmux.keys("b")
-        screen = tmux.wait_for(lambda s: "Response body" in s and "tokens: input" in s, "the body view")
-        assert "Request body" in screen and "POST /v1/chat/completions" in screen
-        assert "OpenAI chat stream reassembled from" in screen and "model gpt-4o-mini" in screen
+        tmux.wait_for(has("Request body", "Response body", "POST /v1/chat/completions", "status 200",
+                          "OpenAI chat stream reassembled from", "model gpt-4o-mini", "finish: stop",
+                          '"content": "the quick brown fox',  # the request, pretty-printed
+                          "tokens: input 9, output 9, total 18"),  # the gateway's count (the mock: words)
+                      "the body view")
         # the answer in one piece (the mock echoes the question, streamed in pieces of words)
-        right = right_column(screen)
-        assert right[right.index("text:") + 1] == QUESTION
-        assert "finish: stop" in screen and "status 200" in screen
-        assert '"content": "the quick brown fox' in screen  # the request, pretty-printed
-        assert "tokens: input 9, output 9, total 18" in right  # the gateway's count (the mock: words)
+        tmux.wait_for(lambda s: "text:" in right_column(s)
+                      and right_column(s)[right_column(s).index("text:") + 1] == QUESTION, "the reassembled text")
 
         tmux.keys("/", "l", "a", "z", "y")
-        tmux.wait_for(lambda s: "/lazy" in s and "Enter search" in s, "the search prompt")
+        tmux.wait_for(has("/lazy", "Enter search"), "the search prompt")
         tmux.keys("Enter")
-        screen = tmux.wait_for(lambda s: "/lazy: 1/" in s, "the first match")
-        total = int(screen.split("/lazy: 1/", 1)[1].split()[0])
+        screen = tmux.wait_for(lambda s: re.search(r"/lazy: 1/\d+\s", s) is not None, "the first match")
+        total = int(re.search(r"/lazy: 1/(\d+)\s", screen).group(1))
         assert total >= 2  # the request's content, the reassembled text (and a delta event holding all of it)
         tmux.keys("n")
-        tmux.wait_for(lambda s: f"/lazy: 2/{total}" in s, "the next match")
+        tmux.wait_for(has(f"/lazy: 2/{total}"), "the next match")
+
+        def marked(screen: str, kind: str) -> bool:
+            return any("▶" in line and "Body Snapshot" in line and kind in line for line in screen.splitlines())
 
         tmux.keys("e")  # in the events view the rows holding a match are marked
-        screen = tmux.wait_for(lambda s: "Raw Event" in s, "the events view")
-        marked = [line for line in screen.splitlines() if "▶" in line]
-        assert any("Body Snapshot" in line and "final request" in line for line in marked)
-        assert any("Body Snapshot" in line and "response" in line for line in marked)
-        assert "LLM Usage       model=gpt-4o-mini in=9 out=9" in screen
+        tmux.wait_for(lambda s: "Raw Event" in s and marked(s, "final request") and marked(s, "response (")
+                      and "LLM Usage       model=gpt-4o-mini in=9 out=9" in s, "the marked events")
         tmux.keys("n")  # the first match among the events: the request body, decoded under its raw event
-        screen = tmux.wait_for(lambda s: f"/lazy: 1/{total}" in s, "a match in the events")
-        assert '"content": "the quick brown fox jumps over the lazy dog"' in screen
+        tmux.wait_for(has(f"/lazy: 1/{total}", '"content": "the quick brown fox jumps over the lazy dog"'),
+                      "a match in the events")
         tmux.keys("q")
         screen = tmux.wait_for(lambda s: "TRACE-EXIT=" in s, "exit")
         assert "TRACE-EXIT=0" in screen and "Traceback" not in screen
@@ -107,6 +108,11 @@ def right_column(screen: str) -> list[str]:
     return [line.split("││", 1)[1].rstrip("│ ") for line in screen.splitlines() if "││" in line]
 
 
+def has(*parts: str):
+    """A screen predicate: every one of ``parts`` shows."""
+    return lambda screen: all(part in screen for part in parts)
+
+
 def test_x_exports_har_and_curl_and_r_replays_through_the_gateway(llm_gateway, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
@@ -116,25 +122,24 @@ def test_x_exports_har_and_curl_and_r_replays_through_the_gateway(llm_gateway, t
     try:
         tmux.wait_for(lambda s: "stream complete, press q to exit" in s, "the trace")
         tmux.keys("x")
-        screen = tmux.wait_for(lambda s: "wrote trioproxy-request-1.har" in s, "the export")
+        tmux.wait_for(has("wrote trioproxy-request-1.har", " Export ", "curl (c copies it):",
+                          f"http://127.0.0.1:{llm_gateway.port}/v1/chat/completions"),  # aimed at the listener
+                      "the export")
         har = json.loads((work / "trioproxy-request-1.har").read_text())
         entry = har["log"]["entries"][0]
         assert entry["request"]["url"] == "http://llm.example/v1/chat/completions"
         # (the body as sent upstream: the gateway asked the stream for its usage, stream_options)
         assert json.loads(entry["request"]["postData"]["text"])["messages"] == chat["messages"]
         assert "data: [DONE]" in entry["response"]["content"]["text"]
-        assert " Export " in screen and "curl (c copies it):" in screen
-        assert f"http://127.0.0.1:{llm_gateway.port}/v1/chat/completions" in screen  # aimed at the listener
 
         tmux.keys("r")
-        screen = tmux.wait_for(lambda s: "replayed request 1: status 200 (request 2)" in s, "the replay")
-        assert "(replay of 1)" in screen and " Requests " in screen
+        tmux.wait_for(has("replayed request 1: status 200 (request 2)", "(replay of 1)", " Requests "), "the replay")
         recorded = httpx.get(f"{llm_gateway.mock_url}/mock/requests").json()
         assert [r["json"]["messages"] for r in recorded] == [chat["messages"]] * 2  # sent again, upstream
         tmux.keys("b")  # the replayed request's own trace: its answer, reassembled
-        screen = tmux.wait_for(lambda s: "Response body" in s and "text:" in s, "the replay's bodies")
-        right = right_column(screen)
-        assert right[right.index("text:") + 1] == "replay me please"
+        tmux.wait_for(lambda s: "Response body" in s and "text:" in right_column(s)
+                      and right_column(s)[right_column(s).index("text:") + 1] == "replay me please",
+                      "the replay's answer in the body view")
         tmux.keys("q")
         screen = tmux.wait_for(lambda s: "TRACE-EXIT=" in s, "exit")
         assert "TRACE-EXIT=0" in screen and "Traceback" not in screen
@@ -164,11 +169,12 @@ def test_r_under_follow_adds_the_replay_once_and_following_goes_on(llm_gateway, 
         ask("first question")
         tmux.wait_for(lambda s: len(rows(s)) == 1 and "200" in rows(s)[0], "the first request")
         tmux.keys("r")
-        screen = tmux.wait_for(lambda s: "replayed request 1: status 200 (request 2)" in s, "the replay")
-        assert len(rows(screen)) == 2 and "(replay of 1)" in rows(screen)[1]  # once: not also followed
+        tmux.wait_for(lambda s: "replayed request 1: status 200 (request 2)" in s and len(rows(s)) == 2
+                      and "(replay of 1)" in rows(s)[1], "the replay")
         ask("second question")
-        screen = tmux.wait_for(lambda s: len(rows(s)) == 3, "the next live request")
+        screen = tmux.wait_for(lambda s: len(rows(s)) == 3 and "200" in rows(s)[2], "the next live request")
         assert "(replay of 1)" in rows(screen)[1] and "replay" not in rows(screen)[2]
+        assert len(rows(screen)) == 3  # the replay once: not also followed
         recorded = httpx.get(f"{llm_gateway.mock_url}/mock/requests").json()
         assert [r["json"]["messages"][0]["content"] for r in recorded] == [
             "first question", "first question", "second question"]
