@@ -159,38 +159,59 @@ async def replay(runtime: Runtime, x: Exchange, credentials: Mapping[str, str], 
         headers.append(("host", x.host))
     headers.append((name, token))
     host_name = x.host.rsplit(":", 1)[0] if not x.host.endswith("]") else x.host
+    request = _request(x, port, headers, host_name)
     try:
         watcher = runtime.trace.watch(expression.matches, first=True)
     except TooManyWatchers as error:
         raise ApiError(429, str(error)) from None
     events: list[dict[str, Any]] = []
+    sent: list[httpx.Response | ApiError] = []
     try:
         with trio.move_on_after(timeout) as waited:
             async with trio.open_nursery() as nursery:
+                async def send() -> None:
+                    try:
+                        sent.append(await _send(request, timeout))
+                    except ApiError as error:  # not sent: no trace will come
+                        sent.append(error)
+                        nursery.cancel_scope.cancel()
+
                 nursery.start_soon(_collect, watcher, events, secrets)
-                response = await _send(x, port, headers, host_name, timeout)
-                # the trace ends with requestFinished, just after the answer
-        if waited.cancelled_caught:
-            raise ApiError(504, f"replay: no answer and trace within {timeout:g}s")
+                nursery.start_soon(send)
+                # both end with the trace's requestFinished, just after the answer
     finally:
         runtime.trace.forget(watcher)
+    if sent and isinstance(sent[0], ApiError):
+        raise sent[0]
+    response = sent[0] if sent else None
+    if waited.cancelled_caught or not isinstance(response, httpx.Response):
+        raise ApiError(504, f"replay: no answer and trace within {timeout:g}s")
     return {"status": response.status_code,
             "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in response.headers.raw],
             "body": response.content.decode("utf-8", errors="replace"), "trace": events}
 
 
-async def _send(x: Exchange, port: int, headers: list[tuple[str, str]], sni: str, timeout: float) -> httpx.Response:
-    scheme = "https" if x.scheme == "https" else "http"
-    url = f"{scheme}://127.0.0.1:{port}{replay_target(x)}"
-    # the gateway's own listener on loopback: its certificate names the public host, not 127.0.0.1
-    async with httpx.AsyncClient(verify=scheme != "https", timeout=timeout, trust_env=False) as client:
-        built = client.build_request(x.method, url, content=x.request_body or None,
-                                     extensions={"sni_hostname": sni} if scheme == "https" else None)
-        for default in ("accept", "accept-encoding", "user-agent", "connection"):
-            built.headers.pop(default, None)  # httpx's own; the traced ones are added back below
-        for key, value in headers:  # names are unique: a trace joins repeated headers with ", "
-            built.headers[key] = value
+def _request(x: Exchange, port: int, headers: list[tuple[str, str]], sni: str) -> httpx.Request:
+    """The request to send: only the traced headers (no client defaults), encoded as the trace
+    decoded them (latin-1, ``trace.headers_map``); ``ExportError`` for a value that is not."""
+    https = x.scheme == "https"
+    request = httpx.Request(x.method, f"{'https' if https else 'http'}://127.0.0.1:{port}{replay_target(x)}",
+                            content=x.request_body or None, extensions={"sni_hostname": sni} if https else None)
+    request.headers.encoding = "latin-1"
+    for key, value in headers:  # names are unique: a trace joins repeated headers with ", "
         try:
-            return await client.send(built)
+            request.headers[key] = value
+        except UnicodeEncodeError:
+            raise ExportError(f"headers: {key}: a header value must be latin-1 text") from None
+    return request
+
+
+async def _send(request: httpx.Request, timeout: float) -> httpx.Response:
+    # the gateway's own listener on loopback: its certificate names the public host, not 127.0.0.1
+    async with httpx.AsyncClient(verify=request.url.scheme != "https", timeout=timeout, trust_env=False) as client:
+        try:
+            response = await client.send(request)
         except httpx.HTTPError as error:
-            raise ApiError(502, f"replay: could not send the request to 127.0.0.1:{port}: {error}") from None
+            raise ApiError(502, f"replay: could not send the request to {request.url.netloc.decode()}: {error}") from None
+        await response.aread()
+        return response
