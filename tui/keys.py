@@ -29,6 +29,12 @@ COMMANDS: dict[str, str] = {
     "view.snapshot": "snapshot",
     "view.diff": "snapshot diff",
     "view.format": "yaml/json",
+    "view.bodies": "bodies side by side",
+    "search.start": "search",
+    "search.next": "next match",
+    "search.prev": "previous match",
+    "request.export": "export HAR + curl",
+    "request.replay": "replay",
     "details.copy": "copy details",
     "app.quit": "quit",
 }
@@ -50,26 +56,49 @@ KEYMAP: tuple[Binding, ...] = (
     Binding("s", "view.snapshot"),
     Binding("d", "view.diff"),
     Binding("f", "view.format"),
+    Binding("b", "view.bodies"),
+    Binding("/", "search.start"),
+    Binding("n", "search.next"),
+    Binding("N", "search.prev"),
+    Binding("x", "request.export"),
+    Binding("r", "request.replay"),
     Binding("c", "details.copy"),
     Binding("q", "app.quit"),
     Binding("escape", "app.quit"),
     Binding("c-c", "app.quit"),
 )
 
+#: While a search term is typed after ``/`` the keys above are off and these edit the term (any other
+#: key types itself).
+PROMPT_COMMANDS: dict[str, str] = {
+    "prompt.accept": "search",
+    "prompt.backspace": "delete",
+    "prompt.cancel": "cancel",
+}
+
+PROMPT_KEYMAP: tuple[Binding, ...] = (
+    Binding("enter", "prompt.accept"),
+    Binding("backspace", "prompt.backspace"),
+    Binding("escape", "prompt.cancel"),
+    Binding("c-c", "prompt.cancel"),
+)
+
 _KEY_LABELS = {
     "tab": "tab", "s-tab": "S-tab", "up": "↑", "down": "↓", "pageup": "PgUp",
     "pagedown": "PgDn", "home": "Home", "end": "End", "escape": "Esc", "c-c": "^C",
+    "enter": "Enter", "backspace": "BkSp",
 }
 # commands folded into one legend entry to keep the help box to a line or two
 _LEGEND_GROUPS = (
     (("cursor.up", "cursor.down"), "scroll"),
     (("cursor.page_up", "cursor.page_down"), "page"),
     (("cursor.home", "cursor.end"), "top/bottom"),
+    (("search.next", "search.prev"), "next/previous match"),
 )
 
 
-def keys_for(command: str) -> list[str]:
-    return [b.key for b in KEYMAP if b.command == command]
+def keys_for(command: str, keymap: tuple[Binding, ...] = KEYMAP) -> list[str]:
+    return [b.key for b in keymap if b.command == command]
 
 
 def label(key: str) -> str:
@@ -96,3 +125,9 @@ def legend() -> list[tuple[str, str, tuple[str, ...]]]:
 
 def legend_text() -> str:
     return "  ".join(f"{keys} {text}" for keys, text, _ in legend())
+
+
+def prompt_legend_text() -> str:
+    """The help line while a search term is typed."""
+    return "  ".join("/".join(label(k) for k in keys_for(command, PROMPT_KEYMAP)) + f" {text}"
+                     for command, text in PROMPT_COMMANDS.items())

@@ -3,6 +3,7 @@
 import asyncio
 import base64
 import io
+import json
 import shlex
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ import time
 import uuid
 from pathlib import Path
 
+import jsonschema
 import pytest
 from prompt_toolkit.data_structures import Size
 from prompt_toolkit.input import create_pipe_input
@@ -18,9 +20,11 @@ from prompt_toolkit.output import DummyOutput
 from prompt_toolkit.output.vt100 import Vt100_Output
 
 from tests.fake_trace_gateway import FakeGateway, canned_events
+from trioproxy.telemetry.export import curl, exchange_from_trace
 from trioproxy.tui.app import TraceApp
 from trioproxy.tui.state import TraceView
 
+HAR_SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "fixtures" / "har" / "har-1.2.schema.json").read_text())
 UP, DOWN, TAB, ESC = "\x1b[A", "\x1b[B", "\t", "\x1b"
 
 
@@ -122,6 +126,51 @@ def test_follow_view_shows_request_list():
     assert app.view.focus == "requests" and app.view.selected_request == 0
     screen = buf.getvalue()
     assert "Requests" in screen and "/second" in screen and "DELETE" in screen
+
+
+def test_search_prompt_takes_the_keys_until_enter_then_n_and_b_work():
+    events = canned_events("POST", "/v1/chat", body=b"ask quickly")
+    # while typing, q and n are text (not quit, not next match); Enter searches; Esc leaves a second prompt
+    app, rc = drive(_aiter(events), ["/", "q", "u", UP, "x", "\x7f", "i", "\r", "n", "/", "z", ESC, "b", "q"])
+    assert rc == 0
+    assert [c for c, _ in app.history] == [
+        "search.start", "prompt.backspace", "prompt.accept", "search.next", "search.start", "prompt.cancel",
+        "view.bodies", "app.quit"]
+    assert app.view.search_term == "qui" and app.view.mode == "bodies"
+    assert app.history[-2][1] == "Bodies"
+
+
+def test_x_writes_a_valid_har_in_the_current_directory_and_c_copies_the_curl_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "trioproxy-request-1.har").write_text("taken")
+    events = canned_events("POST", "/v1/chat", body=b'{"q": "hi"}', headers={"host": "api.example.com",
+                                                                          "authorization": "<redacted>"})
+    buf = io.StringIO()
+    out = Vt100_Output(buf, lambda: Size(rows=40, columns=160), term="xterm")
+    app, rc = drive(_aiter(events), ["x", "c", "r", "q"], output=out)
+    written = tmp_path / "trioproxy-request-1-2.har"  # the first name was taken
+    document = json.loads(written.read_text())
+    jsonschema.validate(document, HAR_SCHEMA, cls=jsonschema.Draft202012Validator)
+    entry = document["log"]["entries"][0]
+    assert entry["request"]["method"] == "POST" and entry["request"]["postData"]["text"] == '{"q": "hi"}'
+    assert entry["response"]["content"]["text"] == "hello from backend\n"
+    line = curl(exchange_from_trace(events))
+    assert app.view.exported.curl == line and "authorization" not in line  # a hidden credential is left out
+    assert app.view.details_title() == "Export"
+    osc = buf.getvalue().split("\x1b]52;c;", 1)[1].split("\x07", 1)[0]
+    assert base64.b64decode(osc).decode() == line
+    # a trace read from a file has no gateway to replay on
+    assert app.notices[:3] == ["wrote trioproxy-request-1-2.har; c copies the curl line",
+                               "copied 1 lines to the clipboard (OSC 52)",
+                               "replay needs a gateway: a trace read from a file has none (trioproxy replay FILE)"]
+
+
+def test_x_before_the_request_finished_says_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    events = canned_events()[:-1]
+    app, rc = drive(_aiter(events), ["x"] + ["q"])
+    assert list(tmp_path.iterdir()) == []
+    assert app.notices[0] == "no finished request selected: wait for requestFinished"
 
 
 # -- end to end in a real terminal (tmux) ---------------------------------------------------------

@@ -182,7 +182,9 @@ async def _run_async(args: argparse.Namespace, opts: Options) -> int:
             return 0
         from ..tui.app import run_tui
 
-        return await run_tui(session.events(), follow=args.follow)
+        # the curl line of x goes to the listener the request was injected into, when we know it
+        base_url = f"http://127.0.0.1:{args.port}" if args.port is not None else None
+        return await run_tui(session.events(), follow=args.follow, admin=admin, base_url=base_url)
 
 
 def exit_status(command: Callable[[], int], failures: tuple[type[Exception], ...]) -> int:

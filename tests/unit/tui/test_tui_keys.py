@@ -30,3 +30,18 @@ def test_legend_shows_the_contract_keys():
     text = keys.legend_text()
     for part in ("tab switch pane", "e raw event", "s snapshot", "d snapshot diff", "q/Esc/^C quit", "↑/↓ scroll"):
         assert part in text
+
+
+def test_legend_shows_the_body_view_and_search_keys():
+    text = keys.legend_text()
+    for part in ("b bodies side by side", "/ search", "n/N next/previous match"):
+        assert part in text
+
+
+def test_prompt_keys_have_handlers_and_their_own_legend():
+    handlers = TraceApp(None).prompt_commands
+    assert set(handlers) == set(keys.PROMPT_COMMANDS) == {b.command for b in keys.PROMPT_KEYMAP}
+    assert keys.prompt_legend_text() == "Enter search  BkSp delete  Esc/^C cancel"
+    kb = KeyBindings()
+    for binding in keys.PROMPT_KEYMAP:
+        kb.add(binding.key)(lambda e: None)

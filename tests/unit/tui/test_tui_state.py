@@ -19,7 +19,8 @@ def test_rows_kinds_and_agctl_summaries():
     t = trace_of(canned_events("POST", "/v1/x", body=b'{"a": 1}'))
     kinds = [r.kind for r in t.rows]
     assert kinds[0] == "Request Start" and kinds[-1] == "Request Done"
-    assert set(kinds) == set(KIND_BY_TYPE.values()) - {"MCP Call"}  # a plain request has no MCP call
+    # a plain request has no MCP call, and no LLM usage
+    assert set(kinds) == set(KIND_BY_TYPE.values()) - {"MCP Call", "LLM Usage"}
     by_kind = {r.kind: r.summary for r in t.rows}
     assert by_kind["Route"] == 'selected "default/default/bind/3000/listener0/default/api" (2 evaluated)'
     assert by_kind["Backend Start"] == "target=127.0.0.1:8080"
@@ -41,6 +42,13 @@ def test_mcp_call_rows():
     denied = {**call, "tool": "shout", "target": "text", "result": "denied", "error": "Unknown tool: text_shout"}
     assert summarize(ev(denied))[1] == "tools/call shout@text: denied error=Unknown tool: text_shout"
     assert summarize(ev({"type": "mcp", "method": "initialize", "result": "ok"}))[1] == "initialize: ok"
+
+
+def test_llm_usage_summary():
+    usage = {"type": "llmUsage", "provider": "openai", "model": "gpt-4o-mini", "cost": 0.00012,
+             "inputTokens": 9, "outputTokens": 4, "totalTokens": 13}
+    assert summarize(ev(usage)) == ("LLM Usage", "model=gpt-4o-mini in=9 out=4 cost=0.00012")
+    assert summarize(ev({**usage, "cost": None}))[1] == "model=gpt-4o-mini in=9 out=4"
 
 
 def test_error_summaries():
