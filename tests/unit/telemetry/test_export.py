@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from tests.har_helpers import assert_har
-from trioproxy.telemetry.export import ExportError, curl, exchange_from_trace, har, har_from_history
+from trioproxy.telemetry.export import Exchange, ExportError, curl, exchange_from_trace, har, har_from_history
 
 
 def _snapshot(stage: str, at: int, request: dict, **extra) -> dict:
@@ -166,9 +166,7 @@ def test_curl_line_is_one_shell_command_whose_words_survive_quoting(tmp_path):
     assert b"x-q: a'b\"c $HOME" in args and body in args
 
 
-# -- every field, exactly ------------------------------------------------------------------------------
-
-from trioproxy.telemetry.export import Exchange  # noqa: E402
+# -- every field, exactly
 
 
 def test_exchange_is_exactly_what_the_trace_says():
