@@ -323,3 +323,60 @@ def test_curl_lines_exactly():
     assert only_redacted == "curl --globoff --path-as-is http://h/d -H user-agent: -H accept:"
     post_without_body = curl(exchange_from_trace(trace(request_body=None, headers={"host": "h"}, uri="/p")))
     assert post_without_body == "curl --globoff --path-as-is -X POST http://h/p -H user-agent: -H accept:"
+
+
+def test_timings_span_every_attempt_and_read_the_final_response():
+    retried = trace(extra=[
+        {"eventEnd": 500, "message": {"type": "backendCallStart"}},
+        {"eventEnd": 700, "message": {"type": "backendCallResult", "status": 503}}])
+    assert exchange_from_trace(retried).timings == {"blocked": 0.5, "send": 0.0, "wait": 3.5, "receive": 1.0,
+                                                    "total": 5.0}
+    refused = trace(backend_call=False, request_body=None, response_body=None, extra=[
+        {"eventEnd": 100, "message": {"type": "responseSnapshot", "stage": "raw response"}},
+        {"eventEnd": 200, "message": {"type": "requestSnapshot", "stage": "final response"}}])
+    assert exchange_from_trace(refused).timings == {"blocked": -1.0, "send": 0.0, "wait": 4.2, "receive": 0.8,
+                                                    "total": 5.0}
+    only_start = trace(backend_call=False, extra=[{"eventEnd": 600, "message": {"type": "backendCallStart"}}])
+    assert exchange_from_trace(only_start).timings["blocked"] == -1.0
+
+
+def test_har_of_an_exchange_built_by_hand_has_default_timings():
+    x = Exchange(method="GET", url="http://h/", http_version="HTTP/1.1", request_headers=(), request_body=None,
+                 status=204, started=0.0)
+    entry = har([x])["log"]["entries"][0]
+    assert entry["timings"] == {"blocked": -1.0, "dns": -1, "connect": -1, "ssl": -1, "send": 0.0, "wait": 0.0,
+                                "receive": 0.0}
+    assert entry["time"] == 0.0
+    timed = Exchange(method="GET", url="http://h/", http_version="HTTP/1.1", request_headers=(), request_body=None,
+                     status=204, started=0.0, timings={"total": 2.5})
+    assert har([timed])["log"]["entries"][0]["timings"]["wait"] == 2.5
+
+
+def test_redaction_comment_for_headers_or_parameters_alone():
+    header_only = har([exchange_from_trace(trace(uri="/p"))])["log"]["entries"][0]
+    assert "comment" in header_only
+    param_only = har([exchange_from_trace(trace(headers={"host": "h"}))])["log"]["entries"][0]
+    assert "comment" in param_only
+
+
+def test_credentials_match_header_names_in_any_case_and_only_redacted_params_go():
+    x = exchange_from_trace(trace(headers={"Host": "h", "X-Key": "<redacted>", "X-Other": "v"},
+                                  uri="/p?key=<redacted>&b=&key=shown&c=1"))
+    line = words(curl(x, credentials={"x-key": "k1"}))
+    assert "X-Key: k1" in line and "X-Other: v" in line and sum(w.lower().startswith("x-key") for w in line) == 1
+    assert "http://h/p?b=&key=shown&c=1" in line  # only the hidden value goes
+    assert har([x])["log"]["entries"][0]["request"]["queryString"] == [
+        {"name": "key", "value": "<redacted>"}, {"name": "b", "value": ""}, {"name": "key", "value": "shown"},
+        {"name": "c", "value": "1"}]
+
+
+def test_text_with_nul_goes_as_binary():
+    line = curl(exchange_from_trace(trace(request_body=b"a\x00b")))
+    assert line.startswith(f"printf %s {base64.b64encode(b'a' + bytes(1) + b'b').decode()} | base64 -d | curl ")
+
+
+def test_history_start_is_end_minus_duration():
+    (entry,) = har_from_history([{"time": 100.0, "durationMs": 5000.0}])["log"]["entries"]
+    assert entry["startedDateTime"] == "1970-01-01T00:01:35.000Z"
+    untimed = har_from_history([{"time": 2.0, "path": "/second"}, {"path": "/first"}])["log"]["entries"]
+    assert [e["request"]["url"] for e in untimed] == ["http://localhost/first", "http://localhost/second"]
