@@ -144,6 +144,15 @@ def test_dropped_on_purpose_and_the_neutral_values():
         "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]}
 
 
+def test_a_string_system_two_assistant_texts_and_an_image_url_left_out():
+    body = json.loads(AnthropicToOpenAI().request(messages_request(system="be brief", messages=[
+        {"role": "user", "content": [{"type": "image", "source": {"type": "url"}}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])).body)
+    assert body["messages"] == [{"role": "system", "content": "be brief"},
+                                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": ""}}]},
+                                {"role": "assistant", "content": "ab"}]
+
+
 def test_user_turns_only_of_tool_results_and_mixed_parts():
     body = json.loads(AnthropicToOpenAI("vllm").request(messages_request(messages=[
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c", "content": "r"}]},
@@ -239,6 +248,7 @@ def streamed(items: list[Any], tail: str = "") -> tuple[Any, bytes, bytes]:
     t = AnthropicToOpenAI()
     t.request(messages_request(model="asked", stream=True))
     stream = t.stream()
+    assert stream.done is False
     fed = stream.feed(sse_frames([(None, i) for i in items]) + tail.encode())
     return stream, fed, stream.finish()
 
@@ -256,6 +266,7 @@ def test_stream_blocks_open_and_close_in_order():
         "[DONE]", chunk({"content": "after the end"})])
     got = events(fed)
     assert [name for name, _ in got] == [name for name, data in got] and finished == b"" and stream.done is True
+    assert fed.endswith(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')  # nothing after [DONE]
     assert [data for _, data in got] == [
         {"type": "message_start", "message": {"id": "chatcmpl-s", "type": "message", "role": "assistant", "model": "gpt-s",
                                               "content": [], "stop_reason": None, "stop_sequence": None,
@@ -284,12 +295,15 @@ def test_stream_blocks_open_and_close_in_order():
 
 def test_stream_without_done_ids_or_content_still_ends_well_formed():
     raw = {"choices": [{"index": 0, "delta": {"tool_calls": [{"function": {}}]}, "finish_reason": "weird"}]}
-    stream, fed, finished = streamed(["not json", raw], tail='data: {"choices": [{"delta": {"content": "z"}}]}')
+    more = {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}}]}
+    stream, fed, finished = streamed(["not json", raw, more],
+                                     tail='data: {"choices": [{"delta": {"content": "z"}}]}')
     got = [data for _, data in events(fed + finished)]
     assert got[0]["message"]["id"] == "msg_translated" and got[0]["message"]["model"] == "asked"
-    assert got[1:] == [
+    assert got[1:] == [  # a call without an index is the first
         {"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "", "name": "",
                                                                       "input": {}}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{}"}},
         {"type": "content_block_stop", "index": 0},
         {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
         {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "z"}},
