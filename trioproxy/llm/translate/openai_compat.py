@@ -108,8 +108,7 @@ def chat_request(f: Fields) -> dict[str, Any]:
     if not raw:
         raise f.refuse("messages", "an empty or missing list")
     for i, message in enumerate(raw):
-        m = f.sub(i, message)
-        m.path = f"messages[{i}]"
+        m = f.sub(f"messages[{i}]", message)
         messages.extend(_message(m))
     out["messages"] = messages
     max_tokens = f.take("max_tokens", int)
@@ -153,8 +152,7 @@ def chat_request(f: Fields) -> dict[str, Any]:
 
 
 def _tool(f: Fields, i: int, tool: Any) -> dict[str, Any]:
-    t = f.sub(i, tool)
-    t.path = f"tools[{i}]"
+    t = f.sub(f"tools[{i}]", tool)
     kind = t.take("type", str)
     if kind not in (None, "custom"):
         raise t.refuse("type", f"the server tool {kind!r}")
@@ -172,8 +170,7 @@ def _tool(f: Fields, i: int, tool: Any) -> dict[str, Any]:
 def _text_blocks(f: Fields, key: str, blocks: list[Any]) -> list[str]:
     texts = []
     for k, block in enumerate(blocks):
-        b = f.sub(key, block)
-        b.path = f"{f.at(key)}[{k}]"
+        b = f.sub(f"{key}[{k}]", block)
         kind = b.take("type", str)
         if kind != "text":
             raise b.refuse("type", f"block type {kind!r} here")
@@ -195,8 +192,7 @@ def _message(m: Fields) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
     for k, block in enumerate(content or ()):
-        b = m.sub("content", block)
-        b.path = f"{m.path}.content[{k}]"
+        b = m.sub(f"content[{k}]", block)
         kind = b.take("type", str)
         b.drop("cache_control", "citations")
         if kind == "text":
