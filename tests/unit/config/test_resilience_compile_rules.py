@@ -9,8 +9,16 @@ import re
 import pytest
 
 from trioproxy.config import ConfigError, parse_config
-from trioproxy.policies.resilience import (DEFAULT_HEALTH, DEFAULT_RETRY_BUDGET, ActiveCheckSpec, BalancerSpec,
-                                           HealthSpec, RetryBudget, VirtualModel, VirtualTarget)
+from trioproxy.policies.resilience import (
+    DEFAULT_HEALTH,
+    DEFAULT_RETRY_BUDGET,
+    ActiveCheckSpec,
+    BalancerSpec,
+    HealthSpec,
+    RetryBudget,
+    VirtualModel,
+    VirtualTarget,
+)
 
 
 def route(policies: str, backends: str = "      - host: a.test:80\n"):  # type: ignore[no-untyped-def]
