@@ -156,3 +156,21 @@ def test_virtual_model_refusals_name_their_place():
         targets: [{model: a}, {model: b, when: 'true'}, {model: a}]
 """) == ["llm.virtualModels[0].routing.conditional.targets[0]: "
           "a target without a condition is the fallback and must be the last one"]
+
+
+def test_every_virtual_model_is_checked_after_one_without_routing_or_targets():
+    assert problems("""\
+  - name: empty
+    routing: {}
+  - name: none
+    routing:
+      weighted:
+        targets: [{model: zz}]
+  - name: a
+    routing:
+      weighted:
+        targets: [{model: a}]
+""") == ["llm.virtualModels[0].routing: expected exactly one of: failover, weighted, conditional",
+         "llm.virtualModels[1].routing.weighted.targets[0].model: model 'zz' matches no llm.models entry",
+         "llm.virtualModels[1].routing: a virtual model needs at least one target",
+         "llm.virtualModels[2].name: 'a' is also an llm.models name"]
