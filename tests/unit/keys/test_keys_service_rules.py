@@ -1,0 +1,221 @@
+"""The rules of ``keys/service.py`` one by one (issue 35), in-process over a real SQLite store under
+``tmp_path``: each control-plane field and refusal, what the cache holds after each change, the
+request log's filters and the settlement's fields."""
+
+from __future__ import annotations
+
+import pytest
+
+from trioproxy.config.model import KeysSettings
+from trioproxy.errors import KeyRefused
+from trioproxy.keys import FieldError, KeyService, NotFound, limits_from_json
+from trioproxy.keys.records import format_time, key_digest
+
+START = 1_795_046_400.0 + 3600  # 2026-11-19T01:00:00Z
+
+
+class Clock:
+    def __init__(self, now: float = START) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def svc(tmp_path, clock):  # type: ignore[no-untyped-def]
+    service = KeyService.open(str(tmp_path / "keys.db"), KeysSettings(request_log_enabled=True), clock)
+    yield service
+    await service.aclose()
+
+
+def other(tmp_path, clock) -> KeyService:  # type: ignore[no-untyped-def]
+    """A second replica over the same store (its cache filled only from the store)."""
+    return KeyService.open(str(tmp_path / "keys.db"), KeysSettings(), clock)
+
+
+async def test_create_team_fields_and_cache(svc, clock):
+    team = await svc.create_team(name="research", metadata={"cc": "42"}, limits={"requests": {"day": 5}})
+    assert team.id.startswith("team_") and (team.name, dict(team.metadata), team.created_at) == ("research", {"cc": "42"}, START)
+    assert team.limits == limits_from_json({"requests": {"day": 5}})
+    assert svc.cached_teams() == [team] and await svc.get_team(team.id) == team
+    plain = await svc.create_team(name="plain")
+    assert dict(plain.metadata) == {} and plain.limits == ()
+    with pytest.raises(FieldError, match="^name: required field is missing$"):
+        await svc.create_team(metadata={})
+    with pytest.raises(FieldError, match=r"^team: unknown field \(expected limits, metadata, name\)$"):
+        await svc.create_team(name="x", team="t")
+
+
+async def test_update_team_changes_the_store_and_the_cache(svc, clock):
+    team = await svc.create_team(name="a")
+    updated = await svc.update_team(team.id, name="b", limits=[*limits_from_json({"tokens": {"minute": 9}})])
+    assert (updated.name, updated.limits) == ("b", limits_from_json({"tokens": {"minute": 9}}))
+    assert type(updated.limits) is tuple
+    assert svc.cached_teams() == [updated] and await svc.get_team(team.id) == updated
+    renamed = await svc.update_team(team.id, metadata={"x": "y"})
+    assert renamed.limits == updated.limits and dict(renamed.metadata) == {"x": "y"}  # the rest kept
+    with pytest.raises(NotFound, match="^no team 'team_nope'$"):
+        await svc.update_team("team_nope", name="c")
+
+
+async def test_delete_team_only_without_live_keys_and_the_cache_forgets_it(svc, clock):
+    team, spare = await svc.create_team(name="a"), await svc.create_team(name="spare")
+    key, _ = await svc.create_key(name="k", team=team.id)
+    await svc.create_key(name="elsewhere", team=spare.id)
+    with pytest.raises(FieldError, match=f"^team {team.id} still has 1 key\\(s\\); move or revoke them first$"):
+        await svc.delete_team(team.id)
+    await svc.revoke_key(key.id)
+    assert await svc.delete_team(team.id) is True
+    assert svc.cached_teams() == [spare] and await svc.get_team(team.id) is None
+    assert await svc.delete_team(team.id) is False  # no such team (any more)
+
+
+async def test_update_key_checks_the_team_and_keeps_tuples(svc, tmp_path, clock):
+    team = await svc.create_team(name="t")
+    key, secret = await svc.create_key(name="k")
+    with pytest.raises(FieldError, match="^team: no team 'team_nope'$"):
+        await svc.update_key(key.id, team="team_nope")
+    moved = await svc.update_key(key.id, team=team.id, models=["a", "b/*"],
+                                 limits=[*limits_from_json({"requests": {"minute": 2}})])
+    assert (moved.team, moved.models, moved.limits) == (team.id, ("a", "b/*"), limits_from_json({"requests": {"minute": 2}}))
+    assert type(moved.models) is tuple and type(moved.limits) is tuple
+    assert await svc.get_key(key.id) == moved
+    assert (await svc.authenticate(secret)).key == moved  # the cache holds the change at once
+    renamed = await svc.update_key(key.id, name="k2")
+    assert (renamed.name, renamed.team, renamed.models, renamed.limits) == ("k2", team.id, moved.models, moved.limits)
+    with pytest.raises(NotFound, match="^no key 'key_nope'$"):
+        await svc.update_key("key_nope", name="x")
+    assert (await svc.update_key(key.id, team=None)).team is None  # out of its team
+
+
+async def test_rotate_key_grace_and_refusals(svc, clock):
+    key, old = await svc.create_key(name="k")
+    with pytest.raises(FieldError, match=r"^grace: expected seconds >= 0, got -1$"):
+        await svc.rotate_key(key.id, -1)
+    rotated, new = await svc.rotate_key(key.id, 0)  # no grace: the old secret is refused at once
+    assert new != old and rotated.prefix == new[:10] and rotated.digest == key_digest(new)
+    assert (rotated.previous_digest, rotated.previous_valid_until, rotated.rotated_at) == (key.digest, START, START)
+    with pytest.raises(KeyRefused, match="key rotated"):
+        await svc.authenticate(old)
+    again, newer = await svc.rotate_key(key.id, 0.5)
+    assert again.previous_valid_until == START + 0.5 and again.previous_digest == key_digest(new)
+    assert (await svc.authenticate(new)).key == again  # within its grace
+    await svc.revoke_key(key.id)
+    with pytest.raises(FieldError, match=f"^key {key.id} is revoked$"):
+        await svc.rotate_key(key.id, 1)
+    with pytest.raises(NotFound):
+        await svc.rotate_key("key_nope", 1)
+
+
+async def test_revoking_twice_keeps_the_first_time(svc, clock):
+    key, _ = await svc.create_key(name="k")
+    first = await svc.revoke_key(key.id)
+    clock.now += 10
+    assert (await svc.revoke_key(key.id)).revoked_at == first.revoked_at == START
+
+
+async def test_cached_keys_are_the_active_ones_each_once(svc, clock):
+    a, _ = await svc.create_key(name="a")
+    b, _ = await svc.create_key(name="b", expires_at="2026-11-19T02:00:00Z")
+    c, _ = await svc.create_key(name="c")
+    rotated, _ = await svc.rotate_key(a.id, 60)  # under two digests
+    await svc.revoke_key(c.id)
+    assert sorted(k.name for k in svc.cached_keys()) == ["a", "b"]
+    assert [k for k in svc.cached_keys() if k.id == a.id] == [rotated]
+    clock.now += 7200  # b expired
+    assert [k.name for k in svc.cached_keys()] == ["a"]
+
+
+async def test_the_request_log_filters_each_field_and_limits(svc, clock):
+    team = await svc.create_team(name="t")
+    k1, s1 = await svc.create_key(name="k1", team=team.id)
+    k2, s2 = await svc.create_key(name="k2")
+    p1, p2 = await svc.authenticate(s1), await svc.authenticate(s2)
+    for i in range(3):
+        clock.now += 1
+        svc.settle(await svc.reserve(p1, tokens=1, cost=None), tokens=1, cost=0.0, model="m1", provider="p",
+                   status=200)
+        svc.settle(await svc.reserve(p2, tokens=1, cost=None), tokens=1, cost=0.0, model="m2", provider="p",
+                   status=500 + i)
+    await svc.flush()
+    assert len(await svc.request_log()) == 6
+    assert {r["key"] for r in await svc.request_log(key=k1.id)} == {k1.id}
+    assert {r["key"] for r in await svc.request_log(team=team.id)} == {k1.id}
+    assert {r["model"] for r in await svc.request_log(model="m2")} == {"m2"}
+    assert [r["status"] for r in await svc.request_log(status=501)] == [501]
+    assert len(await svc.request_log(since=START + 3)) == 2
+    newest = await svc.request_log(limit=1)
+    assert len(newest) == 1 and newest[0]["time"] == format_time(START + 3)
+
+
+async def test_the_request_log_default_limit_is_100(svc, clock):
+    key, secret = await svc.create_key(name="k")
+    principal = await svc.authenticate(secret)
+    for _ in range(101):
+        svc.settle(await svc.reserve(principal, tokens=1, cost=None), tokens=1, cost=0.0, model="m", provider="p",
+                   status=200)
+    await svc.flush()
+    assert len(await svc.request_log()) == 100
+
+
+async def test_a_request_log_row_holds_every_field_of_its_settlement(svc, clock):
+    team = await svc.create_team(name="t")
+    key, secret = await svc.create_key(name="k", team=team.id, metadata={"user": "ann"})
+    reservation = await svc.reserve(await svc.authenticate(secret), tokens=9, cost=None)
+    svc.settle(reservation, tokens=9, cost=0.25, model="m", provider="openai", status=201,
+               log={"time": START - 5, "latency_ms": 12, "request": "req", "response": "resp"},
+               input_tokens=7, output_tokens=2)
+    await svc.flush()
+    (row,) = await svc.request_log()
+    del row["id"]
+    assert row == {"time": format_time(START - 5), "key": key.id, "team": team.id, "user": "ann", "model": "m",
+                   "provider": "openai", "status": 201, "latency_ms": 12, "input_tokens": 7, "output_tokens": 2,
+                   "cost": 0.25, "request": "req", "response": "resp"}
+    svc.settle(reservation, tokens=4, cost=0.0, model=None, provider=None, status=200)
+    await svc.flush()
+    newest = (await svc.request_log())[0]
+    assert (newest["time"], newest["latency_ms"], newest["request"], newest["response"]) == (format_time(START), None, None, None)
+
+
+@pytest.mark.parametrize("tokens, input_tokens, output_tokens, spent", [
+    (10, None, None, (10, 0)),      # only a total: all of it is input
+    (10, None, 4, (6, 4)),          # the input is what the output leaves
+    (3, None, 5, (0, 5)),           # never below zero
+    (10, 8, None, (8, 0)),          # as given
+    (10, -2, -3, (0, 0)),           # clamped
+])
+async def test_settled_tokens_split_into_input_and_output(svc, clock, tokens, input_tokens, output_tokens, spent):
+    _, secret = await svc.create_key(name="k")
+    reservation = await svc.reserve(await svc.authenticate(secret), tokens=1, cost=None)
+    svc.settle(reservation, tokens=tokens, cost=0.5, model="m", provider="p", status=200,
+               input_tokens=input_tokens, output_tokens=output_tokens)
+    await svc.flush()
+    (row,) = await svc.request_log()
+    assert (row["input_tokens"], row["output_tokens"]) == spent
+    (spend,) = await svc.spend("model")
+    assert (spend["inputTokens"], spend["outputTokens"], spend["requests"], spend["cost"]) == (*spent, 1, 0.5)
+
+
+async def test_usage_numbers_are_integers_except_cost(svc, clock):
+    limits = {"requests": {"day": 5}, "tokens": {"day": 100}, "cost": {"day": 2}}
+    key, secret = await svc.create_key(name="k", limits=limits)
+    reservation = await svc.reserve(await svc.authenticate(secret), tokens=40, cost=1.0)
+    (shown,) = await svc.keys_json([key])
+    usage = shown["usage"]
+    assert usage["requests"]["day"] == {"used": 0, "reserved": 1, "limit": 5, "resetsAt": "2026-11-20T00:00:00Z"}
+    assert [type(usage["requests"]["day"][f]) for f in ("used", "reserved", "limit")] == [int, int, int]
+    assert usage["tokens"]["day"]["reserved"] == 40 and type(usage["tokens"]["day"]["reserved"]) is int
+    cost = usage["cost"]["day"]
+    assert (cost["used"], cost["reserved"], cost["limit"]) == (0.0, 1.0, 2.0)
+    assert [type(cost[f]) for f in ("used", "reserved", "limit")] == [float, float, float]
+    svc.settle(reservation, tokens=41, cost=1.5, model="m", provider="p", status=200)
+    await svc.flush()
+    (shown,) = await svc.keys_json([key])
+    assert shown["usage"]["tokens"]["day"] == {"used": 41, "reserved": 0, "limit": 100, "resetsAt": "2026-11-20T00:00:00Z"}
+    assert shown["usage"]["cost"]["day"]["used"] == 1.5
