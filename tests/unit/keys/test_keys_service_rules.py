@@ -219,3 +219,111 @@ async def test_usage_numbers_are_integers_except_cost(svc, clock):
     (shown,) = await svc.keys_json([key])
     assert shown["usage"]["tokens"]["day"] == {"used": 41, "reserved": 0, "limit": 100, "resetsAt": "2026-11-20T00:00:00Z"}
     assert shown["usage"]["cost"]["day"]["used"] == 1.5
+
+
+async def test_a_second_rotation_forgets_the_first_secret_and_the_grace_is_served_from_the_cache(svc, clock):
+    key, first = await svc.create_key(name="k")
+    _, second = await svc.rotate_key(key.id, 60)
+    latest, third = await svc.rotate_key(key.id, 60)
+    assert (await svc.authenticate(second)).key == latest  # the previous secret, within its grace
+    assert (await svc.authenticate(third)).key == latest
+    with pytest.raises(KeyRefused, match="invalid api key"):  # two rotations back: unknown
+        await svc.authenticate(first)
+
+    def down(*args):  # type: ignore[no-untyped-def]
+        raise AssertionError("the cache should have answered")
+    svc.store.find_key = down
+    assert (await svc.authenticate(second)).key == latest  # both digests are cached
+    assert (await svc.authenticate(third)).key == latest
+
+
+async def test_a_replica_learns_a_rotation_on_refresh(svc, tmp_path, clock):
+    key, first = await svc.create_key(name="k")
+    replica = other(tmp_path, clock)
+    await replica.authenticate(first)
+    _, second = await svc.rotate_key(key.id, 60)
+    _, third = await svc.rotate_key(key.id, 0)
+    await replica.refresh()
+    with pytest.raises(KeyRefused, match="key rotated"):  # the second, without grace
+        await replica.authenticate(second)
+    with pytest.raises(KeyRefused, match="invalid api key"):
+        await replica.authenticate(first)
+    assert (await replica.authenticate(third)).key.id == key.id
+    await replica.aclose()
+
+
+async def test_reservations_carry_the_estimate(svc, clock):
+    _, free = await svc.create_key(name="free")
+    _, limited = await svc.create_key(name="limited", limits={"cost": {"day": 2}})
+    for secret in (free, limited):
+        reservation = await svc.reserve(await svc.authenticate(secret), tokens=40, cost=0.5)
+        assert (reservation.tokens, reservation.cost, reservation.created_at) == (40, 0.5, START)
+    unknown = await svc.reserve(await svc.authenticate(limited), tokens=40, cost=None)
+    assert unknown.cost is None and [i.amount for i in unknown.items] == [0.0]  # an unknown cost reserves nothing
+
+
+async def test_aclose_closes_the_store_it_opened(tmp_path, clock):
+    from trioproxy.keys import Store
+
+    opened = KeyService.open(str(tmp_path / "a.db"), KeysSettings(), clock)
+    await opened.aclose()
+    assert opened.store._closed
+    store = Store(str(tmp_path / "b.db"))
+    given = KeyService(store, KeysSettings(), clock)
+    await given.aclose()
+    assert not store._closed  # given: its owner closes it
+    store.close()
+
+
+async def test_settlements_ask_for_an_early_flush_at_exactly_eager_flush(svc, clock, monkeypatch):
+    from trioproxy.keys import service as service_module
+
+    monkeypatch.setattr(service_module, "EAGER_FLUSH", 3)
+    _, secret = await svc.create_key(name="k")
+    reservation = await svc.reserve(await svc.authenticate(secret), tokens=1, cost=None)
+    for _ in range(2):
+        svc.settle(reservation, tokens=1, cost=0.0, model="m", provider="p", status=200)
+    assert not svc._flush_now.is_set()
+    svc.settle(reservation, tokens=1, cost=0.0, model="m", provider="p", status=200)
+    assert svc._flush_now.is_set()
+
+
+async def test_dropped_settlements_are_logged_at_the_first_and_every_10000th(svc, clock, monkeypatch, caplog):
+    from trioproxy.keys import service as service_module
+
+    monkeypatch.setattr(service_module, "MAX_PENDING", 1)
+    _, secret = await svc.create_key(name="k")
+    reservation = await svc.reserve(await svc.authenticate(secret), tokens=1, cost=None)
+    for _ in range(20_002):
+        svc.settle(reservation, tokens=1, cost=0.0, model="m", provider="p", status=200)
+    assert svc.dropped == 20_001
+    assert [r.getMessage() for r in caplog.records if r.name == "trioproxy.keys"] == [
+        f"key store {svc.store.describe()}: unreachable; {n} settlements dropped so far (more than 1 queued)"
+        for n in (1, 10_000, 20_000)]
+    svc._pending.clear()
+
+
+async def test_each_background_loop_logs_its_failure_once_and_its_recovery(autojump_clock, svc, clock, caplog):
+    import trio
+
+    from trioproxy.keys.store import StoreError
+
+    calls = {"changes": svc.store.changes, "expire_reservations": svc.store.expire_reservations}
+
+    def failing(*args):  # type: ignore[no-untyped-def]
+        raise StoreError("boom")
+    svc.store.changes = failing
+    svc.store.expire_reservations = failing
+    async with trio.open_nursery() as nursery:
+        await nursery.start(svc.run)
+        await trio.sleep(61)  # refreshes and one maintenance fail
+        svc.store.changes = calls["changes"]
+        svc.store.expire_reservations = calls["expire_reservations"]
+        await trio.sleep(200)  # both work again
+        nursery.cancel_scope.cancel()
+    where = svc.store.describe()
+    assert [r.getMessage() for r in caplog.records if r.name == "trioproxy.keys"] == [
+        f"key store {where}: refresh failed: boom (retrying)",
+        f"key store {where}: maintenance failed: boom (retrying)",
+        f"key store {where}: refresh works again",
+        f"key store {where}: maintenance works again"]
