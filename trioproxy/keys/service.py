@@ -102,7 +102,6 @@ class KeyService:
         self._teams: dict[str, Team] = {}
         self._negative: dict[str, float] = {}
         self._cursor = 0
-        self._loaded = False
         self._refresh_lock = trio.Lock()
         self._flush_lock = trio.Lock()
         self._pending: list[SettleEntry] = []
@@ -205,7 +204,6 @@ class KeyService:
             for record in changes.keys:
                 self._remember(record)
             self._cursor = changes.cursor
-            self._loaded = True
 
     async def flush(self) -> None:
         """Write the pending settlements now, in transactions of at most BATCH (the ones not written

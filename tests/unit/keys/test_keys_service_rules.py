@@ -327,3 +327,103 @@ async def test_each_background_loop_logs_its_failure_once_and_its_recovery(autoj
         f"key store {where}: maintenance failed: boom (retrying)",
         f"key store {where}: refresh works again",
         f"key store {where}: maintenance works again"]
+
+
+async def test_the_flush_loop_logs_its_failure_and_recovery_and_a_bug_is_logged_each_time(
+        autojump_clock, svc, clock, caplog):
+    import trio
+
+    from trioproxy.keys.store import StoreError
+
+    _, secret = await svc.create_key(name="k")
+    reservation = await svc.reserve(await svc.authenticate(secret), tokens=1, cost=None)
+    svc.settle(reservation, tokens=1, cost=0.0, model="m", provider="p", status=200)
+    apply, changes = svc.store.apply, svc.store.changes
+
+    def failing(*args):  # type: ignore[no-untyped-def]
+        raise StoreError("boom")
+
+    calls = []
+
+    def bug(*args):  # type: ignore[no-untyped-def]
+        calls.append(args)
+        raise RuntimeError("bug")
+    svc.store.apply = failing
+    async with trio.open_nursery() as nursery:
+        await nursery.start(svc.run)
+        await trio.sleep(1)
+        svc.store.apply = apply
+        svc.store.changes = bug
+        await trio.sleep(1.1)
+        svc.store.changes = changes
+        nursery.cancel_scope.cancel()
+    where = svc.store.describe()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "trioproxy.keys" and r.levelname == "WARNING"]
+    assert warnings == [f"key store {where}: flush failed: boom (retrying)", f"key store {where}: flush works again"]
+    bugs = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(bugs) == len(calls) >= 2  # not once per outage: each is a bug
+    assert {r.getMessage() for r in bugs} == {f"key store {where}: refresh failed"} and bugs[0].exc_info is not None
+    assert svc.pending == 0
+
+
+async def test_an_unknown_key_is_remembered_until_exactly_refresh_interval(svc, clock, monkeypatch):
+    import attrs
+
+    secret = "sk-tp-" + "a" * 43
+    with pytest.raises(KeyRefused, match="invalid api key"):
+        await svc.authenticate(secret)
+    key, _ = await svc.create_key(name="k")
+    svc.store.update_key(attrs.evolve(key, digest=key_digest(secret)))  # now in the store, not in the cache
+    clock.now = START + 0.4999
+    with pytest.raises(KeyRefused, match="invalid api key"):
+        await svc.authenticate(secret)
+    clock.now = START + 0.5  # refreshInterval later: the store is read again
+    assert (await svc.authenticate(secret)).key.id == key.id
+
+
+async def test_the_unknown_keys_memory_is_bounded(svc, clock, monkeypatch):
+    from trioproxy.keys import service as service_module
+
+    monkeypatch.setattr(service_module, "NEGATIVE_MAX", 2)
+    for n in range(2):
+        with pytest.raises(KeyRefused):
+            await svc.authenticate(f"sk-tp-{n}")
+    assert len(svc._negative) == 2
+    with pytest.raises(KeyRefused):
+        await svc.authenticate("sk-tp-2")
+    assert list(svc._negative) == [key_digest("sk-tp-2")]  # full: forgotten, then this one
+
+
+async def test_a_key_found_in_the_store_reads_its_team_only_when_not_cached(svc, tmp_path, clock):
+    team = await svc.create_team(name="t")
+    _, loner = await svc.create_key(name="loner")
+    _, member = await svc.create_key(name="member", team=team.id)
+    replica = other(tmp_path, clock)
+    reads = []
+    get_team = replica.store.get_team
+
+    def counted(team_id):  # type: ignore[no-untyped-def]
+        reads.append(team_id)
+        return get_team(team_id)
+    replica.store.get_team = counted
+    assert (await replica.authenticate(loner)).team is None and reads == []
+    assert (await replica.authenticate(member)).team == team and reads == [team.id]
+    _, second = await svc.create_key(name="member2", team=team.id)
+    assert (await replica.authenticate(second)).team == team and reads == [team.id]  # cached by then
+    await replica.aclose()
+
+
+async def test_a_replica_learns_team_changes_and_deletions_on_refresh(svc, tmp_path, clock):
+    kept, gone = await svc.create_team(name="kept"), await svc.create_team(name="gone")
+    replica = other(tmp_path, clock)
+    await replica.refresh()
+    assert sorted(t.name for t in replica.cached_teams()) == ["gone", "kept"]
+    renamed = await svc.update_team(kept.id, name="renamed")
+    await svc.delete_team(gone.id)
+    await replica.refresh()
+    assert replica.cached_teams() == [renamed]
+    fresh = other(tmp_path, clock)  # never saw the deleted team
+    await fresh.refresh()
+    assert fresh.cached_teams() == [renamed]
+    await replica.aclose()
+    await fresh.aclose()
