@@ -427,3 +427,22 @@ async def test_a_replica_learns_team_changes_and_deletions_on_refresh(svc, tmp_p
     assert fresh.cached_teams() == [renamed]
     await replica.aclose()
     await fresh.aclose()
+
+
+async def test_aclose_tries_three_times_then_says_how_many_settlements_are_lost(autojump_clock, svc, clock, caplog):
+    from trioproxy.keys.store import StoreError
+
+    _, secret = await svc.create_key(name="k")
+    reservation = await svc.reserve(await svc.authenticate(secret), tokens=1, cost=None)
+    for _ in range(2):
+        svc.settle(reservation, tokens=1, cost=0.0, model="m", provider="p", status=200)
+    tries = []
+
+    def failing(*args):  # type: ignore[no-untyped-def]
+        tries.append(args)
+        raise StoreError("boom")
+    svc.store.apply = failing
+    await svc.aclose()
+    assert len(tries) == 3
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        f"key store {svc.store.describe()}: 2 settlements lost at shutdown: boom"]
