@@ -109,7 +109,6 @@ class KeyService:
         self._down_until = 0.0  # time.monotonic() until which request-path calls fail fast
         self._flush_now = trio.Event()
         self._failing: set[str] = set()  # loops whose last attempt failed (logged once per outage)
-        self._closed = False
         #: settlements dropped because the store stayed unreachable with MAX_PENDING queued
         self.dropped = 0
 
@@ -189,7 +188,6 @@ class KeyService:
                               len(self._pending), error.__cause__)
                 else:
                     await trio.sleep(self.settings.flush_interval)
-        self._closed = True
         if self._owns_store:
             await trio.to_thread.run_sync(self.store.close)
 
@@ -357,7 +355,7 @@ class KeyService:
     async def create_key(self, **fields: Any) -> tuple[KeyRecord, str]:
         """A new key from ``name`` (required), ``team``, ``metadata``, ``models``, ``limits`` (a
         tuple of ``Limit`` or the JSON shape), ``expires_at``; returns it and its secret (shown once)."""
-        fields = _checked(fields, _KEY_CHANGES | {"name"}, required=("name",))
+        fields = _checked(fields, _KEY_CHANGES, required=("name",))
         await self._team_exists(fields.get("team"))
         secret = new_secret()
         now = self.clock()

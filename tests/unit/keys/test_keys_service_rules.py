@@ -446,3 +446,38 @@ async def test_aclose_tries_three_times_then_says_how_many_settlements_are_lost(
     assert len(tries) == 3
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
         f"key store {svc.store.describe()}: 2 settlements lost at shutdown: boom"]
+
+
+async def test_create_key_fields(svc, clock):
+    key, secret = await svc.create_key(name="k", metadata={"owner": "bob"}, models=["m"],
+                                       expires_at="2026-12-01T00:00:00Z")
+    assert key.id.startswith("key_") and (key.name, key.created_at, key.team) == ("k", START, None)
+    assert (dict(key.metadata), key.models, key.expires_at) == ({"owner": "bob"}, ("m",), 1_796_083_200.0)
+    assert key.prefix == secret[:10] and key.digest == key_digest(secret)
+    with pytest.raises(FieldError, match="^name: required field is missing$"):
+        await svc.create_key(models=["m"])
+
+
+async def test_a_failed_batch_goes_back_in_front_of_the_rest_in_order(svc, clock, monkeypatch):
+    from trioproxy.errors import KeyStoreUnavailable
+    from trioproxy.keys import service as service_module
+    from trioproxy.keys.store import StoreError
+
+    monkeypatch.setattr(service_module, "BATCH", 2)
+    _, secret = await svc.create_key(name="k")
+    reservation = await svc.reserve(await svc.authenticate(secret), tokens=1, cost=None)
+    for tokens in (1, 2, 3):
+        svc.settle(reservation, tokens=tokens, cost=0.0, model="m", provider="p", status=200)
+    apply, seen = svc.store.apply, []
+
+    def failing(batch, now):  # type: ignore[no-untyped-def]
+        seen.append((len(batch), svc.pending))  # the batch being written counts as pending
+        raise StoreError("boom")
+    svc.store.apply = failing
+    with pytest.raises(KeyStoreUnavailable):
+        await svc.flush()
+    assert seen == [(2, 3)] and svc.pending == 3
+    assert [e.tokens for e in svc._pending] == [1.0, 2.0, 3.0]
+    svc.store.apply = apply
+    await svc.flush()
+    assert svc.pending == 0 and [r["input_tokens"] for r in await svc.request_log()] == [3, 2, 1]
