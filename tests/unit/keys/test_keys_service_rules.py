@@ -303,6 +303,21 @@ async def test_dropped_settlements_are_logged_at_the_first_and_every_10000th(svc
     svc._pending.clear()
 
 
+def logged(caplog) -> list[str]:  # type: ignore[no-untyped-def]
+    """The service's warnings so far."""
+    return [r.getMessage() for r in caplog.records if r.name == "trioproxy.keys" and r.levelname == "WARNING"]
+
+
+async def until(condition) -> None:  # type: ignore[no-untyped-def]
+    """Virtual time passes (autojump) until ``condition`` holds: store calls run in threads, so how
+    much virtual time one takes is not fixed; what the loops log is."""
+    import trio
+
+    with trio.fail_after(3600):
+        while not condition():
+            await trio.sleep(0.05)
+
+
 async def test_each_background_loop_logs_its_failure_once_and_its_recovery(autojump_clock, svc, clock, caplog):
     import trio
 
@@ -316,13 +331,14 @@ async def test_each_background_loop_logs_its_failure_once_and_its_recovery(autoj
     svc.store.expire_reservations = failing
     async with trio.open_nursery() as nursery:
         await nursery.start(svc.run)
-        await trio.sleep(61)  # refreshes and one maintenance fail
+        await until(lambda: len(logged(caplog)) == 2)  # refreshes and one maintenance failed
         svc.store.changes = calls["changes"]
         svc.store.expire_reservations = calls["expire_reservations"]
-        await trio.sleep(200)  # both work again
+        await until(lambda: len(logged(caplog)) == 4)  # both work again
+        await trio.sleep(120)  # and nothing more is said
         nursery.cancel_scope.cancel()
     where = svc.store.describe()
-    assert [r.getMessage() for r in caplog.records if r.name == "trioproxy.keys"] == [
+    assert logged(caplog) == [
         f"key store {where}: refresh failed: boom (retrying)",
         f"key store {where}: maintenance failed: boom (retrying)",
         f"key store {where}: refresh works again",
@@ -351,10 +367,11 @@ async def test_the_flush_loop_logs_its_failure_and_recovery_and_a_bug_is_logged_
     svc.store.apply = failing
     async with trio.open_nursery() as nursery:
         await nursery.start(svc.run)
-        await trio.sleep(1)
+        await until(lambda: len(logged(caplog)) == 1)
         svc.store.apply = apply
+        await until(lambda: len(logged(caplog)) == 2)
         svc.store.changes = bug
-        await trio.sleep(1.1)
+        await until(lambda: len(calls) >= 2)
         svc.store.changes = changes
         nursery.cancel_scope.cancel()
     where = svc.store.describe()
