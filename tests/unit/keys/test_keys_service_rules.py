@@ -371,14 +371,13 @@ async def test_the_flush_loop_logs_its_failure_and_recovery_and_a_bug_is_logged_
         svc.store.apply = apply
         await until(lambda: len(logged(caplog)) == 2)
         svc.store.changes = bug
-        await until(lambda: len(calls) >= 2)
+        await until(lambda: sum(r.levelname == "ERROR" for r in caplog.records) >= 2)
         svc.store.changes = changes
         nursery.cancel_scope.cancel()
     where = svc.store.describe()
-    warnings = [r.getMessage() for r in caplog.records if r.name == "trioproxy.keys" and r.levelname == "WARNING"]
-    assert warnings == [f"key store {where}: flush failed: boom (retrying)", f"key store {where}: flush works again"]
+    assert logged(caplog) == [f"key store {where}: flush failed: boom (retrying)", f"key store {where}: flush works again"]
     bugs = [r for r in caplog.records if r.levelname == "ERROR"]
-    assert len(bugs) == len(calls) >= 2  # not once per outage: each is a bug
+    assert len(calls) >= len(bugs) >= 2  # not once per outage: each is a bug
     assert {r.getMessage() for r in bugs} == {f"key store {where}: refresh failed"} and bugs[0].exc_info is not None
     assert svc.pending == 0
 
