@@ -392,11 +392,7 @@ class KeyService:
         record = await self._key(key_id)
         if "team" in changes:
             await self._team_exists(changes["team"])
-        if "models" in changes:
-            changes["models"] = tuple(changes["models"])
-        if "limits" in changes:
-            changes["limits"] = tuple(changes["limits"])
-        return await self._save_key(attrs.evolve(record, **changes))
+        return await self._save_key(attrs.evolve(record, **changes))  # _checked gave tuples
 
     async def rotate_key(self, key_id: str, grace: float) -> tuple[KeyRecord, str]:
         """A new secret for the key; the old one stays valid ``grace`` seconds (0: not at all)."""
@@ -440,9 +436,7 @@ class KeyService:
         team = await self.get_team(team_id)
         if team is None:
             raise NotFound(f"no team {team_id!r}")
-        if "limits" in changes:
-            changes["limits"] = tuple(changes["limits"])
-        team = attrs.evolve(team, **changes)
+        team = attrs.evolve(team, **changes)  # _checked gave tuples
         async with self._refresh_lock:
             await self._call(self.store.update_team, team)
             self._teams[team.id] = team
