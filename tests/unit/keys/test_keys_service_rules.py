@@ -313,7 +313,7 @@ async def until(condition) -> None:  # type: ignore[no-untyped-def]
     much virtual time one takes is not fixed; what the loops log is."""
     import trio
 
-    with trio.fail_after(3600):
+    with trio.fail_after(300):
         while not condition():
             await trio.sleep(0.05)
 
