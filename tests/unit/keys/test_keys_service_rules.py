@@ -497,3 +497,10 @@ async def test_a_failed_batch_goes_back_in_front_of_the_rest_in_order(svc, clock
     svc.store.apply = apply
     await svc.flush()
     assert svc.pending == 0 and [r["input_tokens"] for r in await svc.request_log()] == [3, 2, 1]
+
+
+async def test_keyword_fields_use_python_names_not_the_wires(svc, clock):
+    # _checked refuses the wire's spelling before renaming expires_at to it for the parser
+    with pytest.raises(FieldError, match=r"^expiresAt: unknown field \(expected expires_at, limits, metadata, models, "
+                                         r"name, team\)$"):
+        await svc.create_key(name="k", expiresAt="2026-12-01T00:00:00Z")
