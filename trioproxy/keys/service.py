@@ -102,7 +102,6 @@ class KeyService:
         self._teams: dict[str, Team] = {}
         self._negative: dict[str, float] = {}
         self._cursor = 0
-        self._loaded = False
         self._refresh_lock = trio.Lock()
         self._flush_lock = trio.Lock()
         self._pending: list[SettleEntry] = []
@@ -110,7 +109,6 @@ class KeyService:
         self._down_until = 0.0  # time.monotonic() until which request-path calls fail fast
         self._flush_now = trio.Event()
         self._failing: set[str] = set()  # loops whose last attempt failed (logged once per outage)
-        self._closed = False
         #: settlements dropped because the store stayed unreachable with MAX_PENDING queued
         self.dropped = 0
 
@@ -190,7 +188,6 @@ class KeyService:
                               len(self._pending), error.__cause__)
                 else:
                     await trio.sleep(self.settings.flush_interval)
-        self._closed = True
         if self._owns_store:
             await trio.to_thread.run_sync(self.store.close)
 
@@ -205,7 +202,6 @@ class KeyService:
             for record in changes.keys:
                 self._remember(record)
             self._cursor = changes.cursor
-            self._loaded = True
 
     async def flush(self) -> None:
         """Write the pending settlements now, in transactions of at most BATCH (the ones not written
@@ -362,7 +358,7 @@ class KeyService:
     async def create_key(self, **fields: Any) -> tuple[KeyRecord, str]:
         """A new key from ``name`` (required), ``team``, ``metadata``, ``models``, ``limits`` (a
         tuple of ``Limit`` or the JSON shape), ``expires_at``; returns it and its secret (shown once)."""
-        fields = _checked(fields, _KEY_CHANGES | {"name"}, required=("name",))
+        fields = _checked(fields, _KEY_CHANGES, required=("name",))
         await self._team_exists(fields.get("team"))
         secret = new_secret()
         now = self.clock()
@@ -399,11 +395,7 @@ class KeyService:
         record = await self._key(key_id)
         if "team" in changes:
             await self._team_exists(changes["team"])
-        if "models" in changes:
-            changes["models"] = tuple(changes["models"])
-        if "limits" in changes:
-            changes["limits"] = tuple(changes["limits"])
-        return await self._save_key(attrs.evolve(record, **changes))
+        return await self._save_key(attrs.evolve(record, **changes))  # _checked gave tuples
 
     async def rotate_key(self, key_id: str, grace: float) -> tuple[KeyRecord, str]:
         """A new secret for the key; the old one stays valid ``grace`` seconds (0: not at all)."""
@@ -447,9 +439,7 @@ class KeyService:
         team = await self.get_team(team_id)
         if team is None:
             raise NotFound(f"no team {team_id!r}")
-        if "limits" in changes:
-            changes["limits"] = tuple(changes["limits"])
-        team = attrs.evolve(team, **changes)
+        team = attrs.evolve(team, **changes)  # _checked gave tuples
         async with self._refresh_lock:
             await self._call(self.store.update_team, team)
             self._teams[team.id] = team

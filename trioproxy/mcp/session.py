@@ -63,5 +63,5 @@ class SessionCodec:
             data = json.loads(_unb64(payload))
             return {str(name): (sid if isinstance(sid, str) else None, str(version))
                     for name, (sid, version) in data["t"].items()}
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):  # a signed payload of another shape
             return None

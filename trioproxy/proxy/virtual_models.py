@@ -86,11 +86,7 @@ def virtual_plan(x: Exchange, route: Route, phases: Sequence[Phase], virtual: Vi
     if virtual.mode == "conditional":
         act = activation(x)
         act["llm"] = {**(act.get("llm") or {}), "promptSize": prompt_size(request),
-                      "requestModel": request.get("model")}
-        for name in ("key", "team"):  # runtime keys, when that layer set them
-            value = getattr(x, name, None)
-            if value is not None and name not in act:
-                act[name] = value
+                      "requestModel": request.get("model")}  # key and team: activation() sets them
         targets = tuple(t for t in targets if t.when is None or _expression(t.when).evaluate(act) is True)
         if not targets:
             raise LlmRequestError(404, "no target of the virtual model matches the request", "model_not_found")
