@@ -149,3 +149,12 @@ def test_with_host_override_and_no_configured_model_or_no_model_in_the_path_the_
     prepare(x, backend("gemini", model="mine", paths=()), GENERATE_CONTENT)
     assert x.upstream_path is None
     assert x.llm == {"provider": "gemini", "model": "mine", "streaming": False}
+
+
+def test_a_path_without_a_model_takes_the_method_of_its_kind():
+    x = exchange("/count")  # a routes map entry: this path is countTokens
+    prepare(x, backend(model="m", path_override="/v1beta/models/{model}:{method}"), GEMINI_COUNT_TOKENS)
+    assert x.upstream_path == "/v1beta/models/m:countTokens"
+    x = exchange("/generate")
+    prepare(x, backend(model="m", path_override="/v1beta/models/{model}:{method}"), GENERATE_CONTENT)
+    assert x.upstream_path == "/v1beta/models/m:generateContent"
