@@ -98,8 +98,11 @@ async def test_a_virtual_model_goes_to_its_targets(autojump_clock):
     called = backends()
     async with memory_gateway(LLM, called) as gw:
         response = await gw.request("POST", "/v1/chat/completions", headers=JSON, body=chat("smart"))
+        again = await gw.request("POST", "/v1/chat/completions", headers=JSON, body=chat("smart"))
     assert json.loads(response.body)["choices"][0]["message"]["content"] == "from b"
     assert json.loads(called["b.test:80"].received[0].body)["model"] == "gpt-b"
+    assert again.status == 429  # its one target is over its own quota (1 a minute)
+    assert len(called["b.test:80"].received) == 1
 
 
 async def test_a_native_gemini_path_names_its_model_in_the_path(autojump_clock):
@@ -222,6 +225,7 @@ async def test_the_server_span_continues_the_clients_trace_and_ends_with_the_sta
     (server,) = [s for s in keep.spans if s.kind.name == "SERVER"]
     assert format(server.context.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
     assert server.attributes["http.response.status_code"] == 201
+    assert (server.attributes["http.request.method"], server.attributes["url.path"]) == ("GET", "/x")
     assert server.attributes["http.route"].endswith("/web")
 
 
@@ -239,6 +243,7 @@ def _sample(gw: Any, name: str, **labels: str) -> float | None:
 async def test_the_end_counts_the_request_with_its_duration_and_records_it(autojump_clock, caplog):
     caplog.set_level(logging.INFO, logger="trioproxy.access")
     async with memory_gateway(PLAIN, {"b.test:80": slow(2.0)}) as gw:
+        await trio.sleep(100)  # virtual: the request arrives at 100, not at 0
         response = await gw.request("GET", "/x")
         await finished(gw)
         bind = gw.runtime.state.config.binds[0].key
@@ -274,3 +279,57 @@ async def test_a_request_refused_before_routing_is_no_upstream_error(autojump_cl
         samples = [s for m in gw.runtime.metrics.registry.collect() if m.name == "trioproxy_upstream_errors"
                    for s in m.samples]
     assert response.status == 404 and samples == []
+
+
+async def test_an_http_request_to_a_route_without_backends_is_unreachable(autojump_clock, caplog):
+    caplog.set_level(logging.INFO, logger="trioproxy.access")
+    async with memory_gateway(ROUTES, {}) as gw:
+        response = await gw.request("GET", "/empty")
+        await finished(gw)
+    assert response.status == 503
+    (line,) = [r for r in caplog.records if r.name == "trioproxy.access"]
+    assert line.fields["error"] == "no backend available for route empty"  # type: ignore[attr-defined]
+
+
+MAPPED = """
+binds:
+- port: 3000
+  listeners:
+  - routes:
+    - backends:
+      - ai: {name: m, provider: {openAI: {model: gpt-x}}, hostOverride: "a.test:80"}
+        policies:
+          ai: {routes: {/v1/messages: messages, "*": passthrough}}
+"""
+
+
+async def test_an_ai_backends_routes_map_picks_the_endpoint_and_the_dialect_of_its_errors(autojump_clock):
+    called = {"a.test:80": Backend(answer(200, b"{}", JSON))}
+    async with memory_gateway(MAPPED, called) as gw:
+        messages = await gw.request("POST", "/v1/messages", headers=JSON, body=b"not json")
+        other = await gw.request("POST", "/other", headers=JSON, body=b"not json")
+    assert messages.status == 400  # Anthropic's Messages API translated for openAI: its own error shape
+    assert json.loads(messages.body) == {"type": "error", "error": {
+        "type": "invalid_request_error", "message": "body: a body that is not JSON cannot be translated to openAI"}}
+    assert other.status == 200  # passthrough: the body is not read
+    assert [r.target for r in called["a.test:80"].received] == ["/other"]
+
+
+TRANSFORMED = """
+llm:
+  port: 4000
+  models:
+  - name: t/*
+    provider: openAI
+    params: {apiKey: key-t, hostOverride: "t.test:80"}
+    transformation:
+      model: llmRequest.model.stripPrefix("t/")
+"""
+
+
+async def test_a_models_transformation_names_the_model_sent(autojump_clock):
+    called = {"t.test:80": provider("from t")}
+    async with memory_gateway(TRANSFORMED, called) as gw:
+        response = await gw.request("POST", "/v1/chat/completions", headers=JSON, body=chat("t/small"))
+    assert response.status == 200
+    assert json.loads(called["t.test:80"].received[0].body)["model"] == "small"
