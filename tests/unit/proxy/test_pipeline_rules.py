@@ -206,6 +206,9 @@ async def test_a_watched_request_is_traced_from_its_start_to_its_status(autojump
                     break
     assert response.status == 200
     assert events[0]["type"] == "requestStarted"
+    snapshots = [e["stage"] for e in events if e["type"] == "requestSnapshot"]
+    assert snapshots[:3] == ["initial request", "gateway policies", "route policies"]
+    assert [e["phase"] for e in events if e["type"] == "policySelection"] == ["gateway", "route", "backend"]
     (selection,) = [e for e in events if e["type"] == "routeSelection"]
     assert selection["selectedRoute"].endswith("/web")
     assert events[-1]["type"] == "requestFinished" and events[-1]["status"] == 200
@@ -333,3 +336,42 @@ async def test_a_models_transformation_names_the_model_sent(autojump_clock):
         response = await gw.request("POST", "/v1/chat/completions", headers=JSON, body=chat("t/small"))
     assert response.status == 200
     assert json.loads(called["t.test:80"].received[0].body)["model"] == "small"
+
+
+HOSTED = """
+frontendPolicies: {http: {http1MaxHeaders: 3}}
+binds:
+- port: 3000
+  listeners:
+  - hostname: only.test
+    routes:
+    - backends: [{host: "b.test:80"}]
+"""
+
+
+async def test_the_header_count_limit_admits_exactly_its_number(autojump_clock):
+    async with memory_gateway(HOSTED, {"b.test:80": answer()}) as gw:
+        statuses = []
+        for count in (3, 4):  # with Host
+            response = await gw.request("GET", "/x", headers=[(b"x-%d" % i, b"v") for i in range(count - 1)],
+                                        host="only.test")
+            statuses.append((response.status, response.body))
+    assert statuses == [(200, b"ok"), (431, b"too many request headers (limit 3)")]
+
+
+async def test_the_listener_is_chosen_by_host_and_a_host_without_one_is_traced_as_unrouted(autojump_clock):
+    async with memory_gateway(HOSTED, {"b.test:80": answer()}) as gw:
+        hosted = await gw.request("GET", "/x", host="only.test")
+        watcher = gw.runtime.trace.watch()
+        missed = await gw.request("GET", "/x", host="other.test")
+        events = []
+        with trio.move_on_after(5):
+            while True:
+                event = await watcher.next_event()
+                events.append(event)
+                if event["message"]["type"] == "requestFinished":
+                    break
+    assert (hosted.status, missed.status) == (200, 404)
+    (selection,) = [e for e in events if e["message"]["type"] == "routeSelection"]
+    assert selection["severity"] == "warn"
+    assert selection["message"] == {"type": "routeSelection", "selectedRoute": None, "evaluatedRoutes": []}
