@@ -375,3 +375,71 @@ async def test_the_listener_is_chosen_by_host_and_a_host_without_one_is_traced_a
     (selection,) = [e for e in events if e["message"]["type"] == "routeSelection"]
     assert selection["severity"] == "warn"
     assert selection["message"] == {"type": "routeSelection", "selectedRoute": None, "evaluatedRoutes": []}
+    assert events[-1]["message"] == {"type": "requestFinished", "status": 404, "error": "route not found"}
+
+
+MATCHED = """
+binds:
+- port: 3000
+  listeners:
+  - routes:
+    - name: method
+      matches: [{method: POST, path: {pathPrefix: /m}}]
+      backends: [{host: "b.test:80"}]
+    - name: header
+      matches: [{headers: [{name: x-a, value: {exact: "1"}}], path: {pathPrefix: /h}}]
+      backends: [{host: "b.test:80"}]
+    - name: query
+      matches: [{query: [{name: v, value: {exact: "1"}}], path: {pathPrefix: /q}}]
+      backends: [{host: "b.test:80"}]
+    - name: host
+      hostnames: [named.test]
+      matches: [{path: {pathPrefix: /n}}]
+      backends: [{host: "b.test:80"}]
+    - name: rewrite
+      matches: [{path: {pathPrefix: /api}}]
+      policies: {urlRewrite: {path: {prefix: /v2}}}
+      backends: [{host: "b.test:80"}]
+"""
+
+
+async def test_routing_sees_the_method_headers_query_and_host_and_the_matched_prefix(autojump_clock):
+    backend = Backend(answer())
+    async with memory_gateway(MATCHED, {"b.test:80": backend}) as gw:
+        statuses = [
+            (await gw.request("POST", "/m")).status, (await gw.request("GET", "/m")).status,
+            (await gw.request("GET", "/h", headers=[(b"x-a", b"1")])).status, (await gw.request("GET", "/h")).status,
+            (await gw.request("GET", "/q?v=1")).status, (await gw.request("GET", "/q?v=2")).status,
+            (await gw.request("GET", "/n", host="named.test")).status, (await gw.request("GET", "/n")).status,
+            (await gw.request("GET", "/api/x")).status,
+        ]
+    assert statuses == [200, 404, 200, 404, 200, 404, 200, 404, 200]
+    assert backend.received[-1].target == "/v2/x"
+
+
+async def test_the_route_selection_is_traced_with_the_routes_evaluated(autojump_clock):
+    async with memory_gateway(MATCHED, {"b.test:80": answer()}) as gw:
+        selections = []
+        for path in ("/m", "/h"):
+            watcher = gw.runtime.trace.watch()
+            await gw.request("GET" if path == "/h" else "POST", path, headers=[(b"x-a", b"1")] if path == "/h" else [])
+            with trio.move_on_after(5):
+                while True:
+                    event = await watcher.next_event()
+                    if event["message"]["type"] == "routeSelection":
+                        selections.append(event)
+                        break
+        watcher = gw.runtime.trace.watch()
+        await gw.request("GET", "/nothing")
+        with trio.move_on_after(5):
+            while True:
+                event = await watcher.next_event()
+                if event["message"]["type"] == "routeSelection":
+                    selections.append(event)
+                    break
+    hit, second, miss = selections
+    assert hit["severity"] == "info" and hit["message"]["selectedRoute"].endswith("/method")
+    assert isinstance(hit["message"]["evaluatedRoutes"], list) and hit["message"]["evaluatedRoutes"]
+    assert second["message"]["selectedRoute"].endswith("/header")
+    assert miss["severity"] == "warn" and miss["message"]["selectedRoute"] is None
+    assert len(miss["message"]["evaluatedRoutes"]) >= 4
