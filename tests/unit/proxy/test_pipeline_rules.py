@@ -443,3 +443,26 @@ async def test_the_route_selection_is_traced_with_the_routes_evaluated(autojump_
     assert second["message"]["selectedRoute"].endswith("/header")
     assert miss["severity"] == "warn" and miss["message"]["selectedRoute"] is None
     assert len(miss["message"]["evaluatedRoutes"]) >= 4
+
+
+CONDITIONAL = LLM.replace("""      failover:
+        targets: [{model: b}]""", """      conditional:
+        targets: [{when: 'request.headers["x-tier"] == "gold" && llm.requestModel == "smart"', model: a},
+                  {model: g}]""")
+
+
+async def test_a_conditional_virtual_model_reads_the_request_and_its_body(autojump_clock):
+    called = backends()
+    async with memory_gateway(CONDITIONAL, called) as gw:
+        gold = await gw.request("POST", "/v1/chat/completions", headers=[*JSON, (b"x-tier", b"gold")],
+                                body=chat("smart"))
+    assert json.loads(gold.body)["choices"][0]["message"]["content"] == "from a"
+
+
+async def test_the_gateways_own_error_on_a_mapped_path_is_in_that_apis_dialect(autojump_clock):
+    async with memory_gateway(MAPPED, {}) as gw:  # a.test refuses
+        messages = await gw.request("POST", "/v1/messages", headers=JSON,
+                                    body=json.dumps({"model": "x", "max_tokens": 5, "messages": [
+                                        {"role": "user", "content": "hi"}]}).encode())
+    assert messages.status == 503
+    assert json.loads(messages.body)["type"] == "error"  # Anthropic's shape, not OpenAI's {"error": {...}}
