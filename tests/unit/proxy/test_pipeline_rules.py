@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from tests.memory_harness import Backend, answer, memory_gateway
 from trioproxy.config.model import TracingSpec
-from trioproxy.errors import BackendUnreachable
+from trioproxy.errors import BackendUnreachable, RouteNotFound
 from trioproxy.proxy.exchange import Exchange
 from trioproxy.proxy.pipeline import Pipeline
 from trioproxy.telemetry.otel import OtelTracing
@@ -466,3 +466,21 @@ async def test_the_gateways_own_error_on_a_mapped_path_is_in_that_apis_dialect(a
                                         {"role": "user", "content": "hi"}]}).encode())
     assert messages.status == 503
     assert json.loads(messages.body)["type"] == "error"  # Anthropic's shape, not OpenAI's {"error": {...}}
+
+
+async def test_an_llm_ports_own_errors_speak_the_dialect_of_the_endpoint_asked(autojump_clock):
+    body = json.dumps({"model": "nope", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}).encode()
+    async with memory_gateway(LLM, backends()) as gw:
+        messages = await gw.request("POST", "/v1/messages", headers=JSON, body=body)
+        chat_ = await gw.request("POST", "/v1/chat/completions", headers=JSON, body=body)
+    assert messages.status == chat_.status == 404
+    assert json.loads(messages.body)["type"] == "error"  # Anthropic's shape
+    assert "type" not in json.loads(chat_.body) and "error" in json.loads(chat_.body)  # OpenAI's
+
+
+async def test_a_bind_gone_in_a_reload_answers_route_not_found(autojump_clock):
+    async with memory_gateway(PLAIN, {"b.test:80": answer()}) as gw:
+        pipeline = Pipeline(gw.runtime, 3000)
+        pipeline.port = 3999  # the state read at entry has no such bind any more
+        with pytest.raises(RouteNotFound):
+            await pipeline.admit_and_route(upgrade("/x"), "GET")
