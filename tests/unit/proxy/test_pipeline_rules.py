@@ -484,3 +484,33 @@ async def test_a_bind_gone_in_a_reload_answers_route_not_found(autojump_clock):
         pipeline.port = 3999  # the state read at entry has no such bind any more
         with pytest.raises(RouteNotFound):
             await pipeline.admit_and_route(upgrade("/x"), "GET")
+
+
+MCP = """
+binds:
+- port: 3000
+  listeners:
+  - routes:
+    - policies:
+        authorization:
+          rules:
+          - {deny: 'has(mcp.tool) && mcp.arguments.text == "stop"'}
+      backends:
+      - mcp:
+          targets:
+          - {name: text, mcp: {host: "m.test:80"}}
+"""
+
+
+def tool_call(text: str) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                       "params": {"name": "text_echo", "arguments": {"text": text}}}).encode()
+
+
+async def test_a_route_to_mcp_servers_reads_the_call_before_its_authorization(autojump_clock):
+    headers = [*JSON, (b"accept", b"application/json, text/event-stream")]
+    async with memory_gateway(MCP, {}) as gw:  # m.test refuses: an allowed call fails upstream
+        denied = await gw.request("POST", "/mcp", headers=headers, body=tool_call("stop"))
+        allowed = await gw.request("POST", "/mcp", headers=headers, body=tool_call("go"))
+    assert (denied.status, denied.body) == (403, b"authorization failed")
+    assert allowed.status != 403
