@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -514,3 +515,24 @@ async def test_a_route_to_mcp_servers_reads_the_call_before_its_authorization(au
         allowed = await gw.request("POST", "/mcp", headers=headers, body=tool_call("go"))
     assert (denied.status, denied.body) == (403, b"authorization failed")
     assert allowed.status != 403
+
+
+async def test_the_end_settles_a_runtime_keys_reservation_once_with_its_latency(autojump_clock, monkeypatch):
+    calls: list[tuple[Any, dict[str, Any]]] = []
+    service = SimpleNamespace(settle=lambda reservation, **fields: calls.append((reservation, fields)))
+    async with memory_gateway(PLAIN, {}) as gw:
+        monkeypatch.setattr(gw.runtime.keys_host, "get", lambda: service)  # the key store's settle, recorded
+        pipeline = Pipeline(gw.runtime, 3000)
+        await trio.sleep(10)
+        plain = pipeline.open_exchange(dict(upgrade("/x").scope, type="http"), _never, _never)
+        pipeline.finish(plain, 200)  # no reservation: nothing to settle
+        x = pipeline.open_exchange(dict(upgrade("/x").scope, type="http"), _never, _never)
+        await trio.sleep(1.5)
+        reservation = SimpleNamespace(principal=SimpleNamespace(key=SimpleNamespace(name="k1"), team=None))
+        x.reservation = reservation
+        pipeline.finish(x, 201)
+        settled = gw.runtime.metrics.registry.get_sample_value("trioproxy_key_requests_total",
+                                                               {"key": "k1", "team": ""})
+    assert calls == [(reservation, {"tokens": 0, "cost": 0.0, "model": None, "provider": None, "status": 201,
+                                    "input_tokens": None, "output_tokens": None, "log": {"latency_ms": 1500.0}})]
+    assert x.reservation is None and settled == 1.0
