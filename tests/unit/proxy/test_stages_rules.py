@@ -147,3 +147,49 @@ async def test_a_delay_waits_its_duration_or_what_its_expression_says(autojump_c
     assert [(e["result"], e["delay"]) for e in policy_events(fixed_events, "delay")] == [("delayed", "2000ms")]
     assert [(e["result"], e["delay"]) for e in policy_events(chaos_events, "delay")] == [("delayed", "3000ms")]
     assert [(e["result"], e["delay"]) for e in policy_events(calm_events, "delay")] == [("no delay", "0ms")]
+
+
+# --- jwtAuth and mcpAuthentication compiled from the config, inline JWKS ----------------------------
+
+
+def _jwt_config() -> tuple[str, Any, Any]:
+    import json
+
+    from tests.jwt_helpers import AUDIENCE, ISSUER, jwks, make_key
+
+    first, second = make_key("ES256", "k1"), make_key("EdDSA", "k2")
+    other = "https://other.test"
+    config = routes(f"""
+- name: jwt
+  matches: [{{path: {{pathPrefix: /jwt}}}}]
+  policies:
+    jwtAuth:
+      mode: strict
+      providers:
+      - {{issuer: "{ISSUER}", jwks: '{json.dumps(jwks(first))}'}}
+      - {{issuer: "{other}", jwks: '{json.dumps(jwks(second))}'}}
+  backends: [{{host: "b.test:80"}}]
+- name: mcp
+  matches: [{{path: {{pathPrefix: /mcp}}}}]
+  policies:
+    mcpAuthentication: {{mode: strict, issuer: "{ISSUER}", audiences: [{AUDIENCE}], jwks: '{json.dumps(jwks(first))}'}}
+  backends: [{{host: "b.test:80"}}]
+""")
+    return config, first, (second, other)
+
+
+async def test_jwt_auth_built_from_inline_key_sets_checks_each_providers_tokens(autojump_clock):
+    config, first, (second, other) = _jwt_config()
+    backend = Backend(answer())
+    async with memory_gateway(config, {"b.test:80": backend}) as gw:
+        bearer = [(b"authorization", f"Bearer {first.token()}".encode())]
+        ok_first = await gw.request("GET", "/jwt", headers=bearer)
+        ok_second = await gw.request("GET", "/jwt", headers=[
+            (b"authorization", f"Bearer {second.token(iss=other)}".encode())])
+        crossed = await gw.request("GET", "/jwt", headers=[
+            (b"authorization", f"Bearer {second.token()}".encode())])  # the first issuer, the other's key
+        missing = await gw.request("GET", "/jwt")
+        mcp_ok = await gw.request("GET", "/mcp", headers=bearer)
+        mcp_missing = await gw.request("GET", "/mcp")
+    assert (ok_first.status, ok_second.status, crossed.status, missing.status) == (200, 200, 401, 401)
+    assert (mcp_ok.status, mcp_missing.status) == (200, 401)
