@@ -135,15 +135,14 @@ class Pipeline:
             x.error_dialect = error_dialect(kind)
         return gateway, compiled
 
-    async def route_and_backend_stages(self, x: Exchange, compiled: CompiledRoute, *,
-                                       by_model: bool = True) -> Backend:
-        """Steps 4-5: the route's stages, the backend chosen (by the body's model on an ``llm:``
-        route, when ``by_model``), and its stages; the backend and its phase are left in
-        ``x.backend`` and ``x.backend_phase``."""
+    async def route_and_backend_stages(self, x: Exchange, compiled: CompiledRoute) -> Backend:
+        """Steps 4-5 of a WebSocket upgrade: the route's stages, the backend chosen by weight (an
+        upgrade has no body to pick a model by, so an ``llm:`` route's ``models`` are not read), and
+        its stages; the backend and its phase are left in ``x.backend`` and ``x.backend_phase``."""
         route = compiled.route
         await self.route_stages(x, compiled)
-        # 5. backend phase (the llm: format chooses by the body's model)
-        chosen = await self._choose_model(x, compiled) if by_model and route.models else compiled.choose_backend()
+        # 5. backend phase
+        chosen = compiled.choose_backend()
         if chosen is None:
             raise BackendUnreachable(f"no backend available for route {route.name}")
         backend, phase = chosen
@@ -200,15 +199,3 @@ class Pipeline:
         limiters = compiled.target_limiters
         return Plan.single(Candidate(route.backends[entry.backend], compiled.phases_by_index[entry.backend],
                                      override=override, limiter=limiters[entry.backend] if limiters else None), body)
-
-    async def _choose_model(self, x: Exchange, compiled: CompiledRoute) -> tuple[Backend, Phase]:
-        """The ``llm.models`` entry for the request body's model (llm_models.py); 404/400 JSON otherwise.
-        ``GET .../models`` is answered here: the models this port serves."""
-        if x.llm_kind == MODELS and x.scope["method"] in ("GET", "HEAD"):
-            raise ModelList(200, model_list(compiled.route.backends))
-        body = await x.read_body(self.runtime.state.config.frontend.max_buffer_size)
-        path_model = llm_gemini.model_and_method(x.scope["path"], x.llm_kind)[0] if x.llm_kind in GEMINI_KINDS \
-            else None  # google-genai: the model is in the path
-        entry, request = select_model(compiled.route.models, body, path_model)
-        x.llm_request = (body, transformed_model(entry, request))
-        return compiled.route.backends[entry.backend], compiled.phases_by_index[entry.backend]

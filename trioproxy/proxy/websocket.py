@@ -113,7 +113,7 @@ class WebSocketProxy:
         _, compiled = await pipeline.admit_and_route(x, "GET")  # an upgrade is a GET
         with trio.CancelScope(deadline=compiled.request_deadline(x.arrival)) as request_scope:
             # No body to read: an llm: route's backend is chosen by weight, not by model.
-            backend = await pipeline.route_and_backend_stages(x, compiled, by_model=False)
+            backend = await pipeline.route_and_backend_stages(x, compiled)
             if backend.ai is not None:
                 raise BadRequest("bad request: WebSocket upgrade to an ai backend")
             assert x.nursery is not None

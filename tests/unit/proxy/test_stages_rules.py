@@ -1,0 +1,195 @@
+"""The request stages of proxy/stages.py that had no in-process test (urlRewrite, requestRedirect,
+csrf, delay) over the in-memory harness: what the backend receives, what the client is answered,
+the virtual time a delay takes and the trace events each stage writes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from tests.memory_harness import Backend, answer, memory_gateway
+
+
+def routes(body: str) -> str:
+    return "binds:\n- port: 3000\n  listeners:\n  - routes:\n" + "".join(
+        f"    {line}\n" for line in body.strip("\n").splitlines())
+
+
+async def traced(gw: Any, *args: Any, **kwargs: Any) -> tuple[Any, list[dict[str, Any]]]:
+    watcher = gw.runtime.trace.watch()
+    response = await gw.request(*args, **kwargs)
+    events = []
+    with trio.move_on_after(5):
+        while True:
+            event = await watcher.next_event()
+            events.append({"severity": event["severity"], **event["message"]})
+            if event["message"]["type"] == "requestFinished":
+                break
+    return response, events
+
+
+def policy_events(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["type"] == "policy" and e.get("kind") == kind]
+
+
+REDIRECTS = routes("""
+- name: moved
+  matches: [{path: {pathPrefix: /old}}]
+  policies:
+    urlRewrite: {authority: {host: internal.example}}
+    requestRedirect: {scheme: https, path: {prefix: /new}, status: 301}
+  backends: [{host: "b.test:80"}]
+- name: found
+  matches: [{path: {pathPrefix: /tmp}}]
+  policies:
+    requestRedirect: {authority: {port: 8443}}
+  backends: [{host: "b.test:80"}]
+""")
+
+
+async def test_a_redirect_starts_from_the_rewritten_host_and_never_calls_the_backend(autojump_clock):
+    backend = Backend(answer())
+    async with memory_gateway(REDIRECTS, {"b.test:80": backend}) as gw:
+        moved, events = await traced(gw, "GET", "/old/a/b?q=1", host="shop.example:8080")
+        found = await gw.request("GET", "/tmp/z", host="shop.example:8080")
+        encoded = await gw.request("GET", "/old/a%20b", host="shop.example")
+    assert (moved.status, moved.header("location"), moved.body) == (301, "https://internal.example/new/a/b?q=1", b"")
+    assert (found.status, found.header("location")) == (302, "http://shop.example:8443/tmp/z")
+    assert encoded.header("location") == "https://internal.example/new/a%20b"  # the path as sent
+    assert backend.received == []
+    (redirect,) = policy_events(events, "requestRedirect")
+    assert (redirect["result"], redirect["status"], redirect["location"]) == (
+        "redirected", 301, "https://internal.example/new/a/b?q=1")
+    (rewrite,) = policy_events(events, "urlRewrite")
+    assert rewrite["result"] == "rewrote request URL"
+    assert "urlRewrite" in [e["stage"] for e in events if e["type"] == "requestSnapshot"]
+
+
+REWRITES = routes("""
+- name: prefix
+  matches: [{path: {pathPrefix: /api}}]
+  policies: {urlRewrite: {path: {prefix: /v2}, authority: {full: "inner.test:9"}}}
+  backends: [{host: "b.test:80"}]
+- name: full
+  matches: [{path: {pathPrefix: /all}}]
+  policies: {urlRewrite: {path: {full: /fixed}, authority: {port: 8081}}}
+  backends: [{host: "b.test:80"}]
+- name: empty
+  matches: [{path: {pathPrefix: /none}}]
+  policies: {urlRewrite: {path: {full: ""}}}
+  backends: [{host: "b.test:80"}]
+""")
+
+
+async def test_url_rewrite_replaces_the_matched_prefix_or_the_whole_path_and_the_host(autojump_clock):
+    backend = Backend(answer())
+    async with memory_gateway(REWRITES, {"b.test:80": backend}) as gw:
+        prefixed, events = await traced(gw, "GET", "/api/users%20x?q=1", host="shop.example:8080")
+        await gw.request("GET", "/all/x", host="shop.example:8080")
+        await gw.request("GET", "/none/x", host="shop.example")
+    assert prefixed.status == 200
+    first, second, third = backend.received
+    assert (first.target, first.header("host")) == ("/v2/users%20x?q=1", "inner.test:9")
+    assert (second.target, second.header("host")) == ("/fixed", "shop.example:8081")
+    assert (third.target, third.header("host")) == ("/", "shop.example")
+    (rewrite,) = policy_events(events, "urlRewrite")
+    assert rewrite["path"] == "/v2/users%20x"
+
+
+CSRF = routes("""
+- policies: {csrf: {additionalOrigins: ["https://app.example"]}}
+  backends: [{host: "b.test:80"}]
+""")
+
+
+async def test_csrf_refuses_a_cross_site_post_and_passes_same_origin_listed_and_safe_requests(autojump_clock):
+    backend = Backend(answer())
+    async with memory_gateway(CSRF, {"b.test:80": backend}) as gw:
+        refused, refused_events = await traced(gw, "POST", "/x", host="shop.example",
+                                               headers=[(b"origin", b"https://evil.example")])
+        same, same_events = await traced(gw, "POST", "/x", host="shop.example",
+                                         headers=[(b"origin", b"http://shop.example")])
+        listed = await gw.request("POST", "/x", host="shop.example", headers=[(b"origin", b"https://app.example")])
+        safe = await gw.request("GET", "/x", host="shop.example", headers=[(b"origin", b"https://evil.example")])
+    assert refused.status == 403
+    assert (same.status, listed.status, safe.status) == (200, 200, 200)
+    assert len(backend.received) == 3
+    (rejected,) = policy_events(refused_events, "csrf")
+    assert (rejected["severity"], rejected["result"]) == ("warn", "rejected") and rejected["reason"]
+    (allowed,) = policy_events(same_events, "csrf")
+    assert (allowed["severity"], allowed["result"]) == ("info", "allowed") and "reason" not in allowed
+
+
+DELAYS = routes("""
+- name: fixed
+  matches: [{path: {pathPrefix: /fixed}}]
+  policies: {delay: {duration: 2s}}
+  backends: [{host: "b.test:80"}]
+- name: chaos
+  matches: [{path: {pathPrefix: /chaos}}]
+  policies:
+    delay: {duration: 'request.headers["x-chaos"] == "1" ? 3000 : 0'}
+  backends: [{host: "b.test:80"}]
+""")
+
+
+async def test_a_delay_waits_its_duration_or_what_its_expression_says(autojump_clock):
+    backend = Backend(answer())
+    async with memory_gateway(DELAYS, {"b.test:80": backend}) as gw:
+        start = trio.current_time()
+        fixed, fixed_events = await traced(gw, "GET", "/fixed")
+        chaos, chaos_events = await traced(gw, "GET", "/chaos", headers=[(b"x-chaos", b"1")])
+        calm, calm_events = await traced(gw, "GET", "/chaos")
+    assert (fixed.status, chaos.status, calm.status) == (200, 200, 200)
+    arrivals = [r.at - start for r in backend.received]
+    assert arrivals[0] == 2.0 and arrivals[1] - fixed.at + start == 3.0 and arrivals[2] - chaos.at + start == 0.0
+    assert [(e["result"], e["delay"]) for e in policy_events(fixed_events, "delay")] == [("delayed", "2000ms")]
+    assert [(e["result"], e["delay"]) for e in policy_events(chaos_events, "delay")] == [("delayed", "3000ms")]
+    assert [(e["result"], e["delay"]) for e in policy_events(calm_events, "delay")] == [("no delay", "0ms")]
+
+
+# --- jwtAuth and mcpAuthentication compiled from the config, inline JWKS ----------------------------
+
+
+def _jwt_config() -> tuple[str, Any, Any]:
+    import json
+
+    from tests.jwt_helpers import AUDIENCE, ISSUER, jwks, make_key
+
+    first, second = make_key("ES256", "k1"), make_key("EdDSA", "k2")
+    other = "https://other.test"
+    config = routes(f"""
+- name: jwt
+  matches: [{{path: {{pathPrefix: /jwt}}}}]
+  policies:
+    jwtAuth:
+      mode: strict
+      providers:
+      - {{issuer: "{ISSUER}", jwks: '{json.dumps(jwks(first))}'}}
+      - {{issuer: "{other}", jwks: '{json.dumps(jwks(second))}'}}
+  backends: [{{host: "b.test:80"}}]
+- name: mcp
+  matches: [{{path: {{pathPrefix: /mcp}}}}]
+  policies:
+    mcpAuthentication: {{mode: strict, issuer: "{ISSUER}", audiences: [{AUDIENCE}], jwks: '{json.dumps(jwks(first))}'}}
+  backends: [{{host: "b.test:80"}}]
+""")
+    return config, first, (second, other)
+
+
+async def test_jwt_auth_built_from_inline_key_sets_checks_each_providers_tokens(autojump_clock):
+    config, first, (second, other) = _jwt_config()
+    backend = Backend(answer())
+    async with memory_gateway(config, {"b.test:80": backend}) as gw:
+        bearer = [(b"authorization", f"Bearer {first.token()}".encode())]
+        ok_first = await gw.request("GET", "/jwt", headers=bearer)
+        ok_second = await gw.request("GET", "/jwt", headers=[
+            (b"authorization", f"Bearer {second.token(iss=other)}".encode())])
+        crossed = await gw.request("GET", "/jwt", headers=[
+            (b"authorization", f"Bearer {second.token()}".encode())])  # the first issuer, the other's key
+        missing = await gw.request("GET", "/jwt")
+        mcp_ok = await gw.request("GET", "/mcp", headers=bearer)
+        mcp_missing = await gw.request("GET", "/mcp")
+    assert (ok_first.status, ok_second.status, crossed.status, missing.status) == (200, 200, 401, 401)
+    assert (mcp_ok.status, mcp_missing.status) == (200, 401)
