@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..asgi import Header
-from ..errors import ProxyError
+from ..errors import BadUpstreamResponse, ProxyError
 from ..llm.providers import COMPLETIONS, GEMINI_KINDS, MESSAGES, error_dialect, fill_model, provider_headers
 from ..llm.translate import client_dialect, speaks_neither, translation_for
 from ..llm.translate.base import StreamTranslator, Translation
-from ..llm.translate.errors import TranslationError
+from ..llm.translate.errors import MalformedAnswer, TranslationError
 from ..llm.usage import Usage
 from ..telemetry.trace import BodyCapture
 
@@ -32,6 +32,17 @@ if TYPE_CHECKING:
 __all__ = ["prepare", "refuse_untranslatable", "respond", "sign", "usage"]
 
 _STREAM_TYPES = (b"text/event-stream", b"application/vnd.amazon.eventstream")
+#: what a translator raises on an answer that is JSON but not the provider's shape (``{"content": [1]}``:
+#: a value of the wrong type where it reads a field) or that it refuses outright (``MalformedAnswer``)
+_SHAPE_ERRORS = (AttributeError, TypeError, KeyError, IndexError, ValueError)
+
+
+def bad_answer(translation: Translation, error: Exception) -> BadUpstreamResponse:
+    """The 502 for a provider answer its translator cannot read, naming the provider; the exception
+    (the translator's own words) goes to operators only, in ``why``."""
+    what = str(error) if isinstance(error, MalformedAnswer) else "JSON that is not its API's shape"
+    failure = BadUpstreamResponse(f"invalid upstream response: {translation.provider} answered {what}")
+    return failure.because({"provider": translation.provider, "detail": f"{type(error).__name__}: {error}"})
 
 
 def prepare(x: Exchange, ai: AIBackend, body: bytes, model: str | None, kind: str) -> tuple[Translation, bytes] | None:
@@ -146,36 +157,60 @@ async def respond(x: Exchange, translation: Translation, response: UpstreamRespo
     if provider is not None:
         provider.feed(bytes(raw))
         tr.body("provider response", provider)
-    body = translation.response(response.status, bytes(raw))
+    try:
+        body = translation.response(response.status, bytes(raw))
+    except _SHAPE_ERRORS as error:
+        raise bad_answer(translation, error) from None
     return keep + [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())], \
         body, None
 
 
 async def translated_chunks(x: Exchange, response: UpstreamResponse,
                             stream: StreamTranslator) -> AsyncGenerator[bytes, None]:
-    """The provider's stream as the client's, piece by piece (the provider's form traced apart)."""
+    """The provider's stream as the client's, piece by piece (the provider's form traced apart). An
+    event the translator cannot go on from ends the client's stream with its dialect's error event
+    (``_feed``); the rest of the provider's stream is not read."""
     tr = x.tracer
     provider = BodyCapture(tr.body_limit) if tr.active else None
-    ready, complete = response.ready()
-    for chunk in ready:
-        if provider is not None:
-            provider.feed(chunk)
-        out = stream.feed(chunk)
+    try:
+        ready, complete = response.ready()
+        for chunk in ready:
+            if provider is not None:
+                provider.feed(chunk)
+            out = _feed(x, stream, chunk)
+            if out:
+                yield out
+            if stream.broken:
+                return
+        if not complete:
+            async with aclosing(response.body()) as chunks:
+                async for chunk in chunks:
+                    if provider is not None:
+                        provider.feed(chunk)
+                    out = _feed(x, stream, chunk)
+                    if out:
+                        yield out
+                    if stream.broken:
+                        return
+        out = _feed(x, stream, None)
         if out:
             yield out
-    if not complete:
-        async with aclosing(response.body()) as chunks:
-            async for chunk in chunks:
-                if provider is not None:
-                    provider.feed(chunk)
-                out = stream.feed(chunk)
-                if out:
-                    yield out
-    out = stream.finish()
-    if provider is not None:
-        tr.body("provider response", provider)
-    if out:
-        yield out
+    finally:
+        if provider is not None:
+            tr.body("provider response", provider)
+
+
+def _feed(x: Exchange, stream: StreamTranslator, chunk: bytes | None) -> bytes:
+    """``stream.feed(chunk)`` (``finish`` for None); on an answer not in the provider's shape, the
+    client's stream ends with its dialect's error event, and the request is marked failed (the 502
+    it would have been) for the access log, the trace and the history."""
+    try:
+        return stream.feed(chunk) if chunk is not None else stream.finish()
+    except _SHAPE_ERRORS as error:
+        assert x.translation is not None
+        failure = bad_answer(x.translation, error)
+        x.error, x.error_kind, x.why = failure.message, type(failure).__name__, failure.why
+        return stream.fail(failure.message)
 
 
 def usage(translation: Translation) -> Usage | None:

@@ -133,6 +133,8 @@ class AnthropicToOpenAIStream(StreamTranslator):
             event = json.loads(data)
         except ValueError:
             return b""
+        if not isinstance(event, dict):  # not an Anthropic event: skipped, as unparseable JSON is
+            return b""
         kind = event.get("type", name)
         out = self.out
         if kind == "message_start":

@@ -9,7 +9,9 @@ import attrs
 
 from ...asgi import Header
 from ..usage import Usage, provider_usage
-from .errors import client_error_body
+from .errors import MalformedAnswer, client_error_body
+from .openai_out import openai_error
+from .sse import sse
 
 __all__ = ["ProviderRequest", "StreamTranslator", "Translation"]
 
@@ -28,17 +30,25 @@ class StreamTranslator:
     ``use``: the usage seen so far, in the client's dialect's shape (None until the provider gave one);
     ``raw``: the provider's own usage object as its stream gave it, what the gateway counts;
     ``done``: ``feed`` gave the client's stream its end (``[DONE]``, ``message_stop``): a client may
-    close once it has that, with its whole answer."""
+    close once it has that, with its whole answer; ``broken``: ``fail`` ended it (nothing more to feed)."""
 
     use: dict[str, Any] | None = None
     raw: dict[str, Any] | None = None
     done = False
+    broken = False
 
     def feed(self, chunk: bytes) -> bytes:
         raise NotImplementedError
 
     def finish(self) -> bytes:
         raise NotImplementedError
+
+    def fail(self, message: str) -> bytes:
+        """The end of the client's stream when the provider's cannot be translated any further: the
+        dialect's error event and terminator (OpenAI's: a data event holding ``{"error": ...}``, then
+        ``[DONE]``)."""
+        self.done = self.broken = True
+        return sse(openai_error(message, "server_error", "bad_upstream_response")) + b"data: [DONE]\n\n"
 
 
 class Translation:
@@ -88,11 +98,18 @@ class Translation:
         return headers
 
     def response(self, status: int, body: bytes) -> bytes:
-        """A whole provider response body as the client's; an error body in the client's dialect."""
+        """A whole provider response body as the client's; an error body in the client's dialect.
+        Raises ``MalformedAnswer`` for a success that is not a JSON object (and ``response_json`` may
+        raise ``AttributeError``/``TypeError``... on a nested value of the wrong type: the call site
+        answers both with a 502)."""
+        parsed = True
         try:
             obj = json.loads(body)
         except (ValueError, UnicodeDecodeError):
-            obj = None
+            obj, parsed = None, False
+        if status < 400 and not isinstance(obj, dict):
+            raise MalformedAnswer(f"a JSON {_JSON_KINDS.get(type(obj), 'value')} where an object is expected"
+                                  if parsed else "a body that is not JSON")
         if status >= 400 or not isinstance(obj, dict):
             message, kind = self.error_of(obj, body, status)
             return client_error_body(self.dialect, message, kind=kind)
@@ -119,6 +136,9 @@ class Translation:
 
     def new_stream(self) -> StreamTranslator:
         raise NotImplementedError
+
+
+_JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
 
 def _kind(status: int) -> str:

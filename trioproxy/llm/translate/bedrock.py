@@ -13,12 +13,12 @@ from urllib.parse import quote
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
-from botocore.eventstream import EventStreamBuffer
+from botocore.eventstream import EventStreamBuffer, ParserError
 
 from ...asgi import Header
 from .base import ProviderRequest, StreamTranslator, Translation
 from .common import dumps, parse_json
-from .errors import TranslationError
+from .errors import MalformedAnswer, TranslationError
 from .openai_in import Chat, Image, Text, ToolCall, ToolResult, read_chat
 from .openai_out import ChunkWriter, completion, openai_error, tool_call, usage
 
@@ -156,7 +156,10 @@ class BedrockToOpenAIStream(StreamTranslator):
 
     def feed(self, chunk: bytes) -> bytes:
         self.buffer.add_data(chunk)
-        return b"".join(self._event(message.headers, message.payload) for message in self.buffer)
+        try:
+            return b"".join(self._event(message.headers, message.payload) for message in self.buffer)
+        except ParserError as error:  # framing botocore's decoder refuses: nothing after it can be read
+            raise MalformedAnswer(f"an event stream frame botocore cannot decode ({type(error).__name__})") from None
 
     def finish(self) -> bytes:
         if self.failed:
@@ -169,7 +172,12 @@ class BedrockToOpenAIStream(StreamTranslator):
         except ValueError:
             body = {}
         out = self.out
-        if headers.get(":message-type") == "exception":
+        exception = headers.get(":message-type") == "exception"
+        if not isinstance(body, dict):  # not a Converse event: skipped (an exception still ends the stream)
+            if not exception:
+                return b""
+            body = {}
+        if exception:
             self.failed = True
             kind = str(headers.get(":exception-type", "api_error"))
             return out.error(openai_error(str(body.get("message", kind)), kind)) + b"data: [DONE]\n\n"

@@ -10,7 +10,7 @@ import json
 
 from ...errors import ProxyError
 
-__all__ = ["TranslationError", "client_error_body"]
+__all__ = ["MalformedAnswer", "TranslationError", "client_error_body"]
 
 
 def client_error_body(dialect: str, message: str, *, kind: str = "invalid_request_error",
@@ -48,3 +48,10 @@ class TranslationError(ProxyError):
         ProxyError.__init__(error, client_error_body(dialect, self.text, param=self.field,
                                                      code="untranslatable").decode())
         return error
+
+
+class MalformedAnswer(ValueError):
+    """The provider answered (200) something that is not its API's shape: a body that is not a JSON
+    object, or stream framing its decoder refuses. Like the ``AttributeError``/``TypeError`` a
+    translator meets on a nested value of the wrong type, the gateway's call site
+    (``proxy/llm_stage.py``) turns it into a 502 ``BadUpstreamResponse``, or ends a stream cleanly."""

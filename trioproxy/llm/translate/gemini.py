@@ -172,6 +172,8 @@ class GeminiToOpenAIStream(StreamTranslator):
             obj = json.loads(data)
         except ValueError:
             return b""
+        if not isinstance(obj, dict):  # not a GenerateContentResponse: skipped, as unparseable JSON is
+            return b""
         out = self.out
         if isinstance(obj.get("error"), dict):
             error = obj["error"]

@@ -259,6 +259,11 @@ class OpenAIToAnthropicStream(StreamTranslator):
         out = b"".join(self._data(data) for _, data in self.reader.finish())
         return out + self._stop()
 
+    def fail(self, message: str) -> bytes:
+        """Anthropic's end of a stream that cannot go on: an ``error`` event (as its API sends one)."""
+        self.done = self.broken = True
+        return sse({"type": "error", "error": {"type": "api_error", "message": message}}, "error")
+
     def _start(self, chunk: dict[str, Any]) -> bytes:
         if self.started:
             return b""
@@ -301,6 +306,8 @@ class OpenAIToAnthropicStream(StreamTranslator):
         try:
             chunk = json.loads(data)
         except ValueError:
+            return b""
+        if not isinstance(chunk, dict):  # not a chat.completion.chunk: skipped, as unparseable JSON is
             return b""
         if isinstance(chunk.get("error"), dict):
             self.done = True
