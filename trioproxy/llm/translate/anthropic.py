@@ -115,10 +115,10 @@ class AnthropicToOpenAIStream(StreamTranslator):
         self.done = False
 
     def feed(self, chunk: bytes) -> bytes:
-        return b"".join(self._event(name, data) for name, data in self.reader.feed(chunk))
+        return self._joined(self._event(name, data) for name, data in self.reader.feed(chunk))
 
     def finish(self) -> bytes:
-        out = b"".join(self._event(name, data) for name, data in self.reader.finish())
+        out = self._joined(self._event(name, data) for name, data in self.reader.finish())
         if not self.done:  # the provider's stream ended early: still a well-formed client stream
             out += self._stop()
         return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -36,6 +37,20 @@ class StreamTranslator:
     raw: dict[str, Any] | None = None
     done = False
     broken = False
+    #: what the events before the one that raised in ``feed``/``finish`` gave (``fail`` sends it first)
+    partial = b""
+
+    def _joined(self, parts: Iterable[bytes]) -> bytes:
+        """The client's bytes of a chunk's events; if one raises, those before it are kept in ``partial``
+        (the client still gets the text that arrived in the same chunk as an event that broke)."""
+        done: list[bytes] = []
+        try:
+            for part in parts:
+                done.append(part)
+        except Exception:
+            self.partial = b"".join(done)
+            raise
+        return b"".join(done)
 
     def feed(self, chunk: bytes) -> bytes:
         raise NotImplementedError
@@ -48,7 +63,7 @@ class StreamTranslator:
         dialect's error event and terminator (OpenAI's: a data event holding ``{"error": ...}``, then
         ``[DONE]``)."""
         self.done = self.broken = True
-        return sse(openai_error(message, "server_error", "bad_upstream_response")) + b"data: [DONE]\n\n"
+        return self.partial + sse(openai_error(message, "server_error", "bad_upstream_response")) + b"data: [DONE]\n\n"
 
 
 class Translation:

@@ -157,7 +157,7 @@ class BedrockToOpenAIStream(StreamTranslator):
     def feed(self, chunk: bytes) -> bytes:
         self.buffer.add_data(chunk)
         try:
-            return b"".join(self._event(message.headers, message.payload) for message in self.buffer)
+            return self._joined(self._event(message.headers, message.payload) for message in self.buffer)
         except ParserError as error:  # framing botocore's decoder refuses: nothing after it can be read
             raise MalformedAnswer(f"an event stream frame botocore cannot decode ({type(error).__name__})") from None
 

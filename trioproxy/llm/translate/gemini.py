@@ -159,10 +159,10 @@ class GeminiToOpenAIStream(StreamTranslator):
         self.reason: str | None = None
 
     def feed(self, chunk: bytes) -> bytes:
-        return b"".join(self._event(data) for _, data in self.reader.feed(chunk))
+        return self._joined(self._event(data) for _, data in self.reader.feed(chunk))
 
     def finish(self) -> bytes:
-        out = b"".join(self._event(data) for _, data in self.reader.finish())
+        out = self._joined(self._event(data) for _, data in self.reader.finish())
         reason = self.reason or "STOP"
         finish = "tool_calls" if self.calls and reason == "STOP" else FINISH_REASONS.get(reason, "stop")
         return out + self.out.finish(finish) + self.out.end(self.use or usage(0, 0))

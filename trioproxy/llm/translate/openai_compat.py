@@ -253,16 +253,16 @@ class OpenAIToAnthropicStream(StreamTranslator):
         self.use: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0}
 
     def feed(self, chunk: bytes) -> bytes:
-        return b"".join(self._data(data) for _, data in self.reader.feed(chunk))
+        return self._joined(self._data(data) for _, data in self.reader.feed(chunk))
 
     def finish(self) -> bytes:
-        out = b"".join(self._data(data) for _, data in self.reader.finish())
+        out = self._joined(self._data(data) for _, data in self.reader.finish())
         return out + self._stop()
 
     def fail(self, message: str) -> bytes:
         """Anthropic's end of a stream that cannot go on: an ``error`` event (as its API sends one)."""
         self.done = self.broken = True
-        return sse({"type": "error", "error": {"type": "api_error", "message": message}}, "error")
+        return self.partial + sse({"type": "error", "error": {"type": "api_error", "message": message}}, "error")
 
     def _start(self, chunk: dict[str, Any]) -> bytes:
         if self.started:
