@@ -28,7 +28,8 @@
     └── UpstreamError
         ├── BackendUnreachable      503 (connect refused, DNS, reset before the request was sent)
         │   └── BackendTlsFailed    503 upstream connect error: certificate verify failed (or TLS handshake failed)
-        └── BadUpstreamResponse     502 (the backend answered something that is not HTTP/1.1)
+        └── BadUpstreamResponse     502 (the backend answered something that is not HTTP/1.1, or an LLM
+                                        provider JSON a translation cannot read: proxy/llm_stage.py)
 
 Stages raise these; ``gateway.py`` catches ``ProxyError`` once and calls ``error_response``. On a
 route to LLM providers the body is the provider's error JSON instead (``dialect_error_body``),
