@@ -81,9 +81,19 @@ def transformed_model(entry: LlmModelRoute, request: dict[str, Any]) -> str | No
     return value if isinstance(value, str) else None
 
 
-def model_list(backends: tuple[Backend, ...]) -> str:
+#: ``owned_by`` of a virtual model in the list: the gateway's own name, standing for several providers
+VIRTUAL_OWNER = "trioproxy"
+
+
+def model_list(backends: tuple[Backend, ...], models: tuple[LlmModelRoute, ...] = ()) -> str:
     """``GET /v1/models`` on an ``llm:`` port: OpenAI's model list of the configured names, in config
-    order; a wildcard entry is listed as its pattern (``anthropic/*``), the prefix it serves."""
-    data = [{"id": b.ai.name, "object": "model", "created": 0, "owned_by": b.ai.provider}
-            for b in backends if b.ai is not None]
+    order; a wildcard entry is listed as its pattern (``anthropic/*``), the prefix it serves. Then the
+    ``llm.virtualModels`` names of ``models`` (what a client may ask for too), in config order, owned
+    by ``trioproxy``; a name already listed is not listed again."""
+    owners = [(b.ai.name, b.ai.provider) for b in backends if b.ai is not None]
+    owners += [(e.pattern, VIRTUAL_OWNER) for e in models if e.virtual is not None]
+    listed: dict[str, str] = {}
+    for name, owner in owners:
+        listed.setdefault(name, owner)  # the first one listed under a name stays
+    data = [{"id": name, "object": "model", "created": 0, "owned_by": owner} for name, owner in listed.items()]
     return json.dumps({"object": "list", "data": data})

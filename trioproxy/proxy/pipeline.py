@@ -185,7 +185,7 @@ class Pipeline:
     async def _model_plan(self, x: Exchange, compiled: CompiledRoute) -> Plan:
         """The ``llm.models`` entry for the body's model as a plan: its backend, or a virtual model's targets."""
         if x.llm_kind == MODELS and x.scope["method"] in ("GET", "HEAD"):
-            raise ModelList(200, model_list(compiled.route.backends))
+            raise ModelList(200, model_list(compiled.route.backends, compiled.route.models))
         body = await x.read_body(self.runtime.state.config.frontend.max_buffer_size)
         path_model = llm_gemini.model_and_method(x.scope["path"], x.llm_kind)[0] if x.llm_kind in GEMINI_KINDS \
             else None

@@ -65,8 +65,9 @@ async def test_the_model_list_is_answered_by_the_gateway_for_get_and_head(autoju
         listed = await gw.request("GET", "/v1/models")
         head = await gw.request("HEAD", "/v1/models")
     assert listed.status == 200 and head.status == 200
-    # the route's backends (a virtual model is not listed: pinned as it is, docs/testing.md)
-    assert [m["id"] for m in json.loads(listed.body)["data"]] == ["a", "b", "g"]
+    # the route's backends, then its virtual models (docs/resilience.md, "Virtual models")
+    assert [(m["id"], m["owned_by"]) for m in json.loads(listed.body)["data"]] == [
+        ("a", "openAI"), ("b", "openAI"), ("g", "gemini"), ("smart", "trioproxy")]
     assert all(not b.received for b in called.values())
 
 
