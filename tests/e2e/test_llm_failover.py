@@ -80,3 +80,13 @@ async def test_a_stream_broken_after_its_first_chunk_is_broken_for_the_client_no
             pieces.append(chunk.choices[0].delta.content or "")
     assert pieces == ["partial"]  # what a sent, once; never followed by another target's answer
     assert b.count == 0 and c.count == 0
+
+
+async def test_the_openai_sdks_model_list_has_the_virtual_model_too(nursery):
+    gw, mocks, client = await gateway_and_mocks(nursery)
+    models = [model async for model in client.models.list()]
+    assert [(m.id, m.owned_by) for m in models] == [("a", "openAI"), ("b", "openAI"), ("c", "openAI"),
+                                                    ("smart", "trioproxy")]
+    assert all(not mock.requests for mock in mocks)  # answered by the gateway itself
+    answer = await client.chat.completions.create(**ask())  # and what it lists can be asked for
+    assert answer.choices[0].message.content == "hello there"
