@@ -305,3 +305,39 @@ def test_a_whole_response_llhttp_refuses_and_h11_reads_is_refused_with_llhttps_r
     client.receive_data(b"HTTP/1.1 200 OK\r\nX-Ctl: a\x01b\r\nContent-Length: 0\r\n\r\n")
     with pytest.raises(BadResponse, match="invalid upstream response: Invalid header value char"):
         client.next_event()
+
+
+REQUEST_NAME = st.sampled_from([b"Content-Length", b"content-length", b"Transfer-Encoding", b"Connection", b"X-A",
+                                b"X A"])
+REQUEST_VALUE = st.one_of(st.sampled_from([b"0", b"2", b"02", b"2, 2", b"1, 2", b" 2", b"+2", b"18446744073709551615",
+                                           b"999999999999999999999", b"chunked", b"Chunked", b"gzip", b"close"]), VALUE)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(method=st.sampled_from([b"GET", b"POST", b"POST", b"G T"]), target=st.sampled_from([b"/", b"/a?b", b"/a b"]),
+       headers=st.lists(st.tuples(REQUEST_NAME, REQUEST_VALUE), max_size=4),
+       host=st.sampled_from([1, 1, 1, 0, 2]), body=st.binary(max_size=4), pieces=st.integers(0, 2))
+def test_random_requests_are_written_alike(method, target, headers, host, body, pieces):
+    """``FastClient.request`` (pool.py's request head, and its body framing) writes what h11 writes and refuses
+    what h11 refuses: a plain Content-Length is decided without h11, anything else by h11 itself."""
+    from trioproxy.upstream.wire import FastClient
+
+    headers = [(b"Host", b"a")] * host + headers
+    out = []
+    for side in ("fast", "h11"):
+        written: list[object] = []
+        try:
+            if side == "fast":
+                client = FastClient(64 * 1024)
+                written.append(client.request(method, target, list(headers)))
+                written += [client.data(body) for _ in range(pieces)]
+                written.append(client.end())
+            else:
+                conn = h11.Connection(h11.CLIENT)
+                written.append(conn.send(h11.Request(method=method, target=target, headers=list(headers))))
+                written += [conn.send(h11.Data(data=body)) for _ in range(pieces)]
+                written.append(conn.send(h11.EndOfMessage()))
+        except (LocalProtocolError, h11.LocalProtocolError) as error:
+            written.append(("refused", str(error)))
+        out.append(written)
+    assert out[0] == out[1]
