@@ -42,7 +42,6 @@ from pathlib import Path
 from bench.harness import (
     BODY,
     NGINX_COMMON,
-    NGINX_COMMON,
     ROOT,
     BenchError,
     Proc,
