@@ -341,3 +341,47 @@ def test_random_requests_are_written_alike(method, target, headers, host, body, 
             written.append(("refused", str(error)))
         out.append(written)
     assert out[0] == out[1]
+
+
+@pytest.mark.parametrize("version", [b"1.1", b"1.0"])
+@pytest.mark.parametrize("request_close", [False, True])
+@pytest.mark.parametrize("connection", [b"close", b"upgrade, Close", b"keep-alive", None])
+def test_a_response_naming_its_connection_is_written_and_kept_alike(version, request_close, connection):
+    """A close either side names ends the connection, as h11 decides (the random test above rarely
+    draws a valid response naming ``Connection``)."""
+    head = b"GET / HTTP/%s\r\nHost: a\r\n%s\r\n" % (version, b"Connection: close\r\n" if request_close else b"")
+    headers = [(b"Content-Length", b"2")] + ([(b"Connection", connection)] if connection is not None else [])
+    out = []
+    for exchange in (FastExchange.parse(head, len(head)), H11Exchange.parse(head, len(head))):
+        written = [exchange.response_head(200, headers, b"OK"), exchange.body(b"ab"), exchange.end()]
+        while exchange.next_body() not in (END, NEED_DATA):
+            pass
+        out.append((written, exchange.reusable))
+    assert out[0] == out[1]
+    assert out[0][1] is (version == b"1.1" and not request_close and connection in (b"keep-alive", None))
+
+
+@pytest.mark.parametrize("status", [b"204 No Content", b"304 Not Modified", b"200 OK"])
+def test_a_bodiless_status_without_a_length_leaves_the_backend_connection_as_h11_does(status):
+    """204 and 304 end with their head: the backend connection is reused; a 200 without a length runs to
+    the close and is not."""
+    from trioproxy.upstream.wire import FastClient
+
+    wire = b"HTTP/1.1 " + status + b"\r\nX-A: b\r\n\r\n"
+    client = FastClient(64 * 1024)
+    client.request(b"GET", b"/", [(b"host", b"a")])
+    client.end()
+    client.receive_data(wire)
+    conn = h11.Connection(h11.CLIENT)
+    conn.send(h11.Request(method=b"GET", target=b"/", headers=[(b"host", b"a")]))
+    conn.send(h11.EndOfMessage())
+    conn.receive_data(wire)
+    fast_events, slow_events = [], []
+    for next_event, events in ((client.next_event, fast_events), (conn.next_event, slow_events)):
+        while (event := next_event()) is not h11.NEED_DATA:
+            events.append(type(event).__name__)
+            if type(event) is h11.EndOfMessage:
+                break
+    assert fast_events == slow_events
+    h11_reusable = conn.our_state is conn.their_state is h11.DONE
+    assert client.reusable is h11_reusable is (status != b"200 OK")
