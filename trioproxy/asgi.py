@@ -48,6 +48,12 @@ CLIENT_FD = "trioproxy.client_fd"
 client socket's file descriptor, valid until the app returns. With it the gateway notices the
 client leaving through ``disconnect_monitor.py`` instead of a task waiting in ``receive``."""
 
+RECEIVE_WITHIN = "trioproxy.receive_within"
+"""ASGI scope extension a server may set (``http1.py``): ``await scope["extensions"][RECEIVE_WITHIN](seconds)``
+is ``receive()``, or None when the next message did not come within ``seconds``. The server enters
+a deadline only where it must wait for the client's bytes, so a body that came with the head is
+read with no cancel scope (the gateway's body-idle timeout, ``exchange.py``)."""
+
 
 def expects_continue(scope: Scope) -> bool:
     """An HTTP/1.1 request whose client waits for ``100 Continue`` before sending its body."""

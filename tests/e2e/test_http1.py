@@ -355,7 +355,7 @@ async def test_the_scope_is_the_one_hypercorn_builds(nursery):
         "type": "http", "asgi": {"spec_version": "2.1", "version": "3.0"}, "http_version": "1.1", "method": "GET",
         "scheme": "http", "path": "/a b", "raw_path": b"/a%20b", "query_string": b"x=1&y", "root_path": "",
         "headers": [(b"host", b"h"), (b"x-up", b"V")], "client": client[:2], "server": server[:2]}
-    assert set(extensions) == {"trioproxy.cork", "trioproxy.client_fd"}
+    assert set(extensions) == {"trioproxy.cork", "trioproxy.client_fd", "trioproxy.receive_within"}
 
 
 @pytest.mark.parametrize("status", [204, 304])

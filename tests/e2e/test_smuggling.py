@@ -77,6 +77,16 @@ async def _expect_no_answer(port: int, request: bytes) -> None:
         raise AssertionError("h11 answered a body it should still be reading")
 
 
+def _assert_read_one_way(recorder: RecordingBackend, body: bytes) -> None:
+    """h11 read the request one consistent way: the backend got it with exactly ``body``; the bytes
+    after that body are the next request on the connection (pipelined), served on its own or not at
+    all (the client closes once it has its answer, so whether it is depends on the scheduling), and
+    never part of the first request."""
+    requests = [(method, target, got) for method, target, _, got in recorder.requests]
+    assert requests[0] == (b"POST", b"/first", body)
+    assert requests[1:] in ([], [(b"GET", b"/smuggled", b"")]), requests
+
+
 @pytest.mark.parametrize("case", list(CASES))
 async def test_ambiguous_framing_is_refused_or_read_one_way(nursery, parser, case):
     port, recorder = await _gateway(nursery)
@@ -87,11 +97,11 @@ async def test_ambiguous_framing_is_refused_or_read_one_way(nursery, parser, cas
         await _expect_no_answer(port, request)
         return
     response = await raw_exchange(port, request)
-    assert b"/smuggled" not in b"".join(recorder.targets)
     if expected == "forward":
         assert status_line(response) == b"HTTP/1.1 200 OK", response[:200]
-        assert [(method, target, got) for method, target, _, got in recorder.requests] == [(b"POST", b"/first", b"ab")]
+        _assert_read_one_way(recorder, b"ab")
         return
+    assert b"/smuggled" not in b"".join(recorder.targets)
     assert int(response[9:12]) == expected, response[:300]
     assert b"connection: close" in response.lower()
     assert recorder.requests == []
@@ -108,11 +118,11 @@ async def test_malformed_chunked_bodies_are_refused(nursery, parser, case):
         await _expect_no_answer(port, request)
         return
     response = await raw_exchange(port, request)
-    assert b"/smuggled" not in b"".join(recorder.targets)
     if expected == "forward":
         assert status_line(response) == b"HTTP/1.1 200 OK", response[:200]
-        assert [got for _, _, _, got in recorder.requests] == [b"x"]
+        _assert_read_one_way(recorder, b"x")
         return
+    assert b"/smuggled" not in b"".join(recorder.targets)
     assert int(response[9:12]) == expected, response[:300]
     assert response.endswith(b"bad request: malformed request body\n"), response[-200:]
     assert [got for _, _, _, got in recorder.requests if got] == []  # no body the backend could take for whole

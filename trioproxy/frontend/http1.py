@@ -44,7 +44,7 @@ import h11
 import trio
 
 from .. import direct_io
-from ..asgi import CLIENT_FD, CORK, Cork, Scope
+from ..asgi import CLIENT_FD, CORK, RECEIVE_WITHIN, Cork, Scope
 from ..upstream.pool import is_readable
 from ..upstream.wire import END, NEED_DATA, FastExchange, LocalProtocolError, WireError
 
@@ -276,7 +276,8 @@ class Http1Connection:
             "client": self.client, "server": self.address,
             # CLIENT_FD: one request at a time per socket, so the gateway may watch it for the
             # client's close itself (disconnect_monitor.py) instead of waiting in ``receive``.
-            "extensions": {CORK: self._cork, CLIENT_FD: self.fd} if self.fd >= 0 else {CORK: self._cork},
+            "extensions": {CORK: self._cork, RECEIVE_WITHIN: self.receive_within, CLIENT_FD: self.fd} if self.fd >= 0
+            else {CORK: self._cork, RECEIVE_WITHIN: self.receive_within},
         }
         try:
             await self.server.app(scope, self.receive, self.send)
@@ -350,12 +351,26 @@ class Http1Connection:
     # --- ASGI receive -----------------------------------------------------------------------
 
     async def receive(self) -> dict[str, Any]:
-        if self.body_done:
-            return await self._wait_disconnect()
-        if self.continue_owed:
-            self.continue_owed = False
-            if not self.head_sent:
-                await self._write(self.parser.informational(100, b"Continue"))
+        message = await self._receive(math.inf)
+        assert message is not None
+        return message
+
+    async def receive_within(self, timeout: float) -> dict[str, Any] | None:
+        """``asgi.RECEIVE_WITHIN``: ``receive``, or None after ``timeout`` seconds without its message."""
+        return await self._receive(trio.current_time() + timeout)
+
+    async def _receive(self, deadline: float) -> dict[str, Any] | None:
+        """The next message, or None once ``deadline`` passed (``math.inf``: never); a cancel scope
+        only around what waits."""
+        if self.body_done or self.continue_owed:  # rare: the whole call under the deadline
+            with trio.CancelScope(deadline=deadline) as wait:
+                if self.body_done:
+                    return await self._wait_disconnect()
+                self.continue_owed = False
+                if not self.head_sent:
+                    await self._write(self.parser.informational(100, b"Continue"))
+            if wait.cancelled_caught:
+                return None
         while True:
             event = self._next_event()
             if type(event) is bytes:
@@ -365,16 +380,22 @@ class Http1Connection:
                     return {"type": "http.request", "body": event, "more_body": False}
                 self._stashed = following
                 return {"type": "http.request", "body": event, "more_body": True}
-            if event is END:
-                self.body_done = True
-                return {"type": "http.request", "body": b"", "more_body": False}
             if event is NEED_DATA:
-                data = await self._read(wait_first=False)
+                if deadline == math.inf:
+                    data = await self._read(wait_first=False)
+                else:
+                    with trio.CancelScope(deadline=deadline) as wait:
+                        data = await self._read(wait_first=False)
+                    if wait.cancelled_caught:
+                        return None
                 if not data:
                     self.gone = True
                     return DISCONNECT
                 self.parser.receive_data(data)
                 continue
+            if event is END:
+                self.body_done = True
+                return {"type": "http.request", "body": b"", "more_body": False}
             # A malformed body (the parser raised): answered here, as hypercorn does, and the connection
             # ends; to the app it is a client that left.
             if self.broken and not self.head_sent:

@@ -130,9 +130,12 @@ class Gateway:
                          error=error.message)
             raise error
 
-        # 7. response (closed, not pooled, if anything below fails before its body is read)
-        async with response:
+        # 7. response (closed, not pooled, if anything below fails before its body is read); closed
+        # without ``aclose``'s checkpoint, a whole scheduling round per request for nothing
+        try:
             await self._respond(x, gateway, compiled.phase, response)
+        finally:
+            response.close()
 
     async def _route_to_upstream(self, x: Exchange, compiled: CompiledRoute) -> UpstreamResponse:
         """Steps 4-6, under the request's deadline: the route's stages, then the attempts at its

@@ -460,15 +460,21 @@ class FastClient:
             if name == b"host":
                 hosts.append(b"%s: %s\r\n" % (raw, value))
                 continue
-            if name == b"content-length" or name == b"transfer-encoding":
-                error = _request_error(method, path, headers)  # rare in a request with a body: h11 decides
+            if name == b"content-length" and length is None and not chunked and len(value) <= 20 \
+                    and CONTENT_LENGTH.fullmatch(value) is not None:
+                length = int(value)  # one plain Content-Length, as every request with a body has: h11 would take it
+            elif name == b"content-length" or name == b"transfer-encoding":
+                error = _request_error(method, path, headers)  # anything else is rare: h11 decides
                 if error is not None:
                     raise error
                 if name == b"transfer-encoding":
                     chunked = True
                     value = value.lower()
-                else:
-                    length = int(value.split(b",")[0].strip())
+                else:  # equal values (h11 refused others): one line with one value, as h11 writes it
+                    value = value.split(b",")[0].strip()
+                    if length is not None:
+                        continue
+                    length = int(value)
             elif name == b"connection" and b"close" in value.lower():
                 self._close = self._close or b"close" in [t.strip() for t in value.lower().split(b",")]
             lines.append(b"%s: %s\r\n" % (raw, value))

@@ -305,3 +305,83 @@ def test_a_whole_response_llhttp_refuses_and_h11_reads_is_refused_with_llhttps_r
     client.receive_data(b"HTTP/1.1 200 OK\r\nX-Ctl: a\x01b\r\nContent-Length: 0\r\n\r\n")
     with pytest.raises(BadResponse, match="invalid upstream response: Invalid header value char"):
         client.next_event()
+
+
+REQUEST_NAME = st.sampled_from([b"Content-Length", b"content-length", b"Transfer-Encoding", b"Connection", b"X-A",
+                                b"X A"])
+REQUEST_VALUE = st.one_of(st.sampled_from([b"0", b"2", b"02", b"2, 2", b"1, 2", b" 2", b"+2", b"18446744073709551615",
+                                           b"999999999999999999999", b"chunked", b"Chunked", b"gzip", b"close"]), VALUE)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(method=st.sampled_from([b"GET", b"POST", b"POST", b"G T"]), target=st.sampled_from([b"/", b"/a?b", b"/a b"]),
+       headers=st.lists(st.tuples(REQUEST_NAME, REQUEST_VALUE), max_size=4),
+       host=st.sampled_from([1, 1, 1, 0, 2]), body=st.binary(max_size=4), pieces=st.integers(0, 2))
+def test_random_requests_are_written_alike(method, target, headers, host, body, pieces):
+    """``FastClient.request`` (pool.py's request head, and its body framing) writes what h11 writes and refuses
+    what h11 refuses: a plain Content-Length is decided without h11, anything else by h11 itself."""
+    from trioproxy.upstream.wire import FastClient
+
+    headers = [(b"Host", b"a")] * host + headers
+    out = []
+    for side in ("fast", "h11"):
+        written: list[object] = []
+        try:
+            if side == "fast":
+                client = FastClient(64 * 1024)
+                written.append(client.request(method, target, list(headers)))
+                written += [client.data(body) for _ in range(pieces)]
+                written.append(client.end())
+            else:
+                conn = h11.Connection(h11.CLIENT)
+                written.append(conn.send(h11.Request(method=method, target=target, headers=list(headers))))
+                written += [conn.send(h11.Data(data=body)) for _ in range(pieces)]
+                written.append(conn.send(h11.EndOfMessage()))
+        except (LocalProtocolError, h11.LocalProtocolError) as error:
+            written.append(("refused", str(error)))
+        out.append(written)
+    assert out[0] == out[1]
+
+
+@pytest.mark.parametrize("version", [b"1.1", b"1.0"])
+@pytest.mark.parametrize("request_close", [False, True])
+@pytest.mark.parametrize("connection", [b"close", b"upgrade, Close", b"keep-alive", None])
+def test_a_response_naming_its_connection_is_written_and_kept_alike(version, request_close, connection):
+    """A close either side names ends the connection, as h11 decides (the random test above rarely
+    draws a valid response naming ``Connection``)."""
+    head = b"GET / HTTP/%s\r\nHost: a\r\n%s\r\n" % (version, b"Connection: close\r\n" if request_close else b"")
+    headers = [(b"Content-Length", b"2")] + ([(b"Connection", connection)] if connection is not None else [])
+    out = []
+    for exchange in (FastExchange.parse(head, len(head)), H11Exchange.parse(head, len(head))):
+        written = [exchange.response_head(200, headers, b"OK"), exchange.body(b"ab"), exchange.end()]
+        while exchange.next_body() not in (END, NEED_DATA):
+            pass
+        out.append((written, exchange.reusable))
+    assert out[0] == out[1]
+    assert out[0][1] is (version == b"1.1" and not request_close and connection in (b"keep-alive", None))
+
+
+@pytest.mark.parametrize("status", [b"204 No Content", b"304 Not Modified", b"200 OK"])
+def test_a_bodiless_status_without_a_length_leaves_the_backend_connection_as_h11_does(status):
+    """204 and 304 end with their head: the backend connection is reused; a 200 without a length runs to
+    the close and is not."""
+    from trioproxy.upstream.wire import FastClient
+
+    wire = b"HTTP/1.1 " + status + b"\r\nX-A: b\r\n\r\n"
+    client = FastClient(64 * 1024)
+    client.request(b"GET", b"/", [(b"host", b"a")])
+    client.end()
+    client.receive_data(wire)
+    conn = h11.Connection(h11.CLIENT)
+    conn.send(h11.Request(method=b"GET", target=b"/", headers=[(b"host", b"a")]))
+    conn.send(h11.EndOfMessage())
+    conn.receive_data(wire)
+    fast_events, slow_events = [], []
+    for next_event, events in ((client.next_event, fast_events), (conn.next_event, slow_events)):
+        while (event := next_event()) is not h11.NEED_DATA:
+            events.append(type(event).__name__)
+            if type(event) is h11.EndOfMessage:
+                break
+    assert fast_events == slow_events
+    h11_reusable = conn.our_state is conn.their_state is h11.DONE
+    assert client.reusable is h11_reusable is (status != b"200 OK")
