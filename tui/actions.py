@@ -44,7 +44,7 @@ def _free_name(directory: Path, stem: str) -> Path:
 
 
 def export_request(events: list[Event], number: int, *, directory: Path | None = None,
-                   base_url: str | None = None) -> Exported:
+                   base_url: str | None = None, credentials: dict[str, str] | None = None) -> Exported:
     """Write ``events`` (one traced request) as ``trioproxy-request-<number>.har`` (``-2``... when taken)
     in ``directory`` (default: the current one); its curl line is aimed at ``base_url`` when given."""
     try:
@@ -60,7 +60,7 @@ def export_request(events: list[Event], number: int, *, directory: Path | None =
     except OSError as exc:
         raise ActionError(f"cannot write {path}: {exc.strerror}") from None
     try:
-        return Exported(path, curl(exchange, base_url=base_url))
+        return Exported(path, curl(exchange, base_url=base_url, credentials=credentials or {}))
     except ExportError as error:
         return Exported(path, None, str(error))
 

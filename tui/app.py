@@ -37,11 +37,15 @@ class TraceApp:
         output: Output | None = None,
         admin: str | None = None,
         base_url: str | None = None,
+        credentials: dict[str, str] | None = None,
     ) -> None:
         self.view = view or TraceView()
         self.source = source
         self.admin = admin  # host:port of the admin server (replay); None for a trace read from a file
         self.base_url = base_url  # the gateway listener the curl line is aimed at, when known
+        # headers the trace hides (``<redacted>``) that the user gave (``trioproxy trace --credential``):
+        # sent with a replay and written into the curl line; without them those headers are left out
+        self.credentials = dict(credentials or {})
         self.tasks: set[asyncio.Task[None]] = set()
         self.layout = TraceLayout(self.view)
         self.history: list[tuple[str, str]] = []  # (command, details title) as run, for tests
@@ -136,7 +140,7 @@ class TraceApp:
             return
         index, events = selected
         try:
-            done = export_request(events, index + 1, base_url=self.base_url)
+            done = export_request(events, index + 1, base_url=self.base_url, credentials=self.credentials)
         except ActionError as error:
             self.view.notice = str(error)
             return
@@ -153,7 +157,8 @@ class TraceApp:
             return
         index, events = selected
         try:
-            hidden = sorted(exchange_from_trace(events).redacted)
+            supplied = {name.lower() for name in self.credentials}
+            hidden = sorted(h for h in exchange_from_trace(events).redacted if h.lower() not in supplied)
         except ExportError as error:
             self.view.notice = f"cannot replay: {error}"
             return
@@ -164,7 +169,7 @@ class TraceApp:
 
     async def _replay(self, admin: str, index: int, events: list[Event], hidden: list[str]) -> None:
         try:
-            answer = await replay_request(admin, events)
+            answer = await replay_request(admin, events, self.credentials)
         except ActionError as error:
             self.view.notice = str(error)
         else:
@@ -209,6 +214,6 @@ class TraceApp:
 
 
 async def run_tui(source: AsyncIterator[Event] | None, *, follow: bool = False, admin: str | None = None,
-                  base_url: str | None = None) -> int:
+                  base_url: str | None = None, credentials: dict[str, str] | None = None) -> int:
     view = TraceView(show_requests=follow)
-    return await TraceApp(source, view, admin=admin, base_url=base_url).run()
+    return await TraceApp(source, view, admin=admin, base_url=base_url, credentials=credentials).run()

@@ -254,3 +254,41 @@ def test_tmux_end_to_end_inject(tmp_path):
             assert "TRACE-EXIT=0" in screen and "Traceback" not in screen
         finally:
             tmux.close()
+
+
+def test_credentials_given_to_trace_go_into_the_curl_line_and_the_replay(tmp_path, monkeypatch):
+    """``trioproxy trace --credential 'authorization: …'``: the header the trace hides is written into
+    x's curl line and sent with r's replay; the notice names only what is still hidden."""
+    monkeypatch.chdir(tmp_path)
+    events = canned_events("POST", "/v1/chat", body=b'{"q": "hi"}', headers={
+        "host": "api.example.com", "authorization": "<redacted>", "x-api-key": "<redacted>"})
+    sent = []
+
+    async def fake_replay(admin, replayed, headers=None):
+        sent.append((admin, replayed, headers))
+        return {"status": 200, "headers": [], "body": "", "trace": canned_events("POST", "/v1/chat")}
+
+    monkeypatch.setattr("trioproxy.tui.app.replay_request", fake_replay)
+
+    async def scenario():
+        with create_pipe_input() as inp:
+            app = TraceApp(_aiter(events), None, input=inp, output=DummyOutput(), admin="127.0.0.1:1",
+                           credentials={"Authorization": "Bearer s3cret"})
+            task = asyncio.create_task(app.run())
+            await asyncio.wait_for(app.source_done.wait(), 10)
+            inp.send_text("x")
+            inp.send_text("r")
+            for _ in range(500):  # the replay runs as a task: wait for its notice
+                if (app.view.notice or "").startswith("replayed"):
+                    break
+                await asyncio.sleep(0.01)
+            notice = app.view.notice
+            inp.send_text("q")
+            await asyncio.wait_for(task, 10)
+            return app, notice
+
+    app, notice = asyncio.run(scenario())
+    line = app.view.exported.curl
+    assert "authorization: Bearer s3cret" in line and "x-api-key" not in line
+    assert sent == [("127.0.0.1:1", events, {"Authorization": "Bearer s3cret"})]
+    assert notice == "replayed request 1: status 200 (request 2); not sent (hidden by the trace): x-api-key"

@@ -10,14 +10,13 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterable
 from typing import Any
 
 import httpx
 
 from ..telemetry.export import ExportError, exchange_from_trace
 from .export_files import ExportFailed
-from .trace_cli import DEFAULT_ADMIN_PORT, UsageError, exit_status, resolve_admin
+from .trace_cli import DEFAULT_ADMIN_PORT, UsageError, exit_status, parse_headers, resolve_admin
 from .trace_client import Event, TraceError, events_from_lines
 
 DESCRIPTION = "Send a traced request again through the gateway, with a fresh trace (docs/export.md)."
@@ -40,16 +39,6 @@ def configure_replay_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--raw", action="store_true",
                         help="print the fresh trace as JSON lines instead of the answer")
     parser.set_defaults(handler=run_replay)
-
-
-def parse_headers(values: Iterable[str]) -> dict[str, str]:
-    headers: dict[str, str] = {}
-    for value in values:
-        name, sep, text = value.partition(":")
-        if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
-            raise UsageError(f"-H {value!r}: expected 'name: value'")
-        headers[name.strip()] = text.strip()
-    return headers
 
 
 def read_trace(name: str) -> list[Event]:

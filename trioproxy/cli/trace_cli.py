@@ -61,6 +61,9 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--har", metavar="FILE",
                         help="write the traced requests as HAR 1.2 to FILE (- for stdout)")
     parser.add_argument("--curl", action="store_true", help="print each traced request as a curl command line")
+    parser.add_argument("--credential", action="append", default=[], metavar="'NAME: VALUE'",
+                        help="a header the trace hides (<redacted>) to send with the text UI's replay (r) and"
+                             " to write into its export's curl line (x); repeatable")
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -159,6 +162,7 @@ def _read_file(name: str) -> list[Event]:
 
 async def _run_async(args: argparse.Namespace, opts: Options) -> int:
     exporting = args.har is not None or args.curl
+    credentials = parse_headers(args.credential, "--credential")  # refused before anything is read
     if args.file is not None:
         events = _read_file(args.file)
         if exporting:  # --raw with an export would print the file back: only the export
@@ -169,7 +173,7 @@ async def _run_async(args: argparse.Namespace, opts: Options) -> int:
             return 0
         from ..tui.app import run_tui
 
-        return await run_tui(_aiter(events), follow=False)
+        return await run_tui(_aiter(events), follow=False, credentials=credentials)
 
     admin = resolve_admin(args, opts.target)
     injection = Injection(args.port, opts.request) if args.port is not None else None
@@ -184,7 +188,19 @@ async def _run_async(args: argparse.Namespace, opts: Options) -> int:
 
         # the curl line of x goes to the listener the request was injected into, when we know it
         base_url = f"http://127.0.0.1:{args.port}" if args.port is not None else None
-        return await run_tui(session.events(), follow=args.follow, admin=admin, base_url=base_url)
+        return await run_tui(session.events(), follow=args.follow, admin=admin, base_url=base_url,
+                             credentials=credentials)
+
+
+def parse_headers(values: Iterable[str], flag: str = "-H") -> dict[str, str]:
+    """``name: value`` headers given on the command line (``flag`` names the option in the error)."""
+    headers: dict[str, str] = {}
+    for value in values:
+        name, sep, text = value.partition(":")
+        if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
+            raise UsageError(f"{flag} {value!r}: expected 'name: value'")
+        headers[name.strip()] = text.strip()
+    return headers
 
 
 def exit_status(command: Callable[[], int], failures: tuple[type[Exception], ...]) -> int:
