@@ -193,3 +193,112 @@ async def test_jwt_auth_built_from_inline_key_sets_checks_each_providers_tokens(
         mcp_missing = await gw.request("GET", "/mcp")
     assert (ok_first.status, ok_second.status, crossed.status, missing.status) == (200, 200, 401, 401)
     assert (mcp_ok.status, mcp_missing.status) == (200, 401)
+
+
+# --- runtime keys (apiKey runtimeKeys) over a real SQLite key store ---------------------------------
+
+
+def _keyed(store: str) -> str:
+    import json
+
+    return "config:\n  store: " + json.dumps(store) + "\n  keys: {requestLog: {enabled: true}}\n" + routes("""
+- name: strict
+  matches: [{path: {pathPrefix: /strict}}]
+  policies:
+    apiKey: {runtimeKeys: true, mode: strict, logPayloads: true, keys: [{key: static-one, metadata: {owner: static}}]}
+  backends: [{host: "b.test:80"}]
+- name: open
+  matches: [{path: {pathPrefix: /open}}]
+  policies: {apiKey: {runtimeKeys: true, mode: permissive}}
+  backends: [{host: "b.test:80"}]
+- name: unlogged
+  matches: [{path: {pathPrefix: /unlogged}}]
+  policies: {apiKey: {runtimeKeys: true, mode: strict}}
+  backends: [{host: "b.test:80"}]
+- name: static
+  matches: [{path: {pathPrefix: /static}}]
+  policies: {apiKey: {mode: strict, keys: [{key: static-one}]}}
+  backends: [{host: "b.test:80"}]
+""")
+
+
+def _bearer(secret: str) -> list[tuple[bytes, bytes]]:
+    return [(b"authorization", f"Bearer {secret}".encode())]
+
+
+def _state(events: list[dict[str, Any]], stage: str) -> dict[str, Any]:
+    (snapshot,) = [e for e in events if e["type"] == "requestSnapshot" and e["stage"] == stage]
+    return snapshot["requestState"]
+
+
+def _why(events: list[dict[str, Any]]) -> Any:
+    (finished,) = [e for e in events if e["type"] == "requestFinished"]
+    return finished.get("why")
+
+
+async def test_a_runtime_key_authenticates_with_its_metadata_key_and_team(tmp_path):
+    backend = Backend(answer(body=b"the answer"))
+    async with memory_gateway(_keyed(str(tmp_path / "keys.db")), {"b.test:80": backend}) as gw:
+        service = gw.runtime.keys
+        team = await service.create_team(name="lab")
+        record, secret = await service.create_key(name="alice-laptop", team=team.id, metadata={"owner": "alice"},
+                                                  limits={"requests": {"day": 2}})
+        lone, lone_secret = await service.create_key(name="lone")
+        ok, events = await traced(gw, "GET", "/strict/a", headers=_bearer(secret))
+        lone_ok, lone_events = await traced(gw, "GET", "/unlogged/a", headers=_bearer(lone_secret))
+        static = await gw.request("GET", "/strict/b", headers=_bearer("static-one"))
+        second = await gw.request("GET", "/strict/c", headers=_bearer(secret))
+        over, over_events = await traced(gw, "GET", "/strict/d", headers=_bearer(secret))
+        await service.flush()
+        logged = await service.request_log(key=record.id)
+        unlogged = await service.request_log(key=lone.id)
+    assert (ok.status, lone_ok.status, static.status, second.status) == (200, 200, 200, 200)
+    assert over.status == 429  # the key's principal counted its requests: the third is over its budget
+    assert [r.header("authorization") for r in backend.received] == [None, None, None, None]
+    state = _state(events, "apiKey")
+    assert state["apiKey"] == {"owner": "alice", "name": "alice-laptop", "id": record.id, "key": "<redacted>"}
+    assert state["key"] == service_key_cel(record, team) and state["team"]["name"] == "lab"
+    (authenticated,) = policy_events(events, "apiKey")
+    assert (authenticated["result"], authenticated["metadata"]) == (
+        "authenticated", {"owner": "alice", "name": "alice-laptop", "id": record.id})
+    lone_state = _state(lone_events, "apiKey")
+    assert lone_state["apiKey"] == {"name": "lone", "id": lone.id, "key": "<redacted>"}
+    assert lone_state["key"]["name"] == "lone" and "team" not in lone_state
+    assert _why(over_events)["policy"] == "budget"
+    # logPayloads: the request log keeps the answer on the route that asks for it
+    assert [e.get("response") for e in logged] == ["the answer"] * 2 and len(unlogged) == 1
+    assert unlogged[0].get("response") is None
+
+
+def service_key_cel(record: Any, team: Any) -> dict[str, Any]:
+    from trioproxy.keys.service import Principal
+
+    return Principal(record, team).key.cel()
+
+
+async def test_a_revoked_key_is_refused_in_every_mode_and_an_unknown_one_only_in_strict_mode(tmp_path):
+    backend = Backend(answer())
+    async with memory_gateway(_keyed(str(tmp_path / "keys.db")), {"b.test:80": backend}) as gw:
+        service = gw.runtime.keys
+        revoked, revoked_secret = await service.create_key(name="gone")
+        await service.revoke_key(revoked.id)
+        _, good = await service.create_key(name="good")
+        strict, strict_events = await traced(gw, "GET", "/strict/a", headers=_bearer(revoked_secret))
+        permissive, permissive_events = await traced(gw, "GET", "/open/a", headers=_bearer(revoked_secret))
+        unknown, unknown_events = await traced(gw, "GET", "/strict/a", headers=_bearer("sk-tp-not-a-key"))
+        passed, passed_events = await traced(gw, "GET", "/open/a", headers=_bearer("sk-tp-not-a-key"))
+        static, static_events = await traced(gw, "GET", "/static/a", headers=_bearer(good))
+    assert (strict.status, strict.body) == (401, b"api key authentication failure: key revoked")
+    assert (permissive.status, permissive.body) == (401, b"api key authentication failure: key revoked")
+    for events in (strict_events, permissive_events):
+        (rejected,) = policy_events(events, "apiKey")
+        assert (rejected["severity"], rejected["result"], rejected["reason"]) == ("warn", "rejected", "key revoked")
+        why = _why(events)
+        assert (why["policy"], why["check"], why["key"]) == ("apiKey", "revoked", {"id": revoked.id, "name": "gone"})
+        assert why["detail"].startswith("revoked ")
+    assert (unknown.status, unknown.body) == (401, b"api key authentication failure: invalid credentials")
+    assert _why(unknown_events)["detail"] == "neither a key of the policy nor a runtime key matches"
+    assert passed.status == 200 and [e["result"] for e in policy_events(passed_events, "apiKey")] == ["skipped"]
+    # a policy without runtimeKeys never asks the store
+    assert static.status == 401 and _why(static_events)["detail"] == "no key of the policy matches"
+    assert len(backend.received) == 1
