@@ -66,6 +66,39 @@ async def test_a_redirect_starts_from_the_rewritten_host_and_never_calls_the_bac
     assert "urlRewrite" in [e["stage"] for e in events if e["type"] == "requestSnapshot"]
 
 
+
+async def _never(*_: Any) -> Any:
+    raise AssertionError("not called")
+
+
+async def test_a_redirect_reads_a_bare_asgi_scope_with_its_defaults_and_the_server_address():
+    """The stage over scopes as ASGI allows them: no ``raw_path``, ``scheme``, ``query_string``
+    or Host (the server's address stands in), and no route match (the prefix is ``/``)."""
+    from trioproxy.config import parse_config
+    from trioproxy.errors import DirectResponse
+    from trioproxy.proxy.exchange import Exchange
+    from trioproxy.proxy.stages import RequestRedirectStage
+
+    config = parse_config(routes("""
+- policies: {requestRedirect: {path: {prefix: /new}, status: 301}}
+  backends: [{host: "b.test:80"}]
+"""), env={})
+    stage = RequestRedirectStage(config.binds[0].listeners[0].routes[0].policies.request_redirect)
+
+    async def location(scope: dict[str, Any]) -> tuple[int, Any]:
+        try:
+            await stage.request(Exchange({"type": "http", "method": "GET", **scope}, _never, _never, arrival=0.0))
+        except DirectResponse as answer:
+            return answer.status, list(answer.headers)
+        raise AssertionError("no redirect")
+
+    bare = await location({"path": "/a b", "headers": [], "server": ("10.0.0.1", 8080)})
+    full = await location({"path": "/a b", "raw_path": b"/a%20b", "scheme": "https", "query_string": b"q=1",
+                           "headers": [(b"host", b"shop.example")], "server": ("10.0.0.1", 8080)})
+    assert bare == (301, [(b"location", b"http://10.0.0.1:8080/new/a b")])
+    assert full == (301, [(b"location", b"https://shop.example/new/a%20b?q=1")])
+
+
 REWRITES = routes("""
 - name: prefix
   matches: [{path: {pathPrefix: /api}}]
