@@ -335,3 +335,30 @@ async def test_a_revoked_key_is_refused_in_every_mode_and_an_unknown_one_only_in
     # a policy without runtimeKeys never asks the store
     assert static.status == 401 and _why(static_events)["detail"] == "no key of the policy matches"
     assert len(backend.received) == 1
+
+
+async def test_mcp_authentication_with_a_remote_key_set_fetches_it_for_the_first_token(nursery):
+    """A ``jwks`` URL: the stage's verifier reads the runtime's remote set for that URL, fetched on
+    the first unknown ``kid``; the audience is checked against the configured audiences."""
+    import json
+
+    from tests.jwks_server import JwksServer
+    from tests.jwt_helpers import AUDIENCE, ISSUER, jwks, make_key
+
+    key = make_key("ES256", "k1")
+    server = await nursery.start(JwksServer(jwks(key)).serve)
+    config = routes(f"""
+- policies:
+    mcpAuthentication: {{mode: strict, issuer: "{ISSUER}", audiences: [{AUDIENCE}], jwks: {{url: {json.dumps(server.url)}}}}}
+  backends: [{{host: "b.test:80"}}]
+""")
+    backend = Backend(answer())
+    async with memory_gateway(config, {"b.test:80": backend}) as gw:
+        ok = await gw.request("GET", "/mcp", headers=_bearer(key.token()))
+        wrong, wrong_events = await traced(gw, "GET", "/mcp", headers=_bearer(key.token(aud="someone-else")))
+        registered = gw.runtime.jwks.get(server.url)
+    assert ok.status == 200 and server.fetches == 1 and registered.last_success is not None
+    assert (wrong.status, wrong.body) == (401, b"authentication failure: token has the wrong audience")
+    why = _why(wrong_events)
+    assert (why["policy"], why["check"], why["audience"]) == ("mcpAuthentication", "aud", "someone-else")
+    assert [r.header("authorization") for r in backend.received] == [None]
