@@ -337,9 +337,9 @@ async def test_a_revoked_key_is_refused_in_every_mode_and_an_unknown_one_only_in
     assert len(backend.received) == 1
 
 
-async def test_mcp_authentication_with_a_remote_key_set_fetches_it_for_the_first_token(nursery):
+async def test_mcp_and_jwt_authentication_with_a_remote_key_set_fetch_it_for_the_first_token(nursery):
     """A ``jwks`` URL: the stage's verifier reads the runtime's remote set for that URL, fetched on
-    the first unknown ``kid``; the audience is checked against the configured audiences."""
+    the first unknown ``kid``; mcpAuthentication checks the audience against its audiences."""
     import json
 
     from tests.jwks_server import JwksServer
@@ -347,7 +347,12 @@ async def test_mcp_authentication_with_a_remote_key_set_fetches_it_for_the_first
 
     key = make_key("ES256", "k1")
     server = await nursery.start(JwksServer(jwks(key)).serve)
+    other = await nursery.start(JwksServer(jwks(key)).serve)  # jwtAuth's: a set no other stage fetches
     config = routes(f"""
+- matches: [{{path: {{pathPrefix: /jwt}}}}]
+  policies:
+    jwtAuth: {{mode: strict, providers: [{{issuer: "{ISSUER}", jwks: {{url: {json.dumps(other.url)}}}}}]}}
+  backends: [{{host: "b.test:80"}}]
 - policies:
     mcpAuthentication: {{mode: strict, issuer: "{ISSUER}", audiences: [{AUDIENCE}], jwks: {{url: {json.dumps(server.url)}}}}}
   backends: [{{host: "b.test:80"}}]
@@ -357,8 +362,10 @@ async def test_mcp_authentication_with_a_remote_key_set_fetches_it_for_the_first
         ok = await gw.request("GET", "/mcp", headers=_bearer(key.token()))
         wrong, wrong_events = await traced(gw, "GET", "/mcp", headers=_bearer(key.token(aud="someone-else")))
         registered = gw.runtime.jwks.get(server.url)
+        jwt_ok = await gw.request("GET", "/jwt", headers=_bearer(key.token()))
     assert ok.status == 200 and server.fetches == 1 and registered.last_success is not None
+    assert jwt_ok.status == 200 and other.fetches == 1
     assert (wrong.status, wrong.body) == (401, b"authentication failure: token has the wrong audience")
     why = _why(wrong_events)
     assert (why["policy"], why["check"], why["audience"]) == ("mcpAuthentication", "aud", "someone-else")
-    assert [r.header("authorization") for r in backend.received] == [None]
+    assert [r.header("authorization") for r in backend.received] == [None, None]
