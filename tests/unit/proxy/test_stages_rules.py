@@ -369,3 +369,30 @@ async def test_mcp_and_jwt_authentication_with_a_remote_key_set_fetch_it_for_the
     why = _why(wrong_events)
     assert (why["policy"], why["check"], why["audience"]) == ("mcpAuthentication", "aud", "someone-else")
     assert [r.header("authorization") for r in backend.received] == [None, None]
+
+
+# --- the why of each refusal, read off the raised error ------------------------------------------
+
+
+async def test_each_basic_auth_refusal_says_which_check_failed_and_for_whom():
+    import pytest
+
+    from tests.e2e.test_basic_auth import BOB
+    from tests.unit.policies.test_basic_auth_rules import exchange
+    from tests.unit.proxy.test_header_stages import RecordingTracer
+    from trioproxy.errors import BasicAuthenticationFailed
+    from trioproxy.policies.basic_auth import BasicAuthSpec
+    from trioproxy.proxy.stages import BasicAuthStage
+
+    stage = BasicAuthStage(BasicAuthSpec((("bob", BOB),), realm="Ops", mode="strict"))
+    expected = {
+        None: {"check": "missing", "detail": "no basic authentication credentials found"},
+        "bob": {"check": "malformed", "detail": "the credentials are not base64 user:password"},
+        "eve:builder": {"check": "user", "detail": "unknown user 'eve'", "username": "eve"},
+        "bob:no": {"check": "password", "detail": "wrong password for user 'bob'", "username": "bob"},
+    }
+    for credentials, why in expected.items():
+        with pytest.raises(BasicAuthenticationFailed) as failed:
+            await stage.request(exchange(RecordingTracer(), credentials))
+        assert failed.value.why == {"policy": "basicAuth", **why}
+        assert list(failed.value.headers) == [(b"www-authenticate", b'Basic realm="Ops"')]
