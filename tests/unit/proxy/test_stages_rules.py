@@ -396,3 +396,32 @@ async def test_each_basic_auth_refusal_says_which_check_failed_and_for_whom():
             await stage.request(exchange(RecordingTracer(), credentials))
         assert failed.value.why == {"policy": "basicAuth", **why}
         assert list(failed.value.headers) == [(b"www-authenticate", b'Basic realm="Ops"')]
+
+
+AUTHZ = routes("""
+- name: authz
+  matches: [{path: {pathPrefix: /authz}}]
+  policies:
+    authorization: {rules: [{deny: 'request.headers["x-who"] == "eve"'}, 'request.headers["x-who"] == "bob"']}
+  backends: [{host: "b.test:80"}]
+- name: keyed
+  matches: [{path: {pathPrefix: /keyed}}]
+  policies: {apiKey: {mode: strict, keys: [{key: k1}]}}
+  backends: [{host: "b.test:80"}]
+""")
+
+
+async def test_an_authorization_refusal_names_its_rule_and_an_api_key_refusal_its_check(autojump_clock):
+    backend = Backend(answer())
+    async with memory_gateway(AUTHZ, {"b.test:80": backend}) as gw:
+        denied, denied_events = await traced(gw, "GET", "/authz", headers=[(b"x-who", b"eve")])
+        unmatched, unmatched_events = await traced(gw, "GET", "/authz", headers=[(b"x-who", b"carol")])
+        allowed = await gw.request("GET", "/authz", headers=[(b"x-who", b"bob")])
+        keyless, keyless_events = await traced(gw, "GET", "/keyed")
+        unknown, unknown_events = await traced(gw, "GET", "/keyed", headers=_bearer("k2"))
+    assert (denied.status, unmatched.status, allowed.status, keyless.status, unknown.status) == (403, 403, 200, 401, 401)
+    assert _why(denied_events) == {"policy": "authorization", "rule": 'request.headers["x-who"] == "eve"',
+                                   "detail": "deny rule matched"}
+    assert _why(unmatched_events) == {"policy": "authorization", "rule": None, "detail": "no allow rule matched"}
+    assert _why(keyless_events) == {"policy": "apiKey", "check": "missing", "detail": "no API Key found"}
+    assert _why(unknown_events) == {"policy": "apiKey", "check": "unknown", "detail": "no key of the policy matches"}
