@@ -425,3 +425,29 @@ async def test_an_authorization_refusal_names_its_rule_and_an_api_key_refusal_it
     assert _why(unmatched_events) == {"policy": "authorization", "rule": None, "detail": "no allow rule matched"}
     assert _why(keyless_events) == {"policy": "apiKey", "check": "missing", "detail": "no API Key found"}
     assert _why(unknown_events) == {"policy": "apiKey", "check": "unknown", "detail": "no key of the policy matches"}
+
+
+async def test_a_remote_rate_limit_refusal_or_failure_says_why_and_a_watched_one_shows_the_limit():
+    import pytest
+
+    from tests.e2e.test_ratelimit_remote import _response
+    from tests.unit.policies.test_ratelimit_remote_rules import FakeClient, exchange, stage_for
+    from tests.unit.proxy.test_header_stages import RecordingTracer
+    from trioproxy.errors import RateLimited, RateLimitFailed
+
+    with pytest.raises(RateLimitFailed) as failed:
+        await stage_for(FakeClient(fail="unreachable"))[0].request(exchange())
+    assert failed.value.why == {"policy": "remoteRateLimit", "check": "call", "detail": "unreachable",
+                                "failureMode": "failClosed"}
+    over = _response(2, (5, 0, 2))
+    over.statuses[0].code = 2  # the descriptor the service refused
+    with pytest.raises(RateLimited) as limited:
+        await stage_for(FakeClient(over))[0].request(exchange())
+    assert limited.value.why == {"policy": "remoteRateLimit", "descriptor": [["path", "/p"]],
+                                 "limit": {"requestsPerUnit": 5, "unit": "MINUTE"}, "remaining": 0,
+                                 "resetSeconds": 7}
+    # the service sent its own x-ratelimit headers: the limit is still looked up for a watcher
+    tracer = RecordingTracer()
+    stage, _ = stage_for(FakeClient(_response(1, (10, 4, 1), headers=[("X-RateLimit-Limit", "10")])))
+    await stage.request(exchange(tracer))
+    assert (tracer.events[-1][1]["limit"], tracer.events[-1][1]["remaining"]) == (10, 4)
