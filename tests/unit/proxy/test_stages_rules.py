@@ -451,3 +451,61 @@ async def test_a_remote_rate_limit_refusal_or_failure_says_why_and_a_watched_one
     stage, _ = stage_for(FakeClient(_response(1, (10, 4, 1), headers=[("X-RateLimit-Limit", "10")])))
     await stage.request(exchange(tracer))
     assert (tracer.events[-1][1]["limit"], tracer.events[-1][1]["remaining"]) == (10, 4)
+
+
+async def test_a_descriptor_with_a_cel_entry_is_read_from_the_activation_beside_a_direct_one():
+    from tests.unit.policies.test_ratelimit_remote_rules import FakeClient, exchange, stage_for
+    from trioproxy.policies.ratelimit_remote import RemoteDescriptor, RemoteEntry
+
+    client = FakeClient()
+    stage, _ = stage_for(client, RemoteDescriptor((RemoteEntry("path", "request.path"),
+                                                   RemoteEntry("user", '"u-" + request.headers["x-user"]'))))
+    assert not stage.policy.direct
+    await stage.request(exchange())
+    assert client.calls == [("gw", [([("path", "/p"), ("user", "u-ann")], None)], 0.25)]
+
+
+def _policies(body: str) -> Any:
+    from trioproxy.config import parse_config
+
+    return parse_config(routes(body), env={}).binds[0].listeners[0].routes[0].policies
+
+
+def _bare(scope: dict[str, Any]) -> Any:
+    from trioproxy.proxy.exchange import Exchange
+
+    return Exchange({"type": "http", "method": "GET", **scope}, _never, _never, arrival=0.0)
+
+
+async def test_csrf_compares_the_origin_with_the_scheme_and_the_host_with_its_port():
+    import pytest
+
+    from trioproxy.errors import CsrfValidationFailed
+    from trioproxy.proxy.stages import CsrfStage
+
+    stage = CsrfStage(_policies("""
+- policies: {csrf: {}}
+  backends: [{host: "b.test:80"}]
+""").csrf)
+
+    def post(origin: bytes, host: bytes, **scope: Any) -> Any:
+        return _bare({"method": "POST", "path": "/", "headers": [(b"host", host), (b"origin", origin)], **scope})
+
+    await stage.request(post(b"http://shop.example", b"shop.example"))  # no scheme in the scope: http
+    await stage.request(post(b"https://shop.example", b"shop.example", scheme="https"))
+    await stage.request(post(b"http://shop.example:8080", b"shop.example:8080"))  # the Host's port counts
+    with pytest.raises(CsrfValidationFailed) as refused:
+        await stage.request(post(b"http://shop.example", b"shop.example", scheme="https"))
+    assert refused.value.why == {"policy": "csrf", "detail": "Origin http://shop.example is not https://shop.example"}
+
+
+async def test_a_prefix_rewrite_reads_a_bare_asgi_scope_without_a_route_match():
+    from trioproxy.proxy.stages import UrlRewriteStage
+
+    stage = UrlRewriteStage(_policies("""
+- policies: {urlRewrite: {path: {prefix: /v2}}}
+  backends: [{host: "b.test:80"}]
+""").url_rewrite)
+    x = _bare({"path": "/a b", "headers": []})
+    await stage.request(x)
+    assert x.upstream_path == "/v2/a b"
