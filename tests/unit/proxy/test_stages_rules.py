@@ -509,3 +509,55 @@ async def test_a_prefix_rewrite_reads_a_bare_asgi_scope_without_a_route_match():
     x = _bare({"path": "/a b", "headers": []})
     await stage.request(x)
     assert x.upstream_path == "/v2/a b"
+
+
+# --- the compiler: limiters kept across reloads, decisions counted under their key ---------------------
+
+LIMITED = routes("""
+- name: limited
+  matches: [{{path: {{pathPrefix: /limited}}}}]
+  policies: {{localRateLimit: [{{maxTokens: {tokens}, tokensPerFill: 1, fillInterval: 60s}}]}}
+  backends: [{{host: "b.test:80"}}]
+- name: each
+  matches: [{{path: {{pathPrefix: /each}}}}]
+  policies: {{localRateLimit: [{{maxTokens: 1, tokensPerFill: 1, fillInterval: 60s, perClientAddress: true}}]}}
+  backends: [{{host: "b.test:80"}}]
+- name: remote
+  matches: [{{path: {{pathPrefix: /remote}}}}]
+  policies:
+    remoteRateLimit:
+      host: "127.0.0.1:1"
+      domain: gw
+      failureMode: failClosed
+      descriptors:
+      - entries: [{{key: path, value: request.path}}]
+  backends: [{{host: "b.test:80"}}]
+""")
+
+
+def _decisions(gw: Any) -> dict[tuple[str, str, str], float]:
+    return {(s.labels["policy"], s.labels["key"], s.labels["result"]): s.value
+            for family in gw.runtime.metrics.registry.collect() if family.name == "trioproxy_ratelimit_decisions"
+            for s in family.samples if s.name.endswith("_total")}
+
+
+async def test_a_reload_keeps_an_unchanged_routes_limiter_and_each_decision_counts_under_its_route():
+    from trioproxy.config import parse_config
+
+    backend = Backend(answer())
+    async with memory_gateway(LIMITED.format(tokens=1), {"b.test:80": backend}) as gw:
+        statuses = [(await gw.request("GET", "/limited")).status for _ in range(2)]
+        for _ in range(2):  # the same config twice: the spent limiter is kept each time
+            gw.runtime.apply(parse_config(LIMITED.format(tokens=1), env={}))
+            statuses.append((await gw.request("GET", "/limited")).status)
+        gw.runtime.apply(parse_config(LIMITED.format(tokens=2), env={}))  # changed: a fresh limiter
+        statuses.append((await gw.request("GET", "/limited")).status)
+        each = [(await gw.request("GET", "/each")).status for _ in range(2)]
+        remote = await gw.request("GET", "/remote")
+        decisions = _decisions(gw)
+        keys = {route.name: route.key for route in gw.runtime.state.config.binds[0].listeners[0].routes}
+    assert statuses == [200, 429, 429, 429, 200] and each == [200, 429]
+    assert remote.status == 500 and len(backend.received) == 3
+    assert decisions[("localRateLimit", keys["limited"], "rejected")] == 3
+    assert decisions[("localRateLimit", keys["each"], "rejected")] == 1
+    assert decisions[("remoteRateLimit", keys["remote"], "failed")] == 1
