@@ -550,13 +550,16 @@ async def test_a_reload_keeps_an_unchanged_routes_limiter_and_each_decision_coun
         for _ in range(2):  # the same config twice: the spent limiter is kept each time
             gw.runtime.apply(parse_config(LIMITED.format(tokens=1), env={}))
             statuses.append((await gw.request("GET", "/limited")).status)
+        made: list[str] = []  # the workers' factory shares limiters between processes by this key
+        factory = gw.runtime.state.limiter_factory
+        gw.runtime.state.limiter_factory = lambda specs, key, now: made.append(key) or factory(specs, key, now)
         gw.runtime.apply(parse_config(LIMITED.format(tokens=2), env={}))  # changed: a fresh limiter
         statuses.append((await gw.request("GET", "/limited")).status)
         each = [(await gw.request("GET", "/each")).status for _ in range(2)]
         remote = await gw.request("GET", "/remote")
         decisions = _decisions(gw)
         keys = {route.name: route.key for route in gw.runtime.state.config.binds[0].listeners[0].routes}
-    assert statuses == [200, 429, 429, 429, 200] and each == [200, 429]
+    assert statuses == [200, 429, 429, 429, 200] and each == [200, 429] and made == [keys["limited"]]
     assert remote.status == 500 and len(backend.received) == 3
     assert decisions[("localRateLimit", keys["limited"], "rejected")] == 3
     assert decisions[("localRateLimit", keys["each"], "rejected")] == 1
