@@ -564,3 +564,31 @@ async def test_a_reload_keeps_an_unchanged_routes_limiter_and_each_decision_coun
     assert decisions[("localRateLimit", keys["limited"], "rejected")] == 3
     assert decisions[("localRateLimit", keys["each"], "rejected")] == 1
     assert decisions[("remoteRateLimit", keys["remote"], "failed")] == 1
+
+
+MIRROR_RETRY = routes("""
+- name: mirrored
+  matches: [{path: {pathPrefix: /m}}]
+  policies: {requestMirror: {backend: {host: "m.test:80"}, percentage: 0.5}}
+  backends: [{host: "b.test:80"}]
+- name: retried
+  matches: [{path: {pathPrefix: /r}}]
+  policies: {retry: {attempts: 1, codes: [503]}}
+  backends: [{host: "r.test:80"}]
+""")
+
+
+async def test_a_mirror_copies_the_requests_its_draw_picks_and_retry_reaches_the_call(autojump_clock, monkeypatch):
+    from tests.memory_harness import answers
+    from trioproxy.proxy import stages
+
+    backend, mirror, flaky = Backend(answer()), Backend(answer()), Backend(answers(503, 200))
+    async with memory_gateway(MIRROR_RETRY, {"b.test:80": backend, "m.test:80": mirror, "r.test:80": flaky}) as gw:
+        for draw, path in ((0.4, "/m/picked"), (0.5, "/m/not-picked")):  # copied when the draw is below 0.5
+            monkeypatch.setattr(stages.random, "random", lambda draw=draw: draw)
+            assert (await gw.request("GET", path)).status == 200
+        await trio.testing.wait_all_tasks_blocked()
+        retried = await gw.request("GET", "/r")
+    assert [r.target for r in backend.received] == ["/m/picked", "/m/not-picked"]
+    assert [r.target for r in mirror.received] == ["/m/picked"]
+    assert retried.status == 200 and len(flaky.received) == 2
