@@ -592,3 +592,14 @@ async def test_a_mirror_copies_the_requests_its_draw_picks_and_retry_reaches_the
     assert [r.target for r in backend.received] == ["/m/picked", "/m/not-picked"]
     assert [r.target for r in mirror.received] == ["/m/picked"]
     assert retried.status == 200 and len(flaky.received) == 2
+
+
+async def test_a_jwt_refusal_says_which_check_failed(autojump_clock):
+    config, first, (second, _) = _jwt_config()
+    async with memory_gateway(config, {"b.test:80": Backend(answer())}) as gw:
+        _, missing = await traced(gw, "GET", "/jwt")
+        _, crossed = await traced(gw, "GET", "/jwt", headers=_bearer(second.token()))
+        _, expired = await traced(gw, "GET", "/jwt", headers=_bearer(first.token(exp=1)))
+    assert _why(missing) == {"policy": "jwtAuth", "check": "missing", "detail": "no bearer token found"}
+    assert (_why(crossed)["policy"], _why(crossed)["check"]) == ("jwtAuth", "iss")  # the other issuer's key
+    assert (_why(expired)["policy"], _why(expired)["check"]) == ("jwtAuth", "exp")
