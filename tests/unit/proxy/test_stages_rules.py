@@ -603,3 +603,52 @@ async def test_a_jwt_refusal_says_which_check_failed(autojump_clock):
     assert _why(missing) == {"policy": "jwtAuth", "check": "missing", "detail": "no bearer token found"}
     assert (_why(crossed)["policy"], _why(crossed)["check"]) == ("jwtAuth", "iss")  # the other issuer's key
     assert (_why(expired)["policy"], _why(expired)["check"]) == ("jwtAuth", "exp")
+
+
+CORS = routes("""
+- policies: {cors: {allowOrigins: ["https://app.example"]}}
+  backends: [{host: "b.test:80"}]
+""")
+
+
+async def test_the_trace_names_each_phase_with_its_policies_and_an_empty_origin_as_sent(autojump_clock):
+    async with memory_gateway(CORS, {"b.test:80": Backend(answer())}) as gw:
+        _, events = await traced(gw, "GET", "/x", headers=[(b"origin", b"")])
+    selections = [e for e in events if e["type"] == "policySelection"]
+    assert [e["phase"] for e in selections] == ["gateway", "route", "backend"]
+    assert selections[1]["effectivePolicy"]["cors"]["allowOrigins"] == ["https://app.example"]
+    assert [(e["result"], e["origin"]) for e in policy_events(events, "cors")] == [("disallowed origin", "")]
+
+
+async def test_a_tokens_policy_whose_tokens_descriptor_was_skipped_charges_nothing():
+    from types import SimpleNamespace
+
+    from tests.unit.policies.test_ratelimit_remote_rules import TOKENS, FakeAfter, FakeClient, exchange, stage_for
+    from trioproxy.policies.ratelimit_remote import RemoteDescriptor, RemoteEntry
+
+    after = FakeAfter()
+    client = FakeClient()
+    stage, _ = stage_for(client, RemoteDescriptor((RemoteEntry("path", "request.path"),)), TOKENS,
+                         after_response=after)
+    x = exchange(headers=[(b"host", b"h")])  # no x-user: only the path descriptor is sent
+    await stage.request(x)
+    x.usage = SimpleNamespace(total_tokens=42)
+    await stage.finish(x)
+    assert client.calls == [("gw", [([("path", "/p")], None)], 0.25)]
+    assert x.remote_charges == [] and after.spawned == []
+
+
+async def test_the_verified_password_cache_keeps_the_newest_entries_up_to_its_size(monkeypatch):
+    from tests.e2e.test_basic_auth import BOB
+    from trioproxy.policies import basic_auth
+    from trioproxy.policies.basic_auth import BasicAuthSpec
+    from trioproxy.proxy.stages import BasicAuthStage
+
+    verdict = {"ok": True}
+    monkeypatch.setattr(basic_auth, "verify_password", lambda hashed, password: verdict["ok"])
+    monkeypatch.setattr(basic_auth, "CACHE_SIZE", 2)
+    stage = BasicAuthStage(BasicAuthSpec((("bob", BOB),)))
+    for password in (b"1", b"2", b"3"):
+        assert await stage._verify("bob", password, BOB)
+    verdict["ok"] = False  # from now on only the cache says yes
+    assert [await stage._verify("bob", p, BOB) for p in (b"1", b"2", b"3")] == [False, True, True]
