@@ -43,6 +43,18 @@ def test_a_relay_has_exactly_its_owners_callbacks_and_forwards_them():
     assert owner.calls == [("on_header", (b"A", b"b")), ("on_body", (b"x",))]
 
 
+CALLBACKS = ("on_message_begin", "on_url", "on_status", "on_header", "on_headers_complete", "on_body",
+             "on_message_complete", "on_chunk_header", "on_chunk_complete")
+
+
+def test_a_relay_knows_every_llhttp_callback():
+    owner = type("Full", (), {name: (lambda self, *args, _name=name: (_name, args)) for name in CALLBACKS})
+    relay_class = wire._relay_class(owner)
+    instance = owner()  # (the relay holds it weakly)
+    relay = relay_class(instance)
+    assert [getattr(relay, name)(b"x") for name in CALLBACKS] == [(name, (b"x",)) for name in CALLBACKS]
+
+
 @pytest.mark.parametrize("owner", [FastExchange, FastClient])
 def test_the_exchange_and_client_relays_carry_every_callback_they_define(owner):
     relay_class = wire._relay_class(owner)
@@ -333,6 +345,13 @@ def test_a_head_refused_across_pieces_is_worded_by_h11_from_all_of_it():
         == ["invalid upstream response: illegal header line: bytearray(b'Bad Name: x')"]
     client, _ = _client()
     assert _read(client, b"SSH-2.0-x\r\n\r\n") == ["invalid upstream response: illegal status line: bytearray(b'SSH-2.0-x')"]
+
+
+def test_a_head_h11_reads_is_worded_by_h11_at_the_body_it_refuses():
+    # llhttp refuses the control character in the head; h11 reads the head and refuses the chunk after it
+    client, _ = _client()
+    assert _read(client, b"HTTP/1.1 200 OK\r\nX: a\x01b\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n") \
+        == ["invalid upstream response: illegal chunk header: bytearray(b'zz\\r\\n')"]
 
 
 def test_a_head_longer_than_the_limit_is_refused():
