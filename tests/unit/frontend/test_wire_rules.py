@@ -82,6 +82,35 @@ def test_request_refusals_carry_their_status_and_reason():
     assert (refused.status, str(refused)) == (501, "Only Transfer-Encoding: chunked is supported")
 
 
+BASE = b"POST / HTTP/1.1\r\nHost: a\r\n"
+
+
+@pytest.mark.parametrize(("fields", "status", "reason"), [
+    (b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", 501, "multiple Transfer-Encoding headers"),
+    (b"Transfer-Encoding: chunked, gzip\r\n", 501, "Only Transfer-Encoding: chunked is supported"),  # not llhttp's
+    (b"Connection: Upgrade\r\nUpgrade: websocket\r\n", 400, "upgrade"),
+    (b"Content-Length: 2\r\nContent-Length: 2\r\n", 400, "Duplicate Content-Length"),  # llhttp's words
+    (b"X: a\r\n b\r\n", 400, "Unexpected whitespace after header value"),
+])
+def test_request_heads_refused_by_rule(fields, status, reason):
+    refused = _refusal(BASE + fields + b"\r\n")
+    assert (refused.status, str(refused)) == (status, reason)
+
+
+def test_a_head_without_its_blank_line_is_incomplete():
+    refused = _refusal(BASE)
+    assert (refused.status, str(refused)) == (400, "incomplete head")
+
+
+@pytest.mark.parametrize(("value", "keep_alive"), [(b"close,keep-alive", False), (b"keep-alive, Close", False),
+                                                   (b"keep-alive", True), (b"closed", True)])
+def test_a_request_closes_by_its_connection_tokens(value, keep_alive):
+    head = BASE + b"Connection: " + value + b"\r\nX-A: BOX \r\nExpect: 100-continue,foo\r\n\r\n"
+    exchange = FastExchange.parse(head, len(head))
+    assert exchange.keep_alive is keep_alive and exchange.expects_continue
+    assert (b"x-a", b"BOX") in exchange.headers
+
+
 def test_a_head_llhttp_refuses_gets_h11s_status_hint():
     # llhttp refuses the duplicate length; h11 reads it (equal values) and then refuses the coding: 501
     head = b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2, 2\r\nTransfer-Encoding: gzip\r\n\r\n"
@@ -184,6 +213,14 @@ def test_response_heads_h11_would_refuse_are_refused_in_its_words(headers, messa
 def test_a_twenty_digit_length_is_kept():
     exchange = _exchange()
     assert b"Content-Length: 10000000000000000000\r\n" in exchange.response_head(200, [(b"Content-Length", b"1" + b"0" * 19)], b"OK")
+
+
+def test_an_exchange_is_reusable_once_both_messages_are_whole():
+    exchange = _exchange()
+    exchange.response_head(200, [(b"Content-Length", b"0")], b"OK")
+    assert exchange.request_done and not exchange.response_done and not exchange.reusable
+    exchange.end()
+    assert exchange.response_done and exchange.reusable
 
 
 def test_chunked_wins_over_a_length_in_a_response():
@@ -318,7 +355,7 @@ def test_a_response_with_chunked_and_a_length_is_read_chunked():
     assert client.reusable
 
 
-@pytest.mark.parametrize("fields", [b"Transfer-Encoding: gzip\r\n",
+@pytest.mark.parametrize("fields", [b"Transfer-Encoding: gzip\r\n", b"Transfer-Encoding: chunked, gzip\r\n",
                                     b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n"])
 def test_a_response_coding_other_than_one_chunked_is_refused_in_h11s_words(fields):
     client, _ = _client()
