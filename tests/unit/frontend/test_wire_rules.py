@@ -391,6 +391,14 @@ def test_a_head_h11_reads_is_worded_by_h11_at_the_body_it_refuses():
         == ["invalid upstream response: illegal chunk header: bytearray(b'zz\\r\\n')"]
 
 
+def test_h11_is_asked_for_at_most_three_events_for_its_wording():
+    # (a bound: h11 may read a refused response whole, then PAUSED forever) two chunks and the bad
+    # one are past it, so the words are llhttp's own
+    client, _ = _client()
+    assert _read(client, b"HTTP/1.1 200 OK\r\nX: a\x01b\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n1\r\nb\r\nzz\r\n") \
+        == ["invalid upstream response: Invalid header value char"]
+
+
 def test_a_head_longer_than_the_limit_is_refused():
     partial = b"HTTP/1.1 200 OK\r\nX: " + b"a" * 20
     client, _ = _client(limit=len(partial))
