@@ -291,8 +291,10 @@ def test_random_responses_are_read_alike(status, fields, framing, body, cut, tru
     if framing == "none":  # read to the close: h11 calls that connection DONE too, pool.py never reuses it
         fast, slow = (fast[0], False), (slow[0], False)
     if fast != slow:
-        # llhttp is stricter about a header value (a control character): it refuses the head
-        assert b"\x01" in wire and fast[0] == ["error"], (wire, fast, slow)
+        # llhttp is stricter about a header value (a control character): it refuses the head (after
+        # an informational response before it, which both read alike)
+        assert b"\x01" in wire and fast[0][-1:] == ["error"] and fast[0][:-1] == slow[0][:len(fast[0]) - 1] \
+            and all(event[0] == "InformationalResponse" for event in fast[0][:-1]), (wire, fast, slow)
 
 
 def test_a_whole_response_llhttp_refuses_and_h11_reads_is_refused_with_llhttps_reason():
