@@ -190,7 +190,13 @@ def test_live_trace_shows_a_request_and_its_snapshot_diff(page, ui_gateway, tmp_
                 view.set_mode(mode)
                 view.fmt = fmt
                 shown = ui.locator("#details .line").all_inner_texts()
-                assert [line.rstrip("\n") for line in shown] == [line for _, line in view.details_lines()], (index, mode, fmt)
+                expected = [line for _, line in view.details_lines()]
+                # under a body snapshot's raw event the text UI also prints its body decoded; the web UI
+                # shows bodies in its Bodies view (b), so the raw event is what both must agree on
+                cut = next((i for i, line in enumerate(expected) if line.startswith("# body, decoded (")), None)
+                if mode == "event" and cut is not None:
+                    expected = expected[:cut]
+                assert [line.rstrip("\n") for line in shown] == expected, (index, mode, fmt)
 
     # Download as JSON lines, and open it with `trioproxy trace --file --raw`.
     with ui.expect_download() as download:

@@ -61,7 +61,9 @@ def test_history_from_before_the_page_then_live(page, gw):
         < shown.index("/api/before-1")
     row = ui.locator("#history-rows tr[data-path='/nowhere-before']").first
     cells = row.locator("td").all_inner_texts()
-    assert cells[1] == "GET" and cells[5] == "404" and cells[3] == "" and cells[10] == "route not found"
+    # the reason, then the gateway's own why (the routes this path missed) as a chip
+    assert cells[1] == "GET" and cells[5] == "404" and cells[3] == "" and cells[10] == "route not found" + "why"
+    expect(row.locator("td.reason .chip.why")).to_have_count(1)
     llm = ui.locator("#history-rows tr[data-path='/v1/chat/completions']").first.locator("td").all_inner_texts()
     assert llm[3] == "openai" and llm[4] == "openai" and llm[5] == "200"
     assert re.fullmatch(r"\d+ / \d+", llm[7]) and llm[8].startswith("$")
@@ -94,7 +96,7 @@ def test_the_cel_filter_applies_to_the_backlog_and_the_live_entries(page, gw):
     expect(ui.locator("#history-rows tr[data-path]")).to_have_count(2)
     assert ui.locator("#history-rows tr[data-path] td:nth-child(6)").all_inner_texts() == ["429", "429"]
     assert ui.locator("#history-rows tr[data-path] td:nth-child(11)").all_inner_texts() == [
-        "rate limit exceeded", "rate limit exceeded"]
+        "rate limit exceeded" + "why"] * 2  # each with its why chip (the limit entry that refused)
     httpx.get(f"{gw.url}/api/filter-ok")  # does not match: stays out
     httpx.get(f"{gw.url}/limited/filter")  # matches: comes in live
     expect(ui.locator("#history-rows tr[data-path]")).to_have_count(3)
