@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import textwrap
+from types import SimpleNamespace
 
 import pytest
 
@@ -19,7 +20,7 @@ from trioproxy.policies.jwt import JwksSource, JwtFailure, JwtVerifier, KeyHolde
 from trioproxy.policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
 from trioproxy.policies.ratelimit_remote import RemoteRateLimitPolicy
 from trioproxy.proxy.routing import Request, explain_misses
-from trioproxy.proxy.why import attempts_why
+from trioproxy.proxy.why import attempts_why, with_attempts
 from trioproxy.rls.protos import rls_pb2
 from trioproxy.telemetry.access_log import TextFormatter
 
@@ -210,3 +211,15 @@ async def test_a_failover_lists_its_targets_and_every_target_over_quota_is_named
     assert why["policy"] == "localRateLimit"
     assert [(t["target"], t["index"], t["remaining"], t["limit"]["maxTokens"]) for t in why["targets"]] == [
         ("a", 0, 0, 1), ("b", 0, 0, 1)]
+
+
+def test_with_attempts_keeps_the_refusal_and_adds_attempts_and_skipped_targets():
+    # with_attempts reads only these attributes of an Exchange
+    x = SimpleNamespace(why={"policy": "localRateLimit", "index": 0}, attempts=["a", "b"], outcomes=["status 503"],
+                        error="upstream call timeout", skipped=("c",))
+    assert with_attempts(x) == {
+        "policy": "localRateLimit", "index": 0, "skipped": ["c"],
+        "attempts": [{"backend": "a", "outcome": "status 503"}, {"backend": "b", "outcome": "upstream call timeout"}]}
+    assert x.why == {"policy": "localRateLimit", "index": 0}  # a copy: the refusal's own why is unchanged
+    bare = SimpleNamespace(why=None, attempts=["a", "b"], outcomes=["status 503", "ok"], error=None, skipped=[])
+    assert with_attempts(bare) == {"attempts": [{"backend": "a", "outcome": "status 503"}, {"backend": "b", "outcome": "ok"}]}
