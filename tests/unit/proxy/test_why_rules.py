@@ -91,6 +91,43 @@ def test_the_list_is_capped_and_a_matching_route_is_not_listed():
     assert "r5" not in misses(why) and len(why["routes"]) == 19
 
 
+
+def test_a_condition_that_holds_is_read_from_the_request_and_a_later_one_explains_the_miss():
+    why = explain("""
+        - {name: header, matches: [{headers: [{name: x-env, value: {exact: prod}}], query: [{name: b, value: {exact: "2"}}]}]}
+        - {name: second, matches: [{query: [{name: a, value: {exact: "1"}}, {name: b, value: {exact: "2"}}]}]}
+        - {name: taken, matches: [{headers: [{name: x-env, value: {exact: prod}}], query: [{name: a, value: {exact: "1"}}]}]}
+    """, "/", headers=[(b"x-env", b"prod")], query=b"a=1&b=3")
+    assert misses(why) == {  # "taken" holds on every check: not listed
+        "header": ("query", "query b is '3', wanted exact '2'"),
+        "second": ("query", "query b is '3', wanted exact '2'"),
+    }
+
+
+def test_a_blank_query_value_is_shown_as_given_not_as_absent():
+    why = explain("""
+        - {name: flag, matches: [{query: [{name: flag, value: {exact: "on"}}]}]}
+    """, "/", query=b"flag=")
+    assert misses(why) == {"flag": ("query", "query flag is '', wanted exact 'on'")}
+
+
+def test_of_alternatives_that_miss_the_same_check_the_first_explains_the_route():
+    why = explain("""
+        - name: two
+          matches:
+          - {path: {exact: /first}}
+          - {path: {exact: /second}}
+    """, "/other")
+    assert misses(why) == {"two": ("path", "path '/other' is not exact '/first'")}
+
+
+def test_exactly_limit_routes_are_all_listed_with_no_more_and_the_default_limit_is_20():
+    many = "\n".join(f"- {{name: r{i}, matches: [{{path: {{exact: /r{i}}}}}]}}" for i in range(25))
+    why = explain_misses(routes(many)[:20], Request("GET", "/none", "example.com", []), 20)
+    assert (why["evaluated"], len(why["routes"]), "more" in why) == (20, 20, False)
+    why = explain_misses(routes(many), Request("GET", "/none", "example.com", []))
+    assert (why["evaluated"], len(why["routes"]), why["more"]) == (25, 20, 5)
+
 def test_a_local_limiter_names_the_entry_that_refuses():
     limiter = LocalRateLimiter([LocalRateLimitSpec(10, 10, 3600.0), LocalRateLimitSpec(2, 1, 30.0)], now=0.0)
     assert limiter.admit(0.0).allowed and limiter.admit(1.0).allowed and not limiter.admit(2.0).allowed
