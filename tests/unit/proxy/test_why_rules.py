@@ -13,16 +13,19 @@ import pytest
 
 from tests.jwt_helpers import AUDIENCE, ISSUER, jwks, make_key, unsigned_token
 from tests.memory_harness import Backend, answer, memory_gateway
+from tests.unit.proxy.test_request_telemetry_rules import AccessLog, exchange
 from tests.unit.proxy.test_resilience_memory import limited, openai, traced
 from trioproxy.config import parse_config
 from trioproxy.errors import BudgetExceeded, KeyRefused, duration_text
 from trioproxy.policies.jwt import JwksSource, JwtFailure, JwtVerifier, KeyHolder, ProviderSpec, parse_jwks
 from trioproxy.policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
 from trioproxy.policies.ratelimit_remote import RemoteRateLimitPolicy
+from trioproxy.proxy.request_telemetry import log_request
 from trioproxy.proxy.routing import Request, explain_misses
 from trioproxy.proxy.why import attempts_why, with_attempts
 from trioproxy.rls.protos import rls_pb2
 from trioproxy.telemetry.access_log import TextFormatter
+from trioproxy.telemetry.history import History
 
 
 def routes(routes_yaml: str):
@@ -226,6 +229,18 @@ def test_the_text_log_format_writes_why_as_one_json_value():
     text = line.split(" why=", 1)[1]
     assert json.loads(json.loads(text)) == why  # quoted as any value with spaces, then the JSON itself
 
+
+
+def test_a_refusals_why_goes_to_the_history_summary_and_the_access_line():
+    history, access = History(10), AccessLog()
+    x = exchange()
+    x.error, x.error_kind = "route not found", "RouteNotFound"
+    x.why = {"routes": [], "evaluated": 0}
+    log_request(access, history, "b", x, 404, 0.0)  # type: ignore[arg-type]
+    [entry] = history.entries
+    assert entry.why == {"routes": [], "evaluated": 0}
+    [(fields, *_)] = access.lines
+    assert fields["why"] == {"routes": [], "evaluated": 0}
 
 # --- through the in-memory gateway (tests/memory_harness.py): virtual models' targets -----------------
 
