@@ -7,21 +7,25 @@ from __future__ import annotations
 import json
 import logging
 import textwrap
+from types import SimpleNamespace
 
 import pytest
 
 from tests.jwt_helpers import AUDIENCE, ISSUER, jwks, make_key, unsigned_token
 from tests.memory_harness import Backend, answer, memory_gateway
+from tests.unit.proxy.test_request_telemetry_rules import AccessLog, exchange
 from tests.unit.proxy.test_resilience_memory import limited, openai, traced
 from trioproxy.config import parse_config
 from trioproxy.errors import BudgetExceeded, KeyRefused, duration_text
 from trioproxy.policies.jwt import JwksSource, JwtFailure, JwtVerifier, KeyHolder, ProviderSpec, parse_jwks
 from trioproxy.policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
 from trioproxy.policies.ratelimit_remote import RemoteRateLimitPolicy
+from trioproxy.proxy.request_telemetry import log_request
 from trioproxy.proxy.routing import Request, explain_misses
-from trioproxy.proxy.why import attempts_why
+from trioproxy.proxy.why import attempts_why, with_attempts
 from trioproxy.rls.protos import rls_pb2
 from trioproxy.telemetry.access_log import TextFormatter
+from trioproxy.telemetry.history import History
 
 
 def routes(routes_yaml: str):
@@ -89,6 +93,43 @@ def test_the_list_is_capped_and_a_matching_route_is_not_listed():
     why = explain(many, "/r5", limit=20)  # r5 matches (a 404 from elsewhere): only the others are explained
     assert "r5" not in misses(why) and len(why["routes"]) == 19
 
+
+
+def test_a_condition_that_holds_is_read_from_the_request_and_a_later_one_explains_the_miss():
+    why = explain("""
+        - {name: header, matches: [{headers: [{name: x-env, value: {exact: prod}}], query: [{name: b, value: {exact: "2"}}]}]}
+        - {name: second, matches: [{query: [{name: a, value: {exact: "1"}}, {name: b, value: {exact: "2"}}]}]}
+        - {name: taken, matches: [{headers: [{name: x-env, value: {exact: prod}}], query: [{name: a, value: {exact: "1"}}]}]}
+    """, "/", headers=[(b"x-env", b"prod")], query=b"a=1&b=3")
+    assert misses(why) == {  # "taken" holds on every check: not listed
+        "header": ("query", "query b is '3', wanted exact '2'"),
+        "second": ("query", "query b is '3', wanted exact '2'"),
+    }
+
+
+def test_a_blank_query_value_is_shown_as_given_not_as_absent():
+    why = explain("""
+        - {name: flag, matches: [{query: [{name: flag, value: {exact: "on"}}]}]}
+    """, "/", query=b"flag=")
+    assert misses(why) == {"flag": ("query", "query flag is '', wanted exact 'on'")}
+
+
+def test_of_alternatives_that_miss_the_same_check_the_first_explains_the_route():
+    why = explain("""
+        - name: two
+          matches:
+          - {path: {exact: /first}}
+          - {path: {exact: /second}}
+    """, "/other")
+    assert misses(why) == {"two": ("path", "path '/other' is not exact '/first'")}
+
+
+def test_exactly_limit_routes_are_all_listed_with_no_more_and_the_default_limit_is_20():
+    many = "\n".join(f"- {{name: r{i}, matches: [{{path: {{exact: /r{i}}}}}]}}" for i in range(25))
+    why = explain_misses(routes(many)[:20], Request("GET", "/none", "example.com", []), 20)
+    assert (why["evaluated"], len(why["routes"]), "more" in why) == (20, 20, False)
+    why = explain_misses(routes(many), Request("GET", "/none", "example.com", []))
+    assert (why["evaluated"], len(why["routes"]), why["more"]) == (25, 20, 5)
 
 def test_a_local_limiter_names_the_entry_that_refuses():
     limiter = LocalRateLimiter([LocalRateLimitSpec(10, 10, 3600.0), LocalRateLimitSpec(2, 1, 30.0)], now=0.0)
@@ -189,6 +230,18 @@ def test_the_text_log_format_writes_why_as_one_json_value():
     assert json.loads(json.loads(text)) == why  # quoted as any value with spaces, then the JSON itself
 
 
+
+def test_a_refusals_why_goes_to_the_history_summary_and_the_access_line():
+    history, access = History(10), AccessLog()
+    x = exchange()
+    x.error, x.error_kind = "route not found", "RouteNotFound"
+    x.why = {"routes": [], "evaluated": 0}
+    log_request(access, history, "b", x, 404, 0.0)  # type: ignore[arg-type]
+    [entry] = history.entries
+    assert entry.why == {"routes": [], "evaluated": 0}
+    [(fields, *_)] = access.lines
+    assert fields["why"] == {"routes": [], "evaluated": 0}
+
 # --- through the in-memory gateway (tests/memory_harness.py): virtual models' targets -----------------
 
 
@@ -210,3 +263,15 @@ async def test_a_failover_lists_its_targets_and_every_target_over_quota_is_named
     assert why["policy"] == "localRateLimit"
     assert [(t["target"], t["index"], t["remaining"], t["limit"]["maxTokens"]) for t in why["targets"]] == [
         ("a", 0, 0, 1), ("b", 0, 0, 1)]
+
+
+def test_with_attempts_keeps_the_refusal_and_adds_attempts_and_skipped_targets():
+    # with_attempts reads only these attributes of an Exchange
+    x = SimpleNamespace(why={"policy": "localRateLimit", "index": 0}, attempts=["a", "b"], outcomes=["status 503"],
+                        error="upstream call timeout", skipped=("c",))
+    assert with_attempts(x) == {
+        "policy": "localRateLimit", "index": 0, "skipped": ["c"],
+        "attempts": [{"backend": "a", "outcome": "status 503"}, {"backend": "b", "outcome": "upstream call timeout"}]}
+    assert x.why == {"policy": "localRateLimit", "index": 0}  # a copy: the refusal's own why is unchanged
+    bare = SimpleNamespace(why=None, attempts=["a", "b"], outcomes=["status 503", "ok"], error=None, skipped=[])
+    assert with_attempts(bare) == {"attempts": [{"backend": "a", "outcome": "status 503"}, {"backend": "b", "outcome": "ok"}]}
