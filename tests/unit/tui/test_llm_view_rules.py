@@ -278,3 +278,62 @@ def test_body_lines():
     assert body_lines(gzip.compress(b'{"b":2}'), "application/json", encoding="gzip")[1:] == [("", "{"), ("", '  "b": 2'), ("", "}")]
     assert body_lines(gzip.compress(b"x"), "text/plain", encoding="gzip")[0][0] == "body.label"
     assert body_lines(b"x", "text/plain", encoding="br") == [("body.warn", "(br-encoded: shown as it came)"), ("", "x")]
+
+
+def test_parallel_tool_calls_thinking_pieces_and_candidate_indexes_are_kept_apart():
+    chat = reassemble(sse({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"tool_calls": [
+        {"index": 0, "id": "a", "function": {"name": "one", "arguments": "{}"}},
+        {"index": 1, "id": "b", "function": {"name": "two", "arguments": "["}}]}}]},
+        {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 1, "function": {"arguments": "]"}}]}}]}))
+    assert chat.tool_calls == [ToolCall("one", "{}", "a"), ToolCall("two", "[]", "b")]
+    gemini = reassemble(sse({"candidates": [{"index": 1, "content": {"parts": [{"text": "a", "thought": True}, {"text": "x"}]}}]},
+                            {"candidates": [{"index": 1, "content": {"parts": [{"text": "b", "thought": True}]}}]}, done=False))
+    assert (gemini.text, gemini.thinking) == ({1: "x"}, "ab")
+    anthropic = reassemble(sse(*[{"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": t}}
+                                 for t in ("c", "d")], done=False))
+    assert anthropic.thinking == "cd"
+
+
+def test_usage_replaces_in_chat_responses_and_gemini_and_merges_in_anthropic():
+    gemini = reassemble(sse({"usageMetadata": {"promptTokenCount": 1, "trafficType": "ON_DEMAND"}},
+                            {"usageMetadata": {"promptTokenCount": 2}}, done=False))
+    assert gemini.usage == {"promptTokenCount": 2}
+    chat = reassemble(sse({"choices": [], "usage": {"prompt_tokens": 1, "extra": 1}}, {"choices": [], "usage": {"prompt_tokens": 2}}))
+    assert chat.usage == {"prompt_tokens": 2}
+    responses = reassemble(sse({"type": "response.in_progress", "response": {"usage": {"input_tokens": 1, "x": 1}}},
+                               {"type": "response.completed", "response": {"usage": {"input_tokens": 2}}}, done=False))
+    assert responses.usage == {"input_tokens": 2}
+    cache = reassemble(sse({"type": "message_start", "message": {"usage": {"input_tokens": 3, "cache_creation_input_tokens": 5}}},
+                           {"type": "message_delta", "delta": {}, "usage": {"output_tokens": 1}}, done=False))
+    assert ("body.label", "tokens: input 3, output 1, total 4, cache write 5") in stream_lines(cache)
+
+
+def test_chat_chunk_without_choices_and_responses_lifecycle_events():
+    chunk = reassemble(sse({"object": "chat.completion.chunk", "model": "m", "usage": {"prompt_tokens": 1}}))
+    assert (chunk.dialect, chunk.model, chunk.usage) == ("OpenAI chat", "m", {"prompt_tokens": 1})
+    created = reassemble(sse({"type": "response.created", "response": {"model": "c"}}, done=False))
+    progress = reassemble(sse({"type": "response.in_progress", "response": {"model": "p"}}, done=False))
+    assert (created.model, created.done, progress.model, progress.done) == ("c", False, "p", False)
+    cancelled = reassemble(sse({"type": "response.completed", "response": {"status": "cancelled"}}, done=False))
+    assert cancelled.finish == "cancelled"  # the response's own status, over the event's name
+    orphan = reassemble(sse(*[{"type": "response.function_call_arguments.delta", "item_id": "fc", "delta": d} for d in "ab"],
+                            done=False))
+    assert orphan.tool_calls == [ToolCall("", "ab", None)]
+
+
+def test_error_events_by_type_or_by_event_name():
+    s = reassemble(b'data: {"type": "error", "code": "rate_limit_exceeded", "message": "slow down"}\n\n'
+                   b'event: error\ndata: {"object": "chat.completion.chunk", "choices": [], "error": {"message": "cut"}}\n\n')
+    assert s.errors == ["error: rate_limit_exceeded: slow down", "cut"]
+
+
+def test_non_ascii_is_shown_as_it_is():
+    s = Stream(dialect="Gemini", tool_calls=[ToolCall("t", '{"city": "Z\\u00fcrich"}')], usage={"n\u00e9": 1}, done=True)
+    assert stream_lines(s)[2:] == [("body.text", "{"), ("body.text", '  "city": "Z\u00fcrich"'), ("body.text", "}"),
+                                   ("body.label", "usage:"), ("", "  {"), ("", '    "n\u00e9": 1'), ("", "  }")]
+
+
+def test_a_declared_event_stream_is_reassembled_even_when_it_does_not_look_like_one():
+    assert body_lines(b"", "text/event-stream") == [("body.caption", "event stream reassembled from 0 events"),
+                                                    ("body.caption", "0 events:")]
