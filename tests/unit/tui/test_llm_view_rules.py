@@ -306,7 +306,7 @@ def test_usage_replaces_in_chat_responses_and_gemini_and_merges_in_anthropic():
     assert responses.usage == {"input_tokens": 2}
     cache = reassemble(sse({"type": "message_start", "message": {"usage": {"input_tokens": 3, "cache_creation_input_tokens": 5}}},
                            {"type": "message_delta", "delta": {}, "usage": {"output_tokens": 1}}, done=False))
-    assert ("body.label", "tokens: input 3, output 1, total 4, cache write 5") in stream_lines(cache)
+    assert ("body.label", "tokens: input 3, output 1, total 9, cache write 5") in stream_lines(cache)
 
 
 def test_chat_chunk_without_choices_and_responses_lifecycle_events():
