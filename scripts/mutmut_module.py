@@ -39,12 +39,24 @@ def main() -> int:
     scratch = args.scratch or Path("/tmp") / ("mutmut-" + re.sub(r"[^A-Za-z0-9]+", "_", args.module))
     scratch.mkdir(parents=True, exist_ok=True)
     files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT, check=True, capture_output=True).stdout
+    # A symlinked directory (trioproxy/tui -> ../tui) is copied as a real one: mutmut walks its
+    # source paths without following links, so trioproxy/tui/llm_view.py is only seen this way.
+    names = []
     for name in files.decode().split("\0"):
-        if name and (ROOT / name).is_file():
+        if name and (ROOT / name).is_symlink() and (ROOT / name).is_dir():
+            real = (ROOT / name).resolve()
+            names += [(str(Path(name) / f.relative_to(real)), f.relative_to(ROOT)) for f in sorted(real.rglob("*"))
+                      if f.is_file() and "__pycache__" not in f.parts]
+        elif name:
+            names.append((name, Path(name)))
+    for name, source in names:
+        if (ROOT / source).is_file():
             target = scratch / name
+            if target.is_symlink():
+                target.unlink()
             target.parent.mkdir(parents=True, exist_ok=True)
-            if not target.exists() or target.read_bytes() != (ROOT / name).read_bytes():
-                shutil.copyfile(ROOT / name, target)
+            if not target.exists() or target.read_bytes() != (ROOT / source).read_bytes():
+                shutil.copyfile(ROOT / source, target)
     text = (scratch / "pyproject.toml").read_text()
     text = re.sub(r"(?ms)^only_mutate = \[.*?^\]", "only_mutate = " + json.dumps([f"trioproxy/{args.module}"]), text)
     text = re.sub(r"(?ms)^pytest_add_cli_args_test_selection = \[.*?^\]",
