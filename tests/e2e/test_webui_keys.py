@@ -15,7 +15,7 @@ import trio
 from playwright.sync_api import expect
 
 from tests.admin_helpers import GatewayProcess
-from tests.e2e.test_webui_browser import CHROMIUM, CHROMIUM_ARGS, Page
+from tests.e2e.test_webui_browser import CHROMIUM, CHROMIUM_ARGS, Page, browser  # noqa: F401  (the module's Chromium, a fixture)
 from trioproxy.config.model import KeysSettings
 from trioproxy.keys import KeyService
 
@@ -42,18 +42,8 @@ def gw(tmp_path_factory):
     gateway.close()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
 @pytest.fixture
-def page(browser, gw):
+def page(browser, gw):  # noqa: F811
     p = Page(browser, gw)
     p.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=gw.admin)
     yield p
@@ -244,7 +234,7 @@ def test_narrow_window(page, gw):
         assert ui.evaluate("document.documentElement.scrollWidth") <= 420, slug
 
 
-def test_off_loopback_the_pages_send_the_admin_token(browser, tmp_path):
+def test_off_loopback_the_pages_send_the_admin_token(browser, tmp_path):  # noqa: F811
     gw = GatewayProcess(tmp_path, admin_host="0.0.0.0", token="t0ken-for-keys", config_text=CONFIG)
     try:
         page = Page(browser, gw)

@@ -13,7 +13,7 @@ import pytest
 import trio
 from playwright.sync_api import expect
 
-from tests.e2e.test_webui_browser import CHROMIUM, CHROMIUM_ARGS, Page
+from tests.e2e.test_webui_browser import CHROMIUM, CHROMIUM_ARGS, Page, browser  # noqa: F401  (the module's Chromium, a fixture)
 from tests.webui_llm_helpers import LlmGateway
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium not installed")
@@ -26,18 +26,8 @@ def gw(tmp_path_factory):
     gateway.close()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
 @pytest.fixture
-def page(browser, gw):
+def page(browser, gw):  # noqa: F811
     p = Page(browser, gw)
     yield p
     p.close()
