@@ -144,15 +144,11 @@ async def respond(x: Exchange, translation: Translation, response: UpstreamRespo
         return keep + [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")], None, \
             translation.stream()
     raw = bytearray()
-    ready, complete = response.ready()
-    for chunk in ready:
-        raw += chunk
-    if not complete:
-        async with aclosing(response.body()) as chunks:
-            async for chunk in chunks:
-                raw += chunk
-                if len(raw) > max_body:
-                    break
+    async with aclosing(_chunks(response)) as chunks:
+        async for chunk in chunks:
+            raw += chunk
+            if len(raw) > max_body:
+                break
     provider = BodyCapture(tr.body_limit) if tr.active else None
     if provider is not None:
         provider.feed(bytes(raw))
@@ -165,6 +161,17 @@ async def respond(x: Exchange, translation: Translation, response: UpstreamRespo
         body, None
 
 
+async def _chunks(response: UpstreamResponse) -> AsyncGenerator[bytes, None]:
+    """The response body's pieces: those that came with the head, then the rest as read."""
+    ready, complete = response.ready()
+    for chunk in ready:
+        yield chunk
+    if not complete:
+        async with aclosing(response.body()) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+
 async def translated_chunks(x: Exchange, response: UpstreamResponse,
                             stream: StreamTranslator) -> AsyncGenerator[bytes, None]:
     """The provider's stream as the client's, piece by piece (the provider's form traced apart). An
@@ -173,25 +180,15 @@ async def translated_chunks(x: Exchange, response: UpstreamResponse,
     tr = x.tracer
     provider = BodyCapture(tr.body_limit) if tr.active else None
     try:
-        ready, complete = response.ready()
-        for chunk in ready:
-            if provider is not None:
-                provider.feed(chunk)
-            out = _feed(x, stream, chunk)
-            if out:
-                yield out
-            if stream.broken:
-                return
-        if not complete:
-            async with aclosing(response.body()) as chunks:
-                async for chunk in chunks:
-                    if provider is not None:
-                        provider.feed(chunk)
-                    out = _feed(x, stream, chunk)
-                    if out:
-                        yield out
-                    if stream.broken:
-                        return
+        async with aclosing(_chunks(response)) as chunks:
+            async for chunk in chunks:
+                if provider is not None:
+                    provider.feed(chunk)
+                out = _feed(x, stream, chunk)
+                if out:
+                    yield out
+                if stream.broken:
+                    return
         out = _feed(x, stream, None)
         if out:
             yield out
