@@ -4,6 +4,7 @@
     pip install py-spy
     python -m bench.profile_trioproxy [--duration 10] [--connections 50] [--raw bench/results/profile.txt]
     python -m bench.profile_trioproxy --variant token-limited   # a policy_overhead.py variant
+    python -m bench.profile_trioproxy --variant ai              # proxy_compare.py's trioproxy-ai
 
 Same set-up as proxy_compare.py (nginx backend and wrk on core 0, trioproxy on core 1). py-spy
 samples the gateway from outside (no instrumentation inside the process) and the script prints
@@ -50,8 +51,9 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--top", type=int, default=25)
-    parser.add_argument("--variant", choices=["default", "plain", "limited", "token-limited", "tracing-idle"],
+    parser.add_argument("--variant", choices=["default", "ai", "plain", "limited", "token-limited", "tracing-idle"],
                         default="default", help="default: proxy_compare.py's gateway (GET /, text body); "
+                        "ai: proxy_compare.py's trioproxy-ai (a chat completion POSTed to an ai route with a token limit); "
                         "the others: bench/policy_overhead.py's variants (GET /usage, JSON body with usage)")
     parser.add_argument("--raw", type=Path, default=harness.ROOT / "bench" / "results" / "profile.txt",
                         help="keep py-spy's collapsed stacks here (flamegraph.pl / speedscope can read them)")
@@ -65,9 +67,18 @@ def main() -> int:
     try:
         backend_port = harness.free_port()
         path = "/"
+        script = None
         if args.variant == "default":
             backend = harness.start_nginx(procs, tmp, "backend", harness.nginx_backend_conf(tmp, backend_port), backend_port, 0)
             proxy, port = harness.start_trioproxy(procs, tmp, backend_port, 1)
+        elif args.variant == "ai":
+            from bench import proxy_compare as pc
+            backend = harness.start_nginx(procs, tmp, "backend", harness.nginx_backend_conf(tmp, backend_port, pc.CHAT_LOCATION),
+                                          backend_port, 0)
+            proxy, port = harness.start_trioproxy(procs, tmp, backend_port, 1, conf=pc.trioproxy_ai_conf(backend_port),
+                                                  probe_path=None)
+            pc.check_chat(port)
+            path, script = pc.CHAT_PATH, pc.chat_script(tmp)
         else:
             import policy_overhead as po
             path = po.USAGE_PATH
@@ -80,14 +91,14 @@ def main() -> int:
             if args.variant == "tracing-idle":  # hypercorn's read_timeout ends it after 60 s of reader silence
                 watcher = po.TraceWatcher(admin_port, po.NEVER)
                 watcher.start()
-        harness.run_wrk(port, args.connections, 2, 0, path=path)  # warm-up
+        harness.run_wrk(port, args.connections, 2, 0, path=path, script=script)  # warm-up
         raw = tmp / "profile.txt"
         spy = subprocess.Popen(["taskset", "-c", "0", "py-spy", "record", "-p", str(proxy.pid), "-r", str(args.rate),
                                 "-d", str(args.duration + 1), "-f", "raw", "-o", str(raw)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         result: dict = {}
         worker = threading.Thread(target=lambda: result.update(
-            cpu=(lambda b: (harness.run_wrk(port, args.connections, args.duration, 0, path=path),
+            cpu=(lambda b: (harness.run_wrk(port, args.connections, args.duration, 0, path=path, script=script),
                             harness.tree_cpu_seconds(proxy.pid) - b))(
                 harness.tree_cpu_seconds(proxy.pid))))
         worker.start()
