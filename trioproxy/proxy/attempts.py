@@ -195,6 +195,11 @@ class Resilience:
             return
         await self.checker.run(task_status=task_status)
 
+    def config_changed(self) -> None:
+        """A reload: the active checks' targets may have changed."""
+        if self.checker is not None:
+            self.checker.targets_changed()
+
     def seed(self, rng: random.Random) -> None:
         """The random source of every pick and jittered wait (a test makes them deterministic)."""
         self.rng = self.balancer.rng = rng

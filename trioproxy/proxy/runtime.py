@@ -208,6 +208,7 @@ class Runtime:
         self._observability(config)
         self._tune_pool(config)
         self.keys_host.configure(config)
+        self.resilience.config_changed()
 
     def _tune_pool(self, config: Config) -> None:
         """``config.backend``: the pool's connect timeout and idle limits (read at each connect)."""

@@ -17,7 +17,7 @@ from .pool import UpstreamPool
 
 __all__ = ["HealthChecker"]
 
-#: how often the due checks are looked for
+#: how often the due checks are looked for (only while some target has a check)
 TICK = 0.25
 
 Target = tuple[str, Address, HealthSpec]  # key, address, spec with ``check`` set
@@ -33,22 +33,35 @@ class HealthChecker:
         self.due: dict[str, float] = {}
         self.running: set[str] = set()
         self.checks = 0
+        self._changed = trio.Event()
+
+    def targets_changed(self) -> None:
+        """A reload may have added checks: look again (``run`` waits for this while there are none)."""
+        self._changed.set()
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             task_status.started()
             while True:
                 now = trio.current_time()
+                checked = False
                 for key, address, spec in self.targets():
                     check = spec.check
-                    if check is None or key in self.running:
+                    if check is None:
+                        continue
+                    checked = True
+                    if key in self.running:
                         continue
                     due = self.due.setdefault(key, now)
                     if now >= due:
                         self.due[key] = now + check.interval
                         self.running.add(key)
                         nursery.start_soon(self._check, key, address, spec)
-                await trio.sleep(TICK)
+                if checked:
+                    await trio.sleep(TICK)
+                else:  # no wake-ups 4 times a second for nothing: until a reload brings checks
+                    await self._changed.wait()
+                    self._changed = trio.Event()
 
     async def _check(self, key: str, address: Address, spec: HealthSpec) -> None:
         check = spec.check

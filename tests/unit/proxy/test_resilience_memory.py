@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 
 import pytest
 import trio
+import trio.testing
 from prometheus_client import generate_latest
 
 from tests.memory_harness import Backend, BackendConnection, answer, hang, memory_gateway
+from trioproxy.config import parse_config
 
 JSON = [(b"content-type", b"application/json")]
 SSE = [(b"content-type", b"text/event-stream"), (b"transfer-encoding", b"chunked")]
@@ -392,6 +395,25 @@ async def test_active_health_checks_take_a_backend_out_and_bring_it_back(autojum
     assert b"b" in up and states == {"a.test:80": "healthy", "b.test:80": "healthy"}
     checks = [r for r in backends["b.test:80"].received if r.target == "/healthz"]
     assert len(checks) == 4 and checks[0].header("user-agent") == "trioproxy-health-check"
+
+
+async def test_without_active_checks_the_checker_sleeps_until_a_reload_brings_some(autojump_clock):
+    """No wake-ups 4 times a second for nothing (production idle CPU, and every MockClock test's
+    autojump stepping by 0.25 s); a reload that adds a check starts it."""
+    plain = 'binds:\n- port: 3000\n  listeners:\n  - routes:\n    - backends: [{host: "b.test:80"}]\n'
+    checked = plain.replace("    - backends:", "    - policies: {health: {activeCheck: {path: /healthz, interval: 5s}}}\n"
+                            "      backends:")
+    backends = {"b.test:80": Backend(answer(200, b"b"))}
+    async with memory_gateway(plain, backends) as gw:
+        await gw.nursery.start(gw.runtime.resilience.run_checks)
+        await trio.testing.wait_all_tasks_blocked()
+        assert trio.lowlevel.current_statistics().seconds_to_next_deadline == math.inf
+        start = trio.current_time()
+        await trio.sleep(3600)
+        assert trio.current_time() - start == 3600 and backends["b.test:80"].received == []
+        gw.runtime.apply(parse_config(checked, env={}))
+        await trio.sleep(5.1)  # checks at once and 5 s later
+        assert [r.target for r in backends["b.test:80"].received] == ["/healthz"] * 2
 
 
 def test_an_active_check_on_an_ai_backend_is_refused():
