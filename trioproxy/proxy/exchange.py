@@ -101,6 +101,7 @@ class Exchange:
         "mcp_call",
         "mirrors",
         "nursery",
+        "cancel_scope",
         "receive",
         "remote_charges",
         "request_capture",
@@ -126,7 +127,10 @@ class Exchange:
         self.receive = receive
         self.send = send
         self.arrival = arrival
+        #: the request's tasks (a disconnect watcher, an upload): opened only when needed (gateway.py)
         self.nursery: trio.Nursery | None = None
+        #: what a client's disconnect cancels: the request's whole work (gateway.py sets it)
+        self.cancel_scope: trio.CancelScope | None = None
         self.tracer: Tracer | NullTracer = NULL_TRACER  # a Tracer when a /debug/trace watcher claimed it
         self.headers: list[Header] = scope["headers"]  # replaced (never mutated) by policies
         raw_host, self._declares_body = _host_and_framing(self.headers)
@@ -199,6 +203,11 @@ class Exchange:
 
     # --- the request body ---------------------------------------------------------------------
 
+    def watched_without_task(self) -> bool:
+        """True when the server gave its socket (``CLIENT_FD``) and a disconnect monitor will watch
+        it: the request needs no watcher task, so no nursery before it is routed."""
+        return self.disconnect_monitor is not None and CLIENT_FD in self.scope.get("extensions", ())
+
     def _watch_disconnect(self) -> None:
         """Called once the body is read: from now on ``receive`` only reports disconnects. With
         the server's ``CLIENT_FD`` the process's epoll set watches the socket (no task);
@@ -210,8 +219,10 @@ class Exchange:
             if fd is not None and monitor.watch(fd, self._client_gone):
                 self._watched_fd = fd
                 return
-        assert self.nursery is not None
-        self.nursery.start_soon(self._disconnect_watcher)
+        if self.nursery is not None:
+            self.nursery.start_soon(self._disconnect_watcher)
+        # else: the socket is watched already (one request at a time per connection: not expected);
+        # a client gone is then found when its answer is written
 
     def stop_watching(self) -> None:
         """The request ends: the monitor lets go of the client's socket (the server reads it next)."""
@@ -233,8 +244,8 @@ class Exchange:
         # is not worth waiting for: the request ends now, its usage charged (gateway.py, ``_charge``).
         if not self.answer_sent:
             self.disconnected = True
-        assert self.nursery is not None
-        self.nursery.cancel_scope.cancel()
+        assert self.cancel_scope is not None
+        self.cancel_scope.cancel()
 
     def answered(self) -> None:
         """An LLM stream's last event (``[DONE]``, ``message_stop``...) reached the client: the answer

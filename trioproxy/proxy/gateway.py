@@ -13,18 +13,19 @@ routing, the route's and the backend's stages), then the steps that are HTTP's o
 
 Any stage may raise ``ProxyError``; ``handle`` hands it to ``Exchange.respond_error``, the one
 place errors become responses, and ends the request through ``Pipeline.finish`` (metrics, span,
-access log, trace). Once the request body is read, a watcher task waits for ``http.disconnect``
-and cancels the request's scope, so an abandoned request stops its upstream call at once
-(hypercorn tells a raw ASGI app only through ``receive``). WebSocket upgrades go to websocket.py,
-over the same pipeline.
+access log, trace). Once the request body is read, the disconnect monitor (the server's
+``CLIENT_FD``), or else a watcher task waiting for ``http.disconnect``, cancels the request's
+scope, so an abandoned request stops its upstream call at once. That scope is a nursery only when
+the request may need a task (``_serve``). WebSocket upgrades go to websocket.py, over the same
+pipeline.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from math import inf
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -57,6 +58,8 @@ from .websocket import WebSocketProxy
 
 __all__ = ["Gateway", "GatewayState", "Runtime"]
 
+_T = TypeVar("_T")
+
 
 class Gateway:
     """The ASGI app serving one bind (port) of the runtime: HTTP requests through its pipeline to
@@ -86,17 +89,10 @@ class Gateway:
         metrics = runtime.metrics
         metrics.requests_active += 1
         try:
-            async with trio.open_nursery() as nursery:
-                x.nursery = nursery
-                try:
-                    await self._proxy(x)
-                except ProxyError as error:
-                    pipeline.count_failure(x, error)
-                    await x.respond_error(error)
-                except ClientDisconnected:
-                    pass
-                if nursery.child_tasks:  # a disconnect watcher or an unfinished upload: stop it
-                    nursery.cancel_scope.cancel()
+            # Admission and routing read no body, so no disconnect is watched yet: nothing to cancel.
+            routed = await self._guarded(x, pipeline.admit_and_route(x, x.scope["method"]))
+            if routed is not None:
+                await self._serve(x, *routed)
         finally:
             x.stop_watching()
             metrics.requests_active -= 1
@@ -105,10 +101,35 @@ class Gateway:
                 x.error_kind = x.error_kind or "ClientDisconnected"
             pipeline.finish(x, 499 if x.disconnected else x.status)
 
-    async def _proxy(self, x: Exchange) -> None:
-        tr = x.tracer
-        gateway, compiled = await self.pipeline.admit_and_route(x, x.scope["method"])
+    async def _serve(self, x: Exchange, gateway: Phase, compiled: CompiledRoute) -> None:
+        """The routed request under what a client's disconnect cancels: a nursery when it may need a
+        task beside it (a disconnect watcher without the server's ``CLIENT_FD``; an upload streamed
+        while the answer is read, an MCP listening stream: ``CompiledRoute.needs_tasks``), else a
+        plain cancel scope: a nursery's exit is one more scheduling round per request."""
+        if x.watched_without_task() and not compiled.needs_tasks(x):
+            with trio.CancelScope() as x.cancel_scope:
+                await self._guarded(x, self._proxy(x, gateway, compiled))
+            return
+        async with trio.open_nursery() as nursery:
+            x.nursery, x.cancel_scope = nursery, nursery.cancel_scope
+            await self._guarded(x, self._proxy(x, gateway, compiled))
+            if nursery.child_tasks:  # a disconnect watcher or an unfinished upload: stop it
+                nursery.cancel_scope.cancel()
 
+    async def _guarded(self, x: Exchange, step: Awaitable[_T]) -> _T | None:
+        """``step``'s result; a ``ProxyError`` answered to the client (the one place errors become
+        responses is ``Exchange.respond_error``), a client gone ends it quietly: None."""
+        try:
+            return await step
+        except ProxyError as error:
+            self.pipeline.count_failure(x, error)
+            await x.respond_error(error)
+        except ClientDisconnected:
+            pass
+        return None
+
+    async def _proxy(self, x: Exchange, gateway: Phase, compiled: CompiledRoute) -> None:
+        tr = x.tracer
         # requestTimeout: from arrival, over everything from here to the upstream's response
         # headers (route and backend stages, the LLM body read, the upstream call); not over the
         # streamed response body (docs/configuration.md, "timeout").

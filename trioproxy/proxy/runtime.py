@@ -8,7 +8,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable
 from itertools import accumulate
 from math import inf
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.metrics_core import Metric
 
@@ -16,6 +16,7 @@ from ..config.model import Backend, Config, Listener, Route
 from ..keys.metrics import KeysMetrics
 from ..keys.service import KeyService
 from ..llm.pricing import PriceCatalog
+from ..llm.providers import UNREAD_KINDS
 from ..policies.jwks import JwksRegistry
 from ..policies.ratelimit_local import LocalRateLimiter, LocalRateLimitSpec
 from ..redaction import DEFAULT as REDACT_BY_DEFAULT
@@ -39,12 +40,15 @@ from .stages import LimiterFactory as LimiterFactory
 from .stages import StageCompiler as StageCompiler
 from .stages import compile_phase, local_limiter
 
+if TYPE_CHECKING:
+    from .exchange import Exchange
+
 
 class CompiledRoute:
     """A route plus its phases and what choosing among its backends needs, computed once."""
 
-    __slots__ = ("backend_phases", "backends", "cumulative", "limiter", "llm", "mcp_peek", "phase", "phases_by_index",
-                 "request_timeout", "route", "target_limiters")
+    __slots__ = ("backend_phases", "backends", "buffers_llm_body", "cumulative", "limiter", "llm", "mcp", "mcp_peek",
+                 "phase", "phases_by_index", "request_timeout", "route", "target_limiters")
 
     def __init__(self, route: Route, phase: Phase, backend_phases: tuple[Phase, ...],
                  limiter: LocalRateLimiter | None = None,
@@ -57,6 +61,12 @@ class CompiledRoute:
         #: ``mcp``: its JSON-RPC call is read before the route phase (else only once authenticated)
         self.mcp_peek = next((b.mcp for b in route.backends if b.mcp is not None), None) \
             if route.policies.authorization is not None or route.policies.remote_rate_limit is not None else None
+        #: an MCP backend may keep a listening stream open in the request's nursery (mcp/relay.py)
+        self.mcp = any(b.mcp is not None for b in route.backends)
+        #: every target is a provider whose endpoint kind is the route's: a body of a kind the gateway
+        #: reads (chat, messages, responses...) is buffered, never uploaded by a task of its own
+        self.buffers_llm_body = bool(route.backends) and all(
+            b.ai is not None and not b.ai.routes for b in route.backends)
         self.phases_by_index = backend_phases  # route.backends[i]'s phase (the llm: format picks by model)
         chosen = [(b, p) for b, p in zip(route.backends, backend_phases) if b.weight > 0]
         self.backends = tuple(b for b, _ in chosen)
@@ -67,6 +77,17 @@ class CompiledRoute:
         self.target_limiters = target_limiters
         timeout = route.policies.timeout
         self.request_timeout = timeout.request_timeout if timeout and timeout.request_timeout else None
+
+    def needs_tasks(self, x: Exchange) -> bool:
+        """May this request start a task beside it (gateway.py opens a nursery for it then)? An
+        MCP route (a listening stream), or a body the attempt may stream to the backend (an upload
+        task, so that the backend's answer is read while the body still goes out). A request
+        without a body, or with one an ``ai`` route reads whole, needs none."""
+        if self.mcp:
+            return True
+        if not x.has_body() and x.scope.get("http_version", "1.1").startswith("1"):
+            return False  # HTTP/1 declares its body (HTTP/2's may come without content-length)
+        return not (self.buffers_llm_body and x.llm_kind not in UNREAD_KINDS)
 
     def request_deadline(self, arrival: float) -> float:
         """When ``requestTimeout``, counted from the request's arrival, runs out; ``inf`` without one."""

@@ -95,7 +95,7 @@ class WebSocketProxy:
         metrics.requests_active += 1
         try:
             async with trio.open_nursery() as nursery:
-                x.nursery = nursery
+                x.nursery, x.cancel_scope = nursery, nursery.cancel_scope
                 try:
                     await self._upgrade(x)
                 except ProxyError as error:
