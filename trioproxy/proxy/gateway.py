@@ -422,7 +422,7 @@ class Gateway:
                 await x.end_body(tap.end() if tap is not None else b"")
         finally:
             if tap is not None:
-                await _charge(x, tap.usage(), finishers, self.runtime.state.prices)
+                _charge(x, tap.usage(), finishers, self.runtime.state.prices)
                 tr.body("response", tap.capture)
 
     async def _send_translated(self, x: Exchange, body: bytes | None, stream: Any, response: UpstreamResponse,
@@ -453,31 +453,27 @@ class Gateway:
                             x.answered()
                 await x.end_body()
             finally:
-                await _charge_translated(x, finishers, capture, self.runtime.state.prices)
+                _charge_translated(x, finishers, capture, self.runtime.state.prices)
             return
-        await _charge_translated(x, finishers, capture, self.runtime.state.prices)
+        _charge_translated(x, finishers, capture, self.runtime.state.prices)
 
 
-async def _charge_translated(x: Exchange, finishers: Sequence[Any], capture: BodyCapture | None,
+def _charge_translated(x: Exchange, finishers: Sequence[Any], capture: BodyCapture | None,
                              prices: PriceCatalog) -> None:
     """The usage the translation counted (a translated stream may not carry it), charged."""
     usage = translate.usage(x.translation)
     if usage is not None and x.llm is not None:  # cached, cache-write and reasoning tokens too, as for passthrough
         x.llm.update(usage_fields(usage))
-    await _charge(x, usage, finishers, prices, take=False)
+    _charge(x, usage, finishers, prices, take=False)
     x.tracer.body("response", capture)
 
 
-#: how long the ``finish`` hooks may take once the client left (a remote limiter's call)
-FINISH_DEADLINE = 2.0
-
-
-async def _charge(x: Exchange, usage: Usage | None, finishers: Sequence[Any], prices: PriceCatalog, *,
-                  take: bool = True) -> None:
+def _charge(x: Exchange, usage: Usage | None, finishers: Sequence[Any], prices: PriceCatalog, *,
+            take: bool = True) -> None:
     """The answer's usage priced (``llm.cost``) and charged by the ``finish`` hooks (token rate
     limits), once per request, even when the client left mid-stream (499): the provider spent the
-    tokens it reported. Shielded, so a cancelled request still charges, and bounded, so a slow hook
-    cannot hold the request's end."""
+    tokens it reported. The hooks are plain functions (``Stage.finish``): a cancelled request still
+    charges, and none can hold the request's end."""
     if usage is None:
         return
     if take:
@@ -485,11 +481,8 @@ async def _charge(x: Exchange, usage: Usage | None, finishers: Sequence[Any], pr
     else:
         x.usage = usage
     _price_usage(x, usage, prices)
-    if not finishers:
-        return
-    with trio.CancelScope(shield=True, deadline=trio.current_time() + FINISH_DEADLINE):
-        for stage in finishers:
-            await stage.finish(x)
+    for stage in finishers:
+        stage.finish(x)
 
 
 async def _then(body: AsyncIterator[bytes], done: Callable[[], None]) -> AsyncIterator[bytes]:

@@ -48,7 +48,7 @@ class TokenRateLimitStage(LocalRateLimitStage):
 
     __slots__ = ()
 
-    async def finish(self, x: Exchange) -> None:
+    def finish(self, x: Exchange) -> None:
         usage = x.usage
         if usage is None:
             return
@@ -67,7 +67,7 @@ class TargetTokens:
     def __init__(self, limiter: LocalRateLimiter) -> None:
         self.limiter = limiter
 
-    async def finish(self, x: Exchange) -> None:
+    def finish(self, x: Exchange) -> None:
         usage = x.usage
         if usage is None:
             return

@@ -22,9 +22,10 @@ class Stage:
     ``request`` may raise a ``ProxyError`` (401/403/429/500...), which ends the request with
     that answer. The optional hooks are detected at compile time (see ``Phase``):
     ``response_headers`` shapes the upstream response's headers (return a new list), and
-    ``finish`` runs after the response body has been sent (token charges); it must never make
-    the client wait, nor the connection's next keep-alive request: anything slow goes to
-    ``after_response.AFTER_RESPONSE.spawn``.
+    ``finish`` runs after the response body has been sent (token charges), also for a request
+    cancelled by its client leaving; it is a plain function, so it cannot make the client wait,
+    nor the connection's next keep-alive request, nor be cancelled half-way: anything that waits
+    (a remote limiter's call) goes to ``after_response.AFTER_RESPONSE.spawn``.
     """
 
     kind: str = ""
@@ -35,7 +36,7 @@ class Stage:
     def response_headers(self, x: Exchange, headers: list[Header]) -> list[Header]:
         return headers
 
-    async def finish(self, x: Exchange) -> None:
+    def finish(self, x: Exchange) -> None:
         return None
 
 

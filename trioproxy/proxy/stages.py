@@ -412,7 +412,7 @@ class RemoteTokenRateLimitStage(RemoteRateLimitStage):
         super().__init__(spec, key, count, client)
         self.after_response = after_response
 
-    async def finish(self, x: Exchange) -> None:
+    def finish(self, x: Exchange) -> None:
         """Start the charge of ``usage.total_tokens`` to this stage's tokens descriptors; never waits."""
         usage = x.usage
         charges = [entries for stage, entries in x.remote_charges if stage is self]

@@ -228,7 +228,7 @@ async def test_tokens_are_looked_at_first_then_charged_after_the_response():
     assert client.calls == [("gw", [([("path", "/p")], None), ([("user", "ann")], 0)], 0.25)]
     assert x.remote_charges == [(stage, [[("user", "ann")]])]
     x.usage = SimpleNamespace(total_tokens=42)
-    await stage.finish(x)
+    stage.finish(x)
     assert [(args, name) for _, args, name in after.spawned] == [
         (([([("user", "ann")], 42)],), "remoteRateLimit charge route/r")]
     assert tracer.events[-1] == ("policy", {"severity": "info", "scope": ["rate_limit"], "kind": "remoteRateLimit",
@@ -250,7 +250,7 @@ async def test_a_request_stage_has_no_finish_hook_and_only_tokens_ones_are_charg
     x.usage = SimpleNamespace(total_tokens=5)
     after = FakeAfter()
     stage2, _ = stage_for(FakeClient(), TOKENS, after_response=after)
-    await stage2.finish(x)  # the charges belong to another stage
+    stage2.finish(x)  # the charges belong to another stage
     assert after.spawned == []
 
 
@@ -261,7 +261,7 @@ async def test_finish_charges_only_with_usage_and_charges(case):
     x = exchange(RecordingTracer(), headers=[(b"host", b"h")] if case == "no charges" else None)
     await stage.request(x)
     x.usage = None if case == "no usage" else SimpleNamespace(total_tokens=0 if case == "zero tokens" else 9)
-    await stage.finish(x)
+    stage.finish(x)
     assert after.spawned == [] and x.tracer.events[-1][1]["result"] != "charging"
 
 
@@ -271,7 +271,7 @@ async def test_a_charge_refused_or_failed_or_timed_out_is_counted_chargefailed(a
     x = exchange(tracer)
     await stage.request(x)
     x.usage = SimpleNamespace(total_tokens=3)
-    await stage.finish(x)
+    stage.finish(x)
     assert counted[-1] == ("remoteRateLimit", "route/r", "chargeFailed")
     assert tracer.events[-1] == ("policy", {"severity": "warn", "scope": ["rate_limit"], "kind": "remoteRateLimit",
                                             "result": "chargeFailed", "tokens": 3,

@@ -73,8 +73,8 @@ async def test_a_tokens_limiter_charges_the_usage_after_the_response():
     limiter = LocalRateLimiter([LocalRateLimitSpec(10, 10, 60.0, "tokens")], trio.current_time())
     stage = local_rate_limit_stage(limiter, "k", lambda *labels: None)
     x, tracer = exchange()
-    await stage.finish(x)  # no usage read: nothing charged
+    stage.finish(x)  # no usage read: nothing charged
     x.usage = Usage(3, 4, 7)
-    await stage.finish(x)
+    stage.finish(x)
     assert tracer.events == [("policy", {"kind": "localRateLimit", "result": "charged", "tokens": 7, "limit": 10,
                                          "remaining": 3, "reset": 60})]

@@ -633,7 +633,7 @@ async def test_a_tokens_policy_whose_tokens_descriptor_was_skipped_charges_nothi
     x = exchange(headers=[(b"host", b"h")])  # no x-user: only the path descriptor is sent
     await stage.request(x)
     x.usage = SimpleNamespace(total_tokens=42)
-    await stage.finish(x)
+    stage.finish(x)
     assert client.calls == [("gw", [([("path", "/p")], None)], 0.25)]
     assert x.remote_charges == [] and after.spawned == []
 
