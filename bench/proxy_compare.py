@@ -9,6 +9,9 @@ measured with wrk (``--latency``) at N connections and again at 1 connection:
 * ``direct``    - wrk -> backend
 * ``nginx``     - wrk -> nginx reverse proxy (HTTP/1.1 upstream keepalive) -> backend
 * ``envoy``     - wrk -> Envoy (one listener, one cluster, --concurrency 1) -> backend (if installed)
+* ``mitmproxy`` - wrk -> ``mitmdump --mode reverse:`` (quiet, no flow storage) -> backend, if ``mitmdump`` is on
+                  PATH or given by ``--mitmdump`` (``pip install mitmproxy`` in a venv of its own: its pins clash
+                  with the gateway's)
 * ``trioproxy`` - wrk -> ``python -m trioproxy`` (one bind, one route, one backend) -> backend
 * ``trioproxy-ai`` - wrk POSTs a chat completion -> trioproxy's ``ai`` route (openAI provider, hostOverride the
                   backend) with a ``localRateLimit`` of ``type: tokens`` -> the backend's canned completion with
@@ -35,6 +38,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -67,7 +71,7 @@ from bench.policy_overhead import LIMIT_TOKENS, USAGE_BODY
 from tests.envoy_config import envoy_config
 
 RESULTS = ROOT / "bench" / "results" / "last.json"
-TARGETS = ["direct", "nginx", "envoy", "minimal", "minimal-h11", "trioproxy", "trioproxy-ai"]
+TARGETS = ["direct", "nginx", "envoy", "mitmproxy", "minimal", "minimal-h11", "trioproxy", "trioproxy-ai"]
 CHAT_PATH = "/v1/chat/completions"
 #: the backend's chat completion for ``trioproxy-ai`` (nginx answers a POST with ``return`` too)
 CHAT_LOCATION = f"""\
@@ -151,12 +155,26 @@ def start_envoy(procs: Processes, tmp: Path, backend_port: int, cpu: int | None)
     return proc, port
 
 
+def start_mitmproxy(procs: Processes, binary: str | None, backend_port: int, cpu: int | None) -> tuple[Proc, int]:
+    """mitmproxy as a reverse proxy, as lean as it runs: no flow display, no stored flows."""
+    binary = binary or shutil.which("mitmdump")
+    if binary is None:
+        raise BenchError("mitmdump not found (pip install mitmproxy in a venv of its own; --mitmdump PATH)")
+    port = free_port()
+    proc = procs.start("mitmproxy", [binary, "--mode", f"reverse:http://127.0.0.1:{backend_port}",
+                                     "--listen-host", "127.0.0.1", "--listen-port", str(port), "-q",
+                                     "--set", "flow_detail=0", "--set", "termlog_verbosity=error",
+                                     "--set", "connection_strategy=lazy"], cpu=cpu)
+    wait_http(port, "/", proc, timeout=30)
+    return proc, port
+
+
 def verdicts(rows: list[Row], connections: int) -> list[str]:
     """trioproxy against each peer measured in the same run (ratios, not absolute targets)."""
     out = []
     by = {(r.target, r.connections): r for r in rows}
     for target in ("trioproxy", "trioproxy-ai", "minimal", "minimal-h11"):
-        for peer in ("nginx", "envoy"):
+        for peer in ("nginx", "envoy", "mitmproxy"):
             p, t = by.get((peer, connections)), by.get((target, connections))
             if p and t and p.cpu_ms_per_req > 0:
                 out.append(f"{target} vs {peer} @{connections} conns: {t.cpu_ms_per_req / p.cpu_ms_per_req:.1f}x "
@@ -182,6 +200,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "every target is also measured at 1 connection")
     parser.add_argument("--targets", default=",".join(TARGETS),
                         help=f"comma-separated subset of {','.join(TARGETS)}")
+    parser.add_argument("--mitmdump", default=None, help="mitmproxy's mitmdump (default: the one on PATH)")
     parser.add_argument("--workers", default="1", help="trioproxy worker counts, e.g. 1,2 (default 1); a count N > 1 "
                         "adds targets trioproxy-wN and nginx-wN (N worker processes), not pinned")
     args = parser.parse_args(argv)
@@ -235,6 +254,14 @@ def run(args: argparse.Namespace) -> int:
                         target_proc, port = start_envoy(procs, tmp, backend_port, proxy_cpu)
                     except BenchError as error:
                         notes.append(f"envoy skipped: {str(error).splitlines()[0]}")
+                        print(f"   {notes[-1]}", file=sys.stderr)
+                        continue
+                    cpu_pid = target_proc.pid
+                elif name == "mitmproxy":
+                    try:
+                        target_proc, port = start_mitmproxy(procs, args.mitmdump, backend_port, proxy_cpu)
+                    except BenchError as error:
+                        notes.append(f"mitmproxy skipped: {str(error).splitlines()[0]}")
                         print(f"   {notes[-1]}", file=sys.stderr)
                         continue
                     cpu_pid = target_proc.pid
