@@ -36,6 +36,7 @@ from typing import Any, Final
 import h11
 import httptools
 from h11 import LocalProtocolError
+from h11._headers import Headers as _Headers  # h11's header list, built here as h11's parser would
 
 __all__ = ["END", "NEED_DATA", "FastExchange", "LocalProtocolError", "WireError"]
 
@@ -519,21 +520,31 @@ class FastClient:
         self._complete = True
         encodings = 0
         framed = status in (204, 304)
+        # h11's normalize_and_validate(_parsed=True), which h11.Response would run over every line,
+        # done in this one pass: llhttp checked names and values and we lower-cased the names, so
+        # each line is (name, name, value) but for h11's own rules on the two framing headers.
+        lines = []
         for name, value in headers:
             if name == b"transfer-encoding":
                 encodings += 1
-                if encodings > 1 or value.lower() != b"chunked":
+                value = value.lower()
+                if encodings > 1 or value != b"chunked":
                     raise LocalProtocolError("Only Transfer-Encoding: chunked is supported")
                 framed = True
             elif name == b"content-length":
+                # llhttp let through digits only, once (a second line, a comma, a sign are
+                # refused), but leading zeros past h11's 20 digits
+                if len(value) > 20:
+                    raise LocalProtocolError("bad Content-Length")
                 framed = True
-                self._length = int(value)  # llhttp let through digits only, once
+                self._length = int(value)
             elif name == b"connection" and b"close" in value.lower():
                 self._close = self._close or b"close" in [t.strip() for t in value.lower().split(b",")]
+            lines.append((name, name, value))
         if self._parser.get_http_version() < "1.1":
             self._close = True
         self._until_close = not framed
-        self._events.append(h11.Response(status_code=status, headers=headers, reason=reason, _parsed=True))
+        self._events.append(h11.Response(status_code=status, headers=_Headers(lines), reason=reason, _parsed=True))
 
     def on_body(self, data: bytes) -> None:
         if not self.their_done:

@@ -225,7 +225,9 @@ STATUS_LINE = st.sampled_from([b"HTTP/1.1 200 OK", b"HTTP/1.1 200", b"HTTP/1.1 4
                                b"HTTP/1.1 200 \xe9t\xe9"])
 RESPONSE_FIELD = st.sampled_from([b"Content-Type: text/plain", b"Connection: close", b"Connection: keep-alive",
                                   b"X-A:  padded  ", b"Transfer-Encoding: gzip", b"Transfer-Encoding: chunked",
-                                  b"Content-Length: 1, 2", b"Bad Name: x", b"X-Ctl: a\x01b"])
+                                  b"Content-Length: 1, 2", b"Bad Name: x", b"X-Ctl: a\x01b",
+                                  b"Transfer-Encoding: Chunked", b"Content-Length: " + b"0" * 20,
+                                  b"Content-Length: " + b"0" * 21])  # h11's limit: 20 digits
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck), database=None)

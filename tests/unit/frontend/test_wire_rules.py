@@ -363,6 +363,29 @@ def test_a_response_coding_other_than_one_chunked_is_refused_in_h11s_words(field
         == ["invalid upstream response: Only Transfer-Encoding: chunked is supported"]
 
 
+@pytest.mark.parametrize(("fields", "refusal"), [
+    (b"Content-Length: " + b"0" * 21 + b"\r\n", "bad Content-Length"),  # digits llhttp reads, past h11's 20
+    (b"Content-Length: 2\r\nContent-Length: 2\r\n", "Duplicate Content-Length"),  # llhttp's words: h11 took it
+    (b"Content-Length: 2, 2\r\n", "Invalid character in Content-Length"),  # likewise
+])
+def test_a_response_length_h11_or_llhttp_refuses_is_refused(fields, refusal):
+    client, _ = _client()
+    assert _read(client, b"HTTP/1.1 200 OK\r\n" + fields + b"\r\nab") == [f"invalid upstream response: {refusal}"]
+
+
+def test_the_response_head_is_h11s_header_list_with_its_framing_values_normalized():
+    client, _ = _client()
+    events = _read(client, b"HTTP/1.1 200 OK\r\nX-A: 1\r\nTransfer-Encoding: Chunked\r\nSet-Cookie: a\r\n"
+                           b"set-cookie: b\r\n\r\n0\r\n\r\n")
+    headers = events[0].headers
+    assert list(headers) == [(b"x-a", b"1"), (b"transfer-encoding", b"chunked"), (b"set-cookie", b"a"),
+                             (b"set-cookie", b"b")]
+    assert headers.raw_items() == list(headers)  # names come lower-cased from the parser, as pool.py reads them
+    client, _ = _client()
+    events = _read(client, b"HTTP/1.1 200 OK\r\nContent-Length: " + b"0" * 19 + b"2\r\n\r\nab")
+    assert list(events[0].headers) == [(b"content-length", b"0" * 19 + b"2")] and events[1].data == b"ab"
+
+
 def test_a_truncated_body_is_reported_as_h11_words_it():
     client, _ = _client()
     events = _read(client, b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nab", b"c", b"")
