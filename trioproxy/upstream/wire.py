@@ -47,6 +47,35 @@ FIELD_NAME: Final = re.compile(_TOKEN)
 REQUEST_TARGET: Final = re.compile(rb"[\x21-\x7e]+")
 FIELD_VALUE: Final = re.compile(rb"(?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?")
 CONTENT_LENGTH: Final = re.compile(rb"[0-9]+")
+#: names and values already matched by FIELD_NAME / FIELD_VALUE: most lines repeat request after
+#: request, and a set lookup costs a tenth of a match. Only valid ones are kept (a refusal is rare
+#: and raises); each set is emptied when it reaches KNOWN_MAX (values that do not repeat, such as
+#: request ids, would otherwise grow it without end).
+_GOOD_NAMES: Final[set[bytes]] = set()
+_GOOD_VALUES: Final[set[bytes]] = set()
+KNOWN_MAX: Final = 4096
+
+
+def _valid_name(name: bytes) -> bool:
+    """``FIELD_NAME.fullmatch(name)``, remembered when it matches."""
+    if FIELD_NAME.fullmatch(name) is None:
+        return False
+    if type(name) is bytes:  # (not a bytearray: unhashable)
+        if len(_GOOD_NAMES) >= KNOWN_MAX:
+            _GOOD_NAMES.clear()
+        _GOOD_NAMES.add(name)
+    return True
+
+
+def _valid_value(value: bytes) -> bool:
+    """``FIELD_VALUE.fullmatch(value)``, remembered when it matches."""
+    if FIELD_VALUE.fullmatch(value) is None:
+        return False
+    if type(value) is bytes:
+        if len(_GOOD_VALUES) >= KNOWN_MAX:
+            _GOOD_VALUES.clear()
+        _GOOD_VALUES.add(value)
+    return True
 #: what llhttp parses the header block behind: any method would do but one with a body
 _LINE: Final = b"PUT / HTTP/1.1\r\n"
 _CRLF2: Final = b"\r\n\r\n"
@@ -319,9 +348,9 @@ class FastExchange:
         connection: list[bytes] = []
         for raw, value in headers:
             raw, value = bytes(raw), bytes(value)
-            if FIELD_NAME.fullmatch(raw) is None:
+            if raw not in _GOOD_NAMES and not _valid_name(raw):
                 raise LocalProtocolError(f"Illegal header name {raw!r}")
-            if FIELD_VALUE.fullmatch(value) is None:
+            if value not in _GOOD_VALUES and not _valid_value(value):
                 raise LocalProtocolError(f"Illegal header value {value!r}")
             name = raw.lower()
             if name == b"content-length":
@@ -455,7 +484,11 @@ class FastClient:
         chunked = False
         length = None
         for raw, value in headers:
-            if FIELD_NAME.fullmatch(raw) is None or FIELD_VALUE.fullmatch(value) is None:
+            try:
+                known = raw in _GOOD_NAMES and value in _GOOD_VALUES
+            except TypeError:  # a bytearray (unhashable): matched below
+                known = False
+            if not known and not (_valid_name(raw) and _valid_value(value)):
                 raise _request_error(method, path, headers) or LocalProtocolError("illegal header")
             name = raw.lower()
             if name == b"host":

@@ -210,6 +210,27 @@ def test_response_heads_h11_would_refuse_are_refused_in_its_words(headers, messa
     assert str(refused.value) == message
 
 
+def test_valid_names_and_values_are_remembered_within_a_bound_and_refusals_never():
+    """The match each line needs is done once per distinct name and value (wire._GOOD_NAMES/_VALUES):
+    a refused one is refused every time, and a set that fills is emptied, not grown."""
+    wire._GOOD_NAMES.clear()
+    wire._GOOD_VALUES.clear()
+    for _ in range(2):
+        _exchange().response_head(200, [(b"X-Seen", b"v 1")], b"OK")
+        FastClient(100).request(b"GET", b"/", [(b"Host", b"a"), (b"X-Req", b"w")])
+        for name, value in [(b"Bad Name", b"x"), (b"X", b"a\x00b"), (b"X", b" lead")]:
+            with pytest.raises(LocalProtocolError):
+                _exchange().response_head(200, [(name, value)], b"OK")
+            with pytest.raises(LocalProtocolError):
+                FastClient(100).request(b"GET", b"/", [(b"Host", b"a"), (name, value)])
+    assert {b"X-Seen", b"X-Req", b"Host"} <= wire._GOOD_NAMES and {b"v 1", b"w", b"a"} <= wire._GOOD_VALUES
+    assert not {b"Bad Name"} & wire._GOOD_NAMES and not {b"a\x00b", b" lead"} & wire._GOOD_VALUES
+    for i in range(wire.KNOWN_MAX + 10):
+        _exchange().response_head(200, [(b"X-Id", b"%d" % i)], b"OK")
+    assert len(wire._GOOD_VALUES) <= wire.KNOWN_MAX
+    assert FastClient(100).request(b"GET", b"/", [(bytearray(b"Host"), bytearray(b"a"))]).endswith(b"Host: a\r\n\r\n")
+
+
 def test_a_twenty_digit_length_is_kept():
     exchange = _exchange()
     assert b"Content-Length: 10000000000000000000\r\n" in exchange.response_head(200, [(b"Content-Length", b"1" + b"0" * 19)], b"OK")
