@@ -17,7 +17,8 @@ gateway's). Three requests, each its own route to the same mock:
 
 ``--as-compare`` runs the gateway as ``bench/proxy_compare.py`` does: the access log on at ``info``
 (JSON lines, to /dev/null here) and the ``llm`` route with its token ``localRateLimit`` (never
-rejecting, charging every answer), so the figure covers the log line and the token charge too.
+rejecting, charging every answer) and its provider model ``bench``, not the body's (so the body is
+rewritten with the model): the figure covers the log line, the token charge and the rewrite too.
 
 With callgrind (the default) the gateway runs under ``valgrind --tool=callgrind --instr-atstart=no``;
 after a warm-up, instrumentation is switched on with ``callgrind_control -i on`` and each route is
@@ -55,7 +56,7 @@ CONFIG = """binds:
       backends:
       - ai:
           name: mock
-          provider: {{openAI: {{model: mock-model}}}}
+          provider: {{openAI: {{model: {model}}}}}
           hostOverride: 127.0.0.1:{mock}
     - name: plain
       matches: [{{path: {{pathPrefix: /plain}}}}]
@@ -105,7 +106,9 @@ def _gateway(root: Path, mock_port: int, tmp: Path, wrap: list[str],
     port = free_port()
     config = tmp / "gw.yaml"
     policies = f"\n      policies: {LIMIT_TOKENS}" if as_compare else ""
-    config.write_text(CONFIG.format(port=port, mock=mock_port, policies=policies))
+    # proxy_compare's provider model (bench) is not the body's (mock-model): the body is rewritten
+    model = "bench" if as_compare else "mock-model"
+    config.write_text(CONFIG.format(port=port, mock=mock_port, policies=policies, model=model))
     env = {"ADMIN_ADDR": "127.0.0.1:0", "STATS_ADDR": "127.0.0.1:0", "READINESS_ADDR": "127.0.0.1:0",
            "TRIOPROXY_RUNTIME_DIR": str(tmp / "rt"), "LOG_LEVEL": "info" if as_compare else "error",
            "LOG_FORMAT": "json", "PYTHONPATH": str(root)}
