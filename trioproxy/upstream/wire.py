@@ -47,24 +47,27 @@ FIELD_NAME: Final = re.compile(_TOKEN)
 REQUEST_TARGET: Final = re.compile(rb"[\x21-\x7e]+")
 FIELD_VALUE: Final = re.compile(rb"(?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?")
 CONTENT_LENGTH: Final = re.compile(rb"[0-9]+")
+#: the (lower-case) names ``response_head`` has rules for
+_SPECIAL: Final = frozenset((b"content-length", b"transfer-encoding", b"connection", b"host"))
 #: names and values already matched by FIELD_NAME / FIELD_VALUE: most lines repeat request after
 #: request, and a set lookup costs a tenth of a match. Only valid ones are kept (a refusal is rare
 #: and raises); each set is emptied when it reaches KNOWN_MAX (values that do not repeat, such as
 #: request ids, would otherwise grow it without end).
-_GOOD_NAMES: Final[set[bytes]] = set()
+_GOOD_NAMES: Final[dict[bytes, bytes]] = {}  # a name and its lower case
 _GOOD_VALUES: Final[set[bytes]] = set()
 KNOWN_MAX: Final = 4096
 
 
-def _valid_name(name: bytes) -> bool:
-    """``FIELD_NAME.fullmatch(name)``, remembered when it matches."""
+def _valid_name(name: bytes) -> bytes | None:
+    """``name`` lower-cased if ``FIELD_NAME.fullmatch(name)``, remembered then; None if not."""
     if FIELD_NAME.fullmatch(name) is None:
-        return False
+        return None
+    lower = bytes(name).lower()
     if type(name) is bytes:  # (not a bytearray: unhashable)
         if len(_GOOD_NAMES) >= KNOWN_MAX:
             _GOOD_NAMES.clear()
-        _GOOD_NAMES.add(name)
-    return True
+        _GOOD_NAMES[name] = lower
+    return lower
 
 
 def _valid_value(value: bytes) -> bool:
@@ -346,13 +349,17 @@ class FastExchange:
         length: bytes | None = None
         encoding = False
         connection: list[bytes] = []
+        host = False
         for raw, value in headers:
             raw, value = bytes(raw), bytes(value)
-            if raw not in _GOOD_NAMES and not _valid_name(raw):
+            name = _GOOD_NAMES.get(raw) or _valid_name(raw)
+            if name is None:
                 raise LocalProtocolError(f"Illegal header name {raw!r}")
             if value not in _GOOD_VALUES and not _valid_value(value):
                 raise LocalProtocolError(f"Illegal header value {value!r}")
-            name = raw.lower()
+            if name not in _SPECIAL:
+                lines.append((raw, name, value))
+                continue
             if name == b"content-length":
                 lengths = {part.strip() for part in value.split(b",")}
                 if len(lengths) != 1:
@@ -374,6 +381,8 @@ class FastExchange:
                 encoding = True
             elif name == b"connection":
                 connection.extend(part.strip().lower() for part in value.split(b",") if part.strip())
+            else:  # host: written first, as h11 does
+                host = True
             lines.append((raw, name, value))
         method = self._method_upper
         # h11 frames a HEAD answer's headers as a GET's, and writes no body
@@ -408,9 +417,11 @@ class FastExchange:
             self.keep_alive = False
         elif b"close" in connection:
             self.keep_alive = False
+        if host:
+            lines = [line for line in lines if line[1] == b"host"] + [line for line in lines if line[1] != b"host"]
         parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason)]
-        parts += [b"%s: %s\r\n" % (raw, value) for raw, name, value in lines if name == b"host"]
-        parts += [b"%s: %s\r\n" % (raw, value) for raw, name, value in lines if name != b"host"]
+        for raw, _, value in lines:
+            parts += (raw, b": ", value, b"\r\n")
         parts.append(b"\r\n")
         return b"".join(parts)
 
@@ -479,20 +490,20 @@ class FastClient:
 
     def request(self, method: bytes, path: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
         """The request head, h11's way (``Host`` first); raises ``LocalProtocolError`` as h11 does."""
-        lines = []
-        hosts = []
+        parts = [b"", b"", b": ", b"", b"\r\n"]  # the request line and the Host line: set below
+        hosts = 0
         chunked = False
         length = None
         for raw, value in headers:
             try:
-                known = raw in _GOOD_NAMES and value in _GOOD_VALUES
+                name = _GOOD_NAMES.get(raw) if value in _GOOD_VALUES else None
             except TypeError:  # a bytearray (unhashable): matched below
-                known = False
-            if not known and not (_valid_name(raw) and _valid_value(value)):
+                name = None
+            if name is None and ((name := _valid_name(raw)) is None or not _valid_value(value)):
                 raise _request_error(method, path, headers) or LocalProtocolError("illegal header")
-            name = raw.lower()
             if name == b"host":
-                hosts.append(b"%s: %s\r\n" % (raw, value))
+                hosts += 1
+                parts[1], parts[3] = raw, value
                 continue
             if name == b"content-length" and length is None and not chunked and len(value) <= 20 \
                     and CONTENT_LENGTH.fullmatch(value) is not None:
@@ -511,11 +522,14 @@ class FastClient:
                     length = int(value)
             elif name == b"connection" and b"close" in value.lower():
                 self._close = self._close or b"close" in [t.strip() for t in value.lower().split(b",")]
-            lines.append(b"%s: %s\r\n" % (raw, value))
-        if len(hosts) != 1 or FIELD_NAME.fullmatch(method) is None or REQUEST_TARGET.fullmatch(path) is None:
+            parts += (raw, b": ", value, b"\r\n")
+        if hosts != 1 or not ((type(method) is bytes and method in _GOOD_NAMES) or _valid_name(method)) \
+                or REQUEST_TARGET.fullmatch(path) is None:
             raise _request_error(method, path, headers) or LocalProtocolError("illegal request")
         self._writer = -1 if chunked else (length or 0)
-        return b"".join([b"%s %s HTTP/1.1\r\n" % (method, path), *hosts, *lines, b"\r\n"])
+        parts[0] = b"%s %s HTTP/1.1\r\n" % (method, path)
+        parts.append(b"\r\n")
+        return b"".join(parts)
 
     def data(self, data: bytes) -> bytes:
         self._writer, framed = _frame(self._writer, data)
