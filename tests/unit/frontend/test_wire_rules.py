@@ -111,6 +111,17 @@ def test_a_request_closes_by_its_connection_tokens(value, keep_alive):
     assert (b"x-a", b"BOX") in exchange.headers
 
 
+@pytest.mark.parametrize(("lines", "keep_alive", "expects"), [
+    (b"Connection: close\r\nConnection: keep-alive\r\nExpect: 100-continue\r\nExpect: foo\r\n", False, True),
+    (b"Connection: keep-alive\r\nConnection: x, CLOSE\r\nExpect: foo\r\nExpect: x,100-CONTINUE\r\n", False, True),
+    (b"Connection: keep-alive\r\nConnection: upgrade\r\nExpect: 100-continuex\r\n", True, False),
+])
+def test_the_connection_and_expect_tokens_of_every_line_count(lines, keep_alive, expects):
+    head = BASE + lines + b"\r\n"
+    exchange = FastExchange.parse(head, len(head))
+    assert (exchange.keep_alive, exchange.expects_continue) == (keep_alive, expects)
+
+
 def test_a_head_llhttp_refuses_gets_h11s_status_hint():
     # llhttp refuses the duplicate length; h11 reads it (equal values) and then refuses the coding: 501
     head = b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2, 2\r\nTransfer-Encoding: gzip\r\n\r\n"
