@@ -4,6 +4,7 @@ changes to the per-request path (gateway.py, exchange.py, upstream.py ...).
     python -m bench.llm_callgrind                       # instructions per request (~2 min)
     python -m bench.llm_callgrind --cpu                 # CPU time per request instead (no valgrind)
     python -m bench.llm_callgrind --root /tmp/base      # the same, for another checkout's trioproxy
+    python -m bench.llm_callgrind --as-compare          # llm as proxy_compare's trioproxy-ai (see below)
 
 One gateway process, one bench mock (``bench/llm_mock.py``, answering at once: ``--delay-ms 0``) and a
 sequential keep-alive client over a raw socket (the cheapest there is, so the figure is the
@@ -13,6 +14,11 @@ gateway's). Three requests, each its own route to the same mock:
   backend (openAI, hostOverride to the mock): the body is read, parsed and forwarded, the usage read;
 - ``plain``: the same POST to ``/plain``, a ``host:`` backend: the body is streamed through;
 - ``get``: ``GET /plain``.
+
+``--as-compare`` runs the gateway as ``bench/proxy_compare.py`` does: the access log on at ``info``
+(JSON lines, to /dev/null here) and the ``llm`` route with its token ``localRateLimit`` (never
+rejecting, charging every answer) and its provider model ``bench``, not the body's (so the body is
+rewritten with the model): the figure covers the log line, the token charge and the rewrite too.
 
 With callgrind (the default) the gateway runs under ``valgrind --tool=callgrind --instr-atstart=no``;
 after a warm-up, instrumentation is switched on with ``callgrind_control -i on`` and each route is
@@ -37,6 +43,7 @@ from pathlib import Path
 from bench.global_ratelimit import cpu_seconds
 from bench.harness import callgrind_command, callgrind_count, callgrind_on, free_port
 from bench.llm_load import BODY, start_bench_mock
+from bench.policy_overhead import LIMIT_TOKENS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,11 +52,11 @@ CONFIG = """binds:
   listeners:
   - routes:
     - name: llm
-      matches: [{{path: {{pathPrefix: /v1/}}}}]
+      matches: [{{path: {{pathPrefix: /v1/}}}}]{policies}
       backends:
       - ai:
           name: mock
-          provider: {{openAI: {{model: mock-model}}}}
+          provider: {{openAI: {{model: {model}}}}}
           hostOverride: 127.0.0.1:{mock}
     - name: plain
       matches: [{{path: {{pathPrefix: /plain}}}}]
@@ -94,12 +101,17 @@ class Client:
         self.sock.close()
 
 
-def _gateway(root: Path, mock_port: int, tmp: Path, wrap: list[str]) -> tuple[subprocess.Popen, int]:
+def _gateway(root: Path, mock_port: int, tmp: Path, wrap: list[str],
+             as_compare: bool = False) -> tuple[subprocess.Popen, int]:
     port = free_port()
     config = tmp / "gw.yaml"
-    config.write_text(CONFIG.format(port=port, mock=mock_port))
+    policies = f"\n      policies: {LIMIT_TOKENS}" if as_compare else ""
+    # proxy_compare's provider model (bench) is not the body's (mock-model): the body is rewritten
+    model = "bench" if as_compare else "mock-model"
+    config.write_text(CONFIG.format(port=port, mock=mock_port, policies=policies, model=model))
     env = {"ADMIN_ADDR": "127.0.0.1:0", "STATS_ADDR": "127.0.0.1:0", "READINESS_ADDR": "127.0.0.1:0",
-           "TRIOPROXY_RUNTIME_DIR": str(tmp / "rt"), "LOG_LEVEL": "error", "PYTHONPATH": str(root)}
+           "TRIOPROXY_RUNTIME_DIR": str(tmp / "rt"), "LOG_LEVEL": "info" if as_compare else "error",
+           "LOG_FORMAT": "json", "PYTHONPATH": str(root)}
     cmd = [*wrap, sys.executable, "-m", "trioproxy", "--config", str(config)]
     proc = subprocess.Popen(cmd, cwd=root, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -116,9 +128,9 @@ def _gateway(root: Path, mock_port: int, tmp: Path, wrap: list[str]) -> tuple[su
     raise SystemExit("the gateway did not start")
 
 
-def instructions(root: Path, mock_port: int, tmp: Path, n: int) -> dict[str, float]:
+def instructions(root: Path, mock_port: int, tmp: Path, n: int, as_compare: bool = False) -> dict[str, float]:
     out = tmp / "callgrind.out"
-    proc, port = _gateway(root, mock_port, tmp, callgrind_command(out))
+    proc, port = _gateway(root, mock_port, tmp, callgrind_command(out), as_compare)
     counts: dict[str, list[float]] = {name: [] for name in REQUESTS}
     client = Client(port)
     try:
@@ -138,8 +150,9 @@ def instructions(root: Path, mock_port: int, tmp: Path, n: int) -> dict[str, flo
     return {name: min(values) for name, values in counts.items()}
 
 
-def cpu(root: Path, mock_port: int, tmp: Path, n: int, rounds: int = 6) -> dict[str, float]:
-    proc, port = _gateway(root, mock_port, tmp, [])
+def cpu(root: Path, mock_port: int, tmp: Path, n: int, rounds: int = 6,
+        as_compare: bool = False) -> dict[str, float]:
+    proc, port = _gateway(root, mock_port, tmp, [], as_compare)
     per_round: dict[str, list[float]] = {name: [] for name in REQUESTS}
     client = Client(port)
     try:
@@ -164,16 +177,18 @@ def main() -> None:
     parser.add_argument("--cpu", action="store_true", help="CPU time per request instead of instructions")
     parser.add_argument("--requests", type=int, default=None, help="per round (default 200; --cpu 2000)")
     parser.add_argument("--root", type=Path, default=ROOT, help="the checkout whose trioproxy runs")
+    parser.add_argument("--as-compare", action="store_true",
+                        help="access log at info and a token localRateLimit on llm, as proxy_compare's trioproxy-ai")
     args = parser.parse_args()
     mock, mock_port = start_bench_mock(None, delay_ms=0)
     try:
         with tempfile.TemporaryDirectory() as tmpdir:
             if args.cpu:
-                result = cpu(args.root, mock_port, Path(tmpdir), args.requests or 2000)
+                result = cpu(args.root, mock_port, Path(tmpdir), args.requests or 2000, as_compare=args.as_compare)
                 print(f"# {args.root}: gateway CPU per request (median of 6 interleaved rounds; shared machine)")
                 print("  ".join(f"{name} {value * 1e6:.0f} us" for name, value in result.items()))
             else:
-                result = instructions(args.root, mock_port, Path(tmpdir), args.requests or 200)
+                result = instructions(args.root, mock_port, Path(tmpdir), args.requests or 200, args.as_compare)
                 print(f"# {args.root}: gateway instructions per request (callgrind, lower of 2 rounds)")
                 print("  ".join(f"{name} {value / 1000:.0f}k" for name, value in result.items()))
     finally:

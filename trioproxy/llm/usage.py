@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -31,6 +32,22 @@ __all__ = [
 
 #: Largest JSON response body (or single SSE event) buffered to find ``usage``.
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
+
+
+def _compact_dumps() -> Callable[[Any], str]:
+    """``json.dumps(value, separators=(",", ":"), ensure_ascii=False)`` with its encoder made once,
+    not per call (a rewritten request body: every request whose model the provider overrides)."""
+    encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator
+        return encoder.encode
+    # json.dumps's own C encoder with json.dumps's other defaults, but no circular check: the
+    # values are parsed JSON (json.loads never builds a cycle) with a few keys set
+    c_encode = make(None, encoder.default, json.encoder.encode_basestring, None, ":", ",", False, False, True)
+    return lambda value: "".join(c_encode(value, 0))
+
+
+_dumps = _compact_dumps()
 
 
 @attrs.frozen
@@ -93,7 +110,7 @@ def prepare_request_body(
     info = LlmRequestInfo(model=model if isinstance(model, str) else None, streaming=streaming, usage_added=added)
     if not changed:
         return body, info
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode(), info
+    return _dumps(obj).encode(), info
 
 
 def _count(value: Any) -> int | None:
@@ -518,7 +535,7 @@ def _strip_event(event: bytes, end: bytes) -> bytes:
         return event + end
     del obj["usage"]
     others = [line for line in lines if not line.startswith(b"data:")]
-    payload = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    payload = _dumps(obj).encode()
     return b"\n".join([*others, b"data: " + payload]) + (end or b"\n\n")
 
 

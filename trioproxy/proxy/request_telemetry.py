@@ -111,17 +111,32 @@ def _summary(x: Exchange, status: int, seconds: float, own_error: bool) -> Summa
 
 
 def _access_fields(bind: str, x: Exchange, status: int, seconds: float) -> dict[str, Any]:
-    """The line's fields, agentgateway's names; those without a value are left out."""
+    """The line's fields, agentgateway's names; those without a value are left out (not set and
+    filtered: this runs for every request)."""
     gateway, listener, route = _names(x)
-    client = x.scope.get("client")
-    fields: dict[str, Any] = {
-        "bind": bind, "gateway": gateway or None, "listener": listener or None, "route": route or None,
-        "endpoint": str(x.backend.target) if x.backend else None,
-        "src.addr": f"{client[0]}:{client[1]}" if client else None,
-        "http.method": x.scope["method"], "http.host": x.host or None, "http.path": x.scope["path"],
-        "http.version": x.scope.get("http_version", "1.1"), "http.status": status,
-        "duration": f"{seconds * 1000:.1f}ms", "error": x.error or None, "why": x.why,
-    }
+    scope = x.scope
+    fields: dict[str, Any] = {"bind": bind}
+    if gateway:
+        fields["gateway"] = gateway
+    if listener:
+        fields["listener"] = listener
+    if route:
+        fields["route"] = route
+    if x.backend:
+        fields["endpoint"] = str(x.backend.target)
+    if client := scope.get("client"):
+        fields["src.addr"] = f"{client[0]}:{client[1]}"
+    fields["http.method"] = scope["method"]
+    if x.host:
+        fields["http.host"] = x.host
+    fields["http.path"] = scope["path"]
+    fields["http.version"] = scope.get("http_version", "1.1")
+    fields["http.status"] = status
+    fields["duration"] = f"{seconds * 1000:.1f}ms"
+    if x.error:
+        fields["error"] = x.error
+    if x.why is not None:
+        fields["why"] = x.why
     if x.jwt is not None and isinstance(x.jwt.get("sub"), str):
         fields["jwt.sub"] = x.jwt["sub"]  # as agentgateway; never the token
     if x.llm is not None:
@@ -130,25 +145,30 @@ def _access_fields(bind: str, x: Exchange, status: int, seconds: float) -> dict[
         fields["llm.attempts" if x.llm is not None else "attempts"] = ",".join(x.attempts)
     if x.skipped:  # targets over their own quota (llm.models[].localRateLimit): not called
         fields["llm.skipped"] = ",".join(x.skipped)
-    if x.mcp is not None:
-        fields.update(x.mcp)  # mcp.method, mcp.name, mcp.target, mcp.result (mcp_stage.py)
+    if x.mcp is not None:  # mcp.method, mcp.name, mcp.target, mcp.result (mcp_stage.py)
+        fields.update((k, v) for k, v in x.mcp.items() if v is not None)
     if x.limits:
         fields["ratelimit"] = ",".join(f"{d.remaining}/{d.limit}" for _, d in x.limits)
     elif x.error_kind == "RateLimited":
         fields["ratelimit"] = "rejected"
     if x.span is not None:
         fields["trace.id"] = OtelTracing.trace_id(x.span)
-    return {k: v for k, v in fields.items() if v is not None}
+    return fields
+
+
+#: the line's gen-ai fields after operation and provider, and the ``x.llm`` key each reads
+_GEN_AI_FIELDS = (
+    ("gen_ai.request.model", "model"), ("gen_ai.response.model", "responseModel"),
+    ("gen_ai.usage.input_tokens", "inputTokens"), ("gen_ai.usage.output_tokens", "outputTokens"),
+    ("gen_ai.usage.cache_read.input_tokens", "cachedInputTokens"),
+    ("gen_ai.usage.cache_creation.input_tokens", "cacheCreationInputTokens"),
+    ("gen_ai.usage.reasoning.output_tokens", "reasoningTokens"),
+    ("gen_ai.usage.cost", "cost"),  # USD (docs/pricing.md)
+)
 
 
 def _add_gen_ai_fields(fields: dict[str, Any], x: Exchange, llm: dict[str, Any]) -> None:
-    operation, provider = _gen_ai_names(x, llm)
-    fields.update({
-        "gen_ai.operation.name": operation, "gen_ai.provider.name": provider,
-        "gen_ai.request.model": llm.get("model"), "gen_ai.response.model": llm.get("responseModel"),
-        "gen_ai.usage.input_tokens": llm.get("inputTokens"), "gen_ai.usage.output_tokens": llm.get("outputTokens"),
-        "gen_ai.usage.cache_read.input_tokens": llm.get("cachedInputTokens"),
-        "gen_ai.usage.cache_creation.input_tokens": llm.get("cacheCreationInputTokens"),
-        "gen_ai.usage.reasoning.output_tokens": llm.get("reasoningTokens"),
-        "gen_ai.usage.cost": llm.get("cost"),  # USD (docs/pricing.md)
-    })
+    fields["gen_ai.operation.name"], fields["gen_ai.provider.name"] = _gen_ai_names(x, llm)
+    for name, key in _GEN_AI_FIELDS:
+        if (value := llm.get(key)) is not None:
+            fields[name] = value

@@ -8,6 +8,7 @@ label tuple so a request pays a dict lookup, not prometheus-client's label resol
 from __future__ import annotations
 
 import platform
+from bisect import bisect_left
 from collections.abc import Callable
 
 from prometheus_client import (
@@ -38,6 +39,21 @@ TPOT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4
 GEN_AI_DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
 
 
+class _Histogram(Histogram):
+    """prometheus-client's ``Histogram`` whose ``observe`` finds the bucket by bisection, not by a
+    Python loop over the bounds (the same bucket: the first bound at or above the amount)."""
+
+    def observe(self, amount: float, exemplar: dict[str, str] | None = None) -> None:
+        if exemplar or (self._labelnames and not self._labelvalues):  # (the parent: raises)
+            super().observe(amount, exemplar)
+            return
+        self._sum.inc(amount)
+        bounds = self._upper_bounds
+        i = bisect_left(bounds, amount)
+        if amount <= bounds[i]:  # (NaN: no bucket, as the loop)
+            self._buckets[i].inc(1)
+
+
 class Metrics:
     def __init__(self, *, open_upstream_connections: Callable[[], int] = lambda: 0) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -45,7 +61,7 @@ class Metrics:
             "trioproxy_requests", "Requests handled; reason names the gateway's own answer (empty when the "
             "backend answered).", REQUEST_LABELS, registry=self.registry,
         )
-        self.duration = Histogram(
+        self.duration = _Histogram(
             "trioproxy_request_duration_seconds", "Time from request arrival to the end of the response.",
             ["bind", "gateway", "listener", "route", "backend", "method", "status"], buckets=DURATION_BUCKETS,
             registry=self.registry,
@@ -54,22 +70,22 @@ class Metrics:
             "trioproxy_upstream_errors", "Backend calls that failed, by route and reason.",
             ["bind", "route", "reason"], registry=self.registry,
         )
-        self.token_usage = Histogram(
+        self.token_usage = _Histogram(
             "trioproxy_gen_ai_client_token_usage", "LLM tokens per request, as the provider's usage reports them "
             "(OpenTelemetry gen_ai.client.token.usage).", ("gen_ai_token_type", *GEN_AI_LABELS),
             buckets=TOKEN_BUCKETS, registry=self.registry,
         )
-        self.gen_ai_duration = Histogram(
+        self.gen_ai_duration = _Histogram(
             "trioproxy_gen_ai_server_request_duration", "LLM request duration in seconds, arrival to the end of "
             "the answer (gen_ai.server.request.duration).", GEN_AI_LABELS, buckets=GEN_AI_DURATION_BUCKETS,
             registry=self.registry,
         )
-        self.time_to_first_token = Histogram(
+        self.time_to_first_token = _Histogram(
             "trioproxy_gen_ai_server_time_to_first_token", "Seconds from the request's arrival to the first bytes "
             "of a streamed LLM answer (gen_ai.server.time_to_first_token).", GEN_AI_LABELS, buckets=TTFT_BUCKETS,
             registry=self.registry,
         )
-        self.time_per_output_token = Histogram(
+        self.time_per_output_token = _Histogram(
             "trioproxy_gen_ai_server_time_per_output_token", "Seconds per output token after the first, of a "
             "streamed LLM answer (gen_ai.server.time_per_output_token).", GEN_AI_LABELS, buckets=TPOT_BUCKETS,
             registry=self.registry,
@@ -137,7 +153,8 @@ class Metrics:
         )
         self._requests: dict[tuple[str, ...], tuple[Callable[[], None], Callable[[float], None]]] = {}
         self._decisions: dict[tuple[str, str, str], Callable[[], None]] = {}
-        self._tokens: dict[tuple[object, ...], Callable[[float], None]] = {}
+        #: gen-ai labels -> token type or histogram -> the child's ``observe`` (``gen_ai``)
+        self._gen_ai: dict[tuple[str, ...], dict[object, Callable[[float], None]]] = {}
         self._costs: dict[tuple[str, str, str], Callable[[float], None]] = {}
 
     def observe(self, bind: str, gateway: str, listener: str, route: str, backend: str, method: str, status: int,
@@ -163,15 +180,27 @@ class Metrics:
     def gen_ai(self, labels: tuple[str, ...], tokens: tuple[tuple[str, int | None], ...], seconds: float,
                first_token: float | None, output_tokens: int | None) -> None:
         """One LLM call: its tokens by type, its duration and, when streamed, the time to its first
-        token and per output token after it (``labels``: ``GEN_AI_LABELS`` in order)."""
+        token and per output token after it (``labels``: ``GEN_AI_LABELS`` in order). The children's
+        ``observe`` are cached per ``labels`` (one lookup), then by token type or histogram, each
+        made on its first use (a child shows in ``/metrics`` from when it is made)."""
+        observers = self._gen_ai.get(labels)
+        if observers is None:
+            observers = self._gen_ai[labels] = {}
         for kind, count in tokens:
             if count is not None:
-                self._observer(self.token_usage, (kind, *labels))(count)
-        self._observer(self.gen_ai_duration, labels)(seconds)
+                observe = observers.get(kind)
+                if observe is None:
+                    observe = observers[kind] = self.token_usage.labels(kind, *labels).observe
+                observe(count)
+        observe = observers.get(self.gen_ai_duration)
+        if observe is None:
+            observe = observers[self.gen_ai_duration] = self.gen_ai_duration.labels(*labels).observe
+        observe(seconds)
         if first_token is not None:
-            self._observer(self.time_to_first_token, labels)(first_token)
+            self._observer(observers, self.time_to_first_token, labels)(first_token)
             if output_tokens is not None and output_tokens > 1:
-                self._observer(self.time_per_output_token, labels)((seconds - first_token) / (output_tokens - 1))
+                self._observer(observers, self.time_per_output_token, labels)(
+                    (seconds - first_token) / (output_tokens - 1))
 
     def cost(self, route: str, provider: str, model: str, usd: float) -> None:
         """``trioproxy_gen_ai_cost_usd_total``: one LLM call's cost (the child cached per labels)."""
@@ -181,12 +210,13 @@ class Metrics:
             inc = self._costs[labels] = self.gen_ai_cost.labels(*labels).inc
         inc(usd)
 
-    def _observer(self, histogram: Histogram, labels: tuple[str, ...]) -> Callable[[float], None]:
-        """The cached child's ``observe``, as ``observe`` caches the request counters."""
-        key = (id(histogram), *labels)
-        observe = self._tokens.get(key)
+    @staticmethod
+    def _observer(observers: dict[object, Callable[[float], None]], histogram: Histogram,
+                  labels: tuple[str, ...]) -> Callable[[float], None]:
+        """``histogram``'s child for ``labels``, its ``observe`` cached in ``observers`` (those labels')."""
+        observe = observers.get(histogram)
         if observe is None:
-            observe = self._tokens[key] = histogram.labels(*labels).observe
+            observe = observers[histogram] = histogram.labels(*labels).observe
         return observe
 
     def requests_in_flight(self) -> int:

@@ -29,13 +29,16 @@ heads and compares what each accepts and what it parsed). What does what:
 
 from __future__ import annotations
 
+import inspect
 import re
 import weakref
+from collections.abc import Callable
 from typing import Any, Final
 
 import h11
 import httptools
 from h11 import LocalProtocolError
+from h11._headers import Headers as _Headers  # h11's header list, built here as h11's parser would
 
 __all__ = ["END", "NEED_DATA", "FastExchange", "LocalProtocolError", "WireError"]
 
@@ -46,6 +49,38 @@ FIELD_NAME: Final = re.compile(_TOKEN)
 REQUEST_TARGET: Final = re.compile(rb"[\x21-\x7e]+")
 FIELD_VALUE: Final = re.compile(rb"(?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?")
 CONTENT_LENGTH: Final = re.compile(rb"[0-9]+")
+#: the (lower-case) names ``response_head`` has rules for
+_SPECIAL: Final = frozenset((b"content-length", b"transfer-encoding", b"connection", b"host"))
+#: names and values already matched by FIELD_NAME / FIELD_VALUE: most lines repeat request after
+#: request, and a set lookup costs a tenth of a match. Only valid ones are kept (a refusal is rare
+#: and raises); each set is emptied when it reaches KNOWN_MAX (values that do not repeat, such as
+#: request ids, would otherwise grow it without end).
+_GOOD_NAMES: Final[dict[bytes, bytes]] = {}  # a name and its lower case
+_GOOD_VALUES: Final[set[bytes]] = set()
+KNOWN_MAX: Final = 4096
+
+
+def _valid_name(name: bytes) -> bytes | None:
+    """``name`` lower-cased if ``FIELD_NAME.fullmatch(name)``, remembered then; None if not."""
+    if FIELD_NAME.fullmatch(name) is None:
+        return None
+    lower = bytes(name).lower()
+    if type(name) is bytes:  # (not a bytearray: unhashable)
+        if len(_GOOD_NAMES) >= KNOWN_MAX:
+            _GOOD_NAMES.clear()
+        _GOOD_NAMES[name] = lower
+    return lower
+
+
+def _valid_value(value: bytes) -> bool:
+    """``FIELD_VALUE.fullmatch(value)``, remembered when it matches."""
+    if FIELD_VALUE.fullmatch(value) is None:
+        return False
+    if type(value) is bytes:
+        if len(_GOOD_VALUES) >= KNOWN_MAX:
+            _GOOD_VALUES.clear()
+        _GOOD_VALUES.add(value)
+    return True
 #: what llhttp parses the header block behind: any method would do but one with a body
 _LINE: Final = b"PUT / HTTP/1.1\r\n"
 _CRLF2: Final = b"\r\n\r\n"
@@ -74,8 +109,24 @@ def _relay_class(owner: type) -> type:
                          "on_message_complete", "on_chunk_header", "on_chunk_complete") if hasattr(owner, n)]
 
     def forward(name: str) -> Any:
-        def callback(self: _Relay, *args: Any) -> Any:
-            return getattr(self.owner(), name)(*args)
+        method = getattr(owner, name)
+        code = getattr(method, "__code__", None)
+        # the owner's function called with the arguments llhttp passes, no *args packing: half the
+        # cost of a callback, which runs for each header line (2 arguments) and each body piece (1)
+        arity = -1 if code is None or code.co_flags & inspect.CO_VARARGS else code.co_argcount - 1
+        callback: Callable[..., Any]
+        if arity == 0:
+            def callback(self: _Relay) -> Any:
+                return method(self.owner())
+        elif arity == 1:
+            def callback(self: _Relay, a: Any) -> Any:
+                return method(self.owner(), a)
+        elif arity == 2:
+            def callback(self: _Relay, a: Any, b: Any) -> Any:
+                return method(self.owner(), a, b)
+        else:
+            def callback(self: _Relay, *args: Any) -> Any:
+                return getattr(self.owner(), name)(*args)
         callback.__name__ = name
         return callback
 
@@ -110,16 +161,9 @@ class WireError(Exception):
         self.status = status
 
 
-def _comma_tokens(headers: list[tuple[bytes, bytes]], name: bytes) -> list[bytes]:
-    """h11's ``get_comma_header``: the comma-separated values of every ``name`` line, lower-cased."""
-    out = []
-    for found, value in headers:
-        if found == name:
-            for part in value.split(b","):
-                part = part.strip().lower()
-                if part:
-                    out.append(part)
-    return out
+def _tokens(value: bytes) -> list[bytes]:
+    """h11's ``get_comma_header`` for one line: its comma-separated values, stripped, lower-cased."""
+    return [part for part in (piece.strip().lower() for piece in value.split(b",")) if part]
 
 
 def _status(head: bytes) -> int:
@@ -207,9 +251,14 @@ class FastExchange:
         headers = self.headers
         hosts = length = encodings = 0
         chunked = False
+        close = expects = False  # h11's get_comma_header: a ``close`` / ``100-continue`` token
         for i, (name, value) in enumerate(headers):
             if name == b"host":
                 hosts += 1
+            elif name == b"connection":
+                close = close or b"close" in _tokens(value)
+            elif name == b"expect":
+                expects = expects or b"100-continue" in _tokens(value)
             elif name == b"transfer-encoding":
                 encodings += 1
                 if encodings > 1:
@@ -233,8 +282,8 @@ class FastExchange:
             self.request_done = length == 0
         else:
             self.request_done = False
-        self.keep_alive = version >= b"1.1" and b"close" not in _comma_tokens(headers, b"connection")
-        self.expects_continue = version >= b"1.1" and b"100-continue" in _comma_tokens(headers, b"expect")
+        self.keep_alive = version >= b"1.1" and not close
+        self.expects_continue = version >= b"1.1" and expects
         self._method_upper = self.method.upper()
         self.trailing = data[head_end:]
         return self
@@ -316,13 +365,17 @@ class FastExchange:
         length: bytes | None = None
         encoding = False
         connection: list[bytes] = []
+        host = False
         for raw, value in headers:
             raw, value = bytes(raw), bytes(value)
-            if FIELD_NAME.fullmatch(raw) is None:
+            name = _GOOD_NAMES.get(raw) or _valid_name(raw)
+            if name is None:
                 raise LocalProtocolError(f"Illegal header name {raw!r}")
-            if FIELD_VALUE.fullmatch(value) is None:
+            if value not in _GOOD_VALUES and not _valid_value(value):
                 raise LocalProtocolError(f"Illegal header value {value!r}")
-            name = raw.lower()
+            if name not in _SPECIAL:
+                lines.append((raw, name, value))
+                continue
             if name == b"content-length":
                 lengths = {part.strip() for part in value.split(b",")}
                 if len(lengths) != 1:
@@ -344,6 +397,8 @@ class FastExchange:
                 encoding = True
             elif name == b"connection":
                 connection.extend(part.strip().lower() for part in value.split(b",") if part.strip())
+            else:  # host: written first, as h11 does
+                host = True
             lines.append((raw, name, value))
         method = self._method_upper
         # h11 frames a HEAD answer's headers as a GET's, and writes no body
@@ -378,9 +433,11 @@ class FastExchange:
             self.keep_alive = False
         elif b"close" in connection:
             self.keep_alive = False
+        if host:
+            lines = [line for line in lines if line[1] == b"host"] + [line for line in lines if line[1] != b"host"]
         parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason)]
-        parts += [b"%s: %s\r\n" % (raw, value) for raw, name, value in lines if name == b"host"]
-        parts += [b"%s: %s\r\n" % (raw, value) for raw, name, value in lines if name != b"host"]
+        for raw, _, value in lines:
+            parts += (raw, b": ", value, b"\r\n")
         parts.append(b"\r\n")
         return b"".join(parts)
 
@@ -449,16 +506,20 @@ class FastClient:
 
     def request(self, method: bytes, path: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
         """The request head, h11's way (``Host`` first); raises ``LocalProtocolError`` as h11 does."""
-        lines = []
-        hosts = []
+        parts = [b"", b"", b": ", b"", b"\r\n"]  # the request line and the Host line: set below
+        hosts = 0
         chunked = False
         length = None
         for raw, value in headers:
-            if FIELD_NAME.fullmatch(raw) is None or FIELD_VALUE.fullmatch(value) is None:
+            try:
+                name = _GOOD_NAMES.get(raw) if value in _GOOD_VALUES else None
+            except TypeError:  # a bytearray (unhashable): matched below
+                name = None
+            if name is None and ((name := _valid_name(raw)) is None or not _valid_value(value)):
                 raise _request_error(method, path, headers) or LocalProtocolError("illegal header")
-            name = raw.lower()
             if name == b"host":
-                hosts.append(b"%s: %s\r\n" % (raw, value))
+                hosts += 1
+                parts[1], parts[3] = raw, value
                 continue
             if name == b"content-length" and length is None and not chunked and len(value) <= 20 \
                     and CONTENT_LENGTH.fullmatch(value) is not None:
@@ -477,11 +538,14 @@ class FastClient:
                     length = int(value)
             elif name == b"connection" and b"close" in value.lower():
                 self._close = self._close or b"close" in [t.strip() for t in value.lower().split(b",")]
-            lines.append(b"%s: %s\r\n" % (raw, value))
-        if len(hosts) != 1 or FIELD_NAME.fullmatch(method) is None or REQUEST_TARGET.fullmatch(path) is None:
+            parts += (raw, b": ", value, b"\r\n")
+        if hosts != 1 or not ((type(method) is bytes and method in _GOOD_NAMES) or _valid_name(method)) \
+                or REQUEST_TARGET.fullmatch(path) is None:
             raise _request_error(method, path, headers) or LocalProtocolError("illegal request")
         self._writer = -1 if chunked else (length or 0)
-        return b"".join([b"%s %s HTTP/1.1\r\n" % (method, path), *hosts, *lines, b"\r\n"])
+        parts[0] = b"%s %s HTTP/1.1\r\n" % (method, path)
+        parts.append(b"\r\n")
+        return b"".join(parts)
 
     def data(self, data: bytes) -> bytes:
         self._writer, framed = _frame(self._writer, data)
@@ -519,21 +583,31 @@ class FastClient:
         self._complete = True
         encodings = 0
         framed = status in (204, 304)
+        # h11's normalize_and_validate(_parsed=True), which h11.Response would run over every line,
+        # done in this one pass: llhttp checked names and values and we lower-cased the names, so
+        # each line is (name, name, value) but for h11's own rules on the two framing headers.
+        lines = []
         for name, value in headers:
             if name == b"transfer-encoding":
                 encodings += 1
-                if encodings > 1 or value.lower() != b"chunked":
+                value = value.lower()
+                if encodings > 1 or value != b"chunked":
                     raise LocalProtocolError("Only Transfer-Encoding: chunked is supported")
                 framed = True
             elif name == b"content-length":
+                # llhttp let through digits only, once (a second line, a comma, a sign are
+                # refused), but leading zeros past h11's 20 digits
+                if len(value) > 20:
+                    raise LocalProtocolError("bad Content-Length")
                 framed = True
-                self._length = int(value)  # llhttp let through digits only, once
+                self._length = int(value)
             elif name == b"connection" and b"close" in value.lower():
                 self._close = self._close or b"close" in [t.strip() for t in value.lower().split(b",")]
+            lines.append((name, name, value))
         if self._parser.get_http_version() < "1.1":
             self._close = True
         self._until_close = not framed
-        self._events.append(h11.Response(status_code=status, headers=headers, reason=reason, _parsed=True))
+        self._events.append(h11.Response(status_code=status, headers=_Headers(lines), reason=reason, _parsed=True))
 
     def on_body(self, data: bytes) -> None:
         if not self.their_done:

@@ -225,7 +225,9 @@ STATUS_LINE = st.sampled_from([b"HTTP/1.1 200 OK", b"HTTP/1.1 200", b"HTTP/1.1 4
                                b"HTTP/1.1 200 \xe9t\xe9"])
 RESPONSE_FIELD = st.sampled_from([b"Content-Type: text/plain", b"Connection: close", b"Connection: keep-alive",
                                   b"X-A:  padded  ", b"Transfer-Encoding: gzip", b"Transfer-Encoding: chunked",
-                                  b"Content-Length: 1, 2", b"Bad Name: x", b"X-Ctl: a\x01b"])
+                                  b"Content-Length: 1, 2", b"Bad Name: x", b"X-Ctl: a\x01b",
+                                  b"Transfer-Encoding: Chunked", b"Content-Length: " + b"0" * 20,
+                                  b"Content-Length: " + b"0" * 21])  # h11's limit: 20 digits
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -291,9 +293,11 @@ def test_random_responses_are_read_alike(status, fields, framing, body, cut, tru
     if framing == "none":  # read to the close: h11 calls that connection DONE too, pool.py never reuses it
         fast, slow = (fast[0], False), (slow[0], False)
     if fast != slow:
-        # llhttp is stricter about a header value (a control character): it refuses the head (after
-        # an informational response before it, which both read alike)
-        assert b"\x01" in wire and fast[0][-1:] == ["error"] and fast[0][:-1] == slow[0][:len(fast[0]) - 1] \
+        # llhttp is stricter about a header value (a control character) and a repeated
+        # Content-Length (h11 takes equal ones): it refuses the head (after an informational
+        # response before it, which both read alike)
+        stricter = b"\x01" in wire or wire.split(b"\r\n\r\n", 1)[0].count(b"Content-Length:") > 1
+        assert stricter and fast[0][-1:] == ["error"] and fast[0][:-1] == slow[0][:len(fast[0]) - 1] \
             and all(event[0] == "InformationalResponse" for event in fast[0][:-1]), (wire, fast, slow)
 
 

@@ -111,6 +111,17 @@ def test_a_request_closes_by_its_connection_tokens(value, keep_alive):
     assert (b"x-a", b"BOX") in exchange.headers
 
 
+@pytest.mark.parametrize(("lines", "keep_alive", "expects"), [
+    (b"Connection: close\r\nConnection: keep-alive\r\nExpect: 100-continue\r\nExpect: foo\r\n", False, True),
+    (b"Connection: keep-alive\r\nConnection: x, CLOSE\r\nExpect: foo\r\nExpect: x,100-CONTINUE\r\n", False, True),
+    (b"Connection: keep-alive\r\nConnection: upgrade\r\nExpect: 100-continuex\r\n", True, False),
+])
+def test_the_connection_and_expect_tokens_of_every_line_count(lines, keep_alive, expects):
+    head = BASE + lines + b"\r\n"
+    exchange = FastExchange.parse(head, len(head))
+    assert (exchange.keep_alive, exchange.expects_continue) == (keep_alive, expects)
+
+
 def test_a_head_llhttp_refuses_gets_h11s_status_hint():
     # llhttp refuses the duplicate length; h11 reads it (equal values) and then refuses the coding: 501
     head = b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2, 2\r\nTransfer-Encoding: gzip\r\n\r\n"
@@ -208,6 +219,29 @@ def test_response_heads_h11_would_refuse_are_refused_in_its_words(headers, messa
     with pytest.raises(LocalProtocolError) as refused:
         _exchange().response_head(200, headers, b"OK")
     assert str(refused.value) == message
+
+
+def test_valid_names_and_values_are_remembered_within_a_bound_and_refusals_never():
+    """The match each line needs is done once per distinct name and value (wire._GOOD_NAMES/_VALUES):
+    a refused one is refused every time, and a set that fills is emptied, not grown."""
+    wire._GOOD_NAMES.clear()
+    wire._GOOD_VALUES.clear()
+    for _ in range(2):
+        _exchange().response_head(200, [(b"X-Seen", b"v 1")], b"OK")
+        FastClient(100).request(b"GET", b"/", [(b"Host", b"a"), (b"X-Req", b"w")])
+        for name, value in [(b"Bad Name", b"x"), (b"X", b"a\x00b"), (b"X", b" lead")]:
+            with pytest.raises(LocalProtocolError):
+                _exchange().response_head(200, [(name, value)], b"OK")
+            with pytest.raises(LocalProtocolError):
+                FastClient(100).request(b"GET", b"/", [(b"Host", b"a"), (name, value)])
+    assert {b"X-Seen", b"X-Req", b"Host"} <= wire._GOOD_NAMES.keys() and {b"v 1", b"w", b"a"} <= wire._GOOD_VALUES
+    assert not {b"Bad Name"} & wire._GOOD_NAMES.keys() and not {b"a\x00b", b" lead"} & wire._GOOD_VALUES
+    for i in range(wire.KNOWN_MAX + 10):
+        _exchange().response_head(200, [(b"X-Id", b"%d" % i)], b"OK")
+    assert len(wire._GOOD_VALUES) <= wire.KNOWN_MAX
+    assert FastClient(100).request(bytearray(b"GET"), bytearray(b"/"), [(bytearray(b"Host"), bytearray(b"a")),
+                                                                        (b"X", bytearray(b"b"))]) \
+        == b"GET / HTTP/1.1\r\nHost: a\r\nX: b\r\n\r\n"  # bytearrays (unhashable): matched, not remembered
 
 
 def test_a_twenty_digit_length_is_kept():
@@ -361,6 +395,29 @@ def test_a_response_coding_other_than_one_chunked_is_refused_in_h11s_words(field
     client, _ = _client()
     assert _read(client, b"HTTP/1.1 200 OK\r\n" + fields + b"\r\n0\r\n\r\n") \
         == ["invalid upstream response: Only Transfer-Encoding: chunked is supported"]
+
+
+@pytest.mark.parametrize(("fields", "refusal"), [
+    (b"Content-Length: " + b"0" * 21 + b"\r\n", "bad Content-Length"),  # digits llhttp reads, past h11's 20
+    (b"Content-Length: 2\r\nContent-Length: 2\r\n", "Duplicate Content-Length"),  # llhttp's words: h11 took it
+    (b"Content-Length: 2, 2\r\n", "Invalid character in Content-Length"),  # likewise
+])
+def test_a_response_length_h11_or_llhttp_refuses_is_refused(fields, refusal):
+    client, _ = _client()
+    assert _read(client, b"HTTP/1.1 200 OK\r\n" + fields + b"\r\nab") == [f"invalid upstream response: {refusal}"]
+
+
+def test_the_response_head_is_h11s_header_list_with_its_framing_values_normalized():
+    client, _ = _client()
+    events = _read(client, b"HTTP/1.1 200 OK\r\nX-A: 1\r\nTransfer-Encoding: Chunked\r\nSet-Cookie: a\r\n"
+                           b"set-cookie: b\r\n\r\n0\r\n\r\n")
+    headers = events[0].headers
+    assert list(headers) == [(b"x-a", b"1"), (b"transfer-encoding", b"chunked"), (b"set-cookie", b"a"),
+                             (b"set-cookie", b"b")]
+    assert headers.raw_items() == list(headers)  # names come lower-cased from the parser, as pool.py reads them
+    client, _ = _client()
+    events = _read(client, b"HTTP/1.1 200 OK\r\nContent-Length: " + b"0" * 19 + b"2\r\n\r\nab")
+    assert list(events[0].headers) == [(b"content-length", b"0" * 19 + b"2")] and events[1].data == b"ab"
 
 
 def test_a_truncated_body_is_reported_as_h11_words_it():

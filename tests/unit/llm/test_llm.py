@@ -266,6 +266,20 @@ def test_unicode_survives_rewrite():
     assert json.loads(out)["messages"][0]["content"] == "héllo ✓"
 
 
+@pytest.mark.parametrize("request_body", [
+    {"model": "m", "messages": [{"content": "h\u00e9llo \u2713 \"q\" \\ \u2028 \x01"}], "temperature": 0.1,
+     "n": 1, "stop": None, "logit_bias": {"50256": -100}, "top_p": 1e-07, "stream": True},
+    {"model": "m", "x": [1.5, -0.0, 1e300, True, False, [], {}], "y": float("nan"), "z": float("inf")},
+])
+def test_a_rewritten_body_is_json_dumps_compact_text(request_body):
+    """(the rewrite's cached encoder writes what json.dumps(separators=(",", ":"), ensure_ascii=False) writes)"""
+    out, _ = prepare_request_body(json.dumps(request_body).encode(), model_override="other")
+    expected = dict(request_body, model="other")
+    if request_body.get("stream"):
+        expected["stream_options"] = {"include_usage": True}
+    assert out == json.dumps(expected, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 @pytest.mark.parametrize("body", [b"", b"not json", b"[1, 2]", b'"text"', b"\xff\xfe\x00", b"{"])
 def test_non_json_body_is_passed_through(body):
     out, info = prepare_request_body(body, model_override="m")

@@ -1,0 +1,123 @@
+"""``AccessLog.record``'s direct path: while the handler ``configure_logging`` installed is the access
+logger's only way out, the line is formatted and written without a ``LogRecord``. These tests show
+that line is the one the formatter writes for the record ``logging`` would build (text and JSON),
+that it reaches a pipe's reader at once, and that anything else in the way (a filter, another
+handler, a level) sends the record through ``logging`` as before."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+
+import pytest
+
+from trioproxy.telemetry.access_log import ACCESS_LOGGER, AccessLog, JsonFormatter, TextFormatter, configure_logging
+
+FIELDS = {"bind": "127.0.0.1:8080", "route": "default/r", "http.method": "POST", "http.path": "/a b",
+          "http.status": 200, "duration": "0.3ms", "why": {"policy": "x", "n": [1, None]}, "cost": 0.25,
+          "ok": True, "empty": "", "quote": 'say "hi"', "eq": "a=b", "multi": "x\ny", "unicode": "héllo"}
+
+
+@pytest.fixture
+def restore_logging():
+    loggers = [logging.getLogger("trioproxy"), logging.getLogger(ACCESS_LOGGER), logging.getLogger("opentelemetry")]
+    saved = [(list(lg.handlers), list(lg.filters), lg.level, lg.propagate) for lg in loggers]
+    yield
+    for lg, (handlers, filters, level, propagate) in zip(loggers, saved, strict=True):
+        lg.handlers[:], lg.filters[:] = handlers, filters
+        lg.setLevel(level)
+        lg.propagate = propagate
+
+
+def _record(level: int = logging.INFO) -> logging.LogRecord:
+    record = logging.LogRecord(ACCESS_LOGGER, level, "", 0, "request", (), None)
+    record.fields = dict(FIELDS)
+    return record
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+@pytest.mark.usefixtures("restore_logging")
+def test_the_direct_line_is_the_formatters_line(fmt):
+    stream = io.StringIO()
+    configure_logging("info", fmt, stream=stream, env={})
+    AccessLog().record(dict(FIELDS), 200, False)
+    AccessLog().record(dict(FIELDS), 503, True)
+    lines = stream.getvalue().split("\n")
+    assert lines[-1] == "" and len(lines) == 3
+    formatter = JsonFormatter() if fmt == "json" else TextFormatter()
+    for line, level in zip(lines[:2], (logging.INFO, logging.WARNING), strict=True):
+        expected = formatter.format(_record(level))
+        if fmt == "json":  # the same object, key order included, but for the time
+            got, want = json.loads(line), json.loads(expected)
+            assert got.pop("time")[:4] == want.pop("time")[:4] and list(got.items()) == list(want.items())
+            assert line.split('"level"', 1)[1] == expected.split('"level"', 1)[1]
+        else:  # the same text after the time stamp
+            assert line.split(" ", 1)[1] == expected.split(" ", 1)[1]
+    assert ' warn request bind=127.0.0.1:8080 ' in lines[1] or '"level":"warn"' in lines[1]
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_each_line_reaches_a_pipes_reader_at_once():
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    with os.fdopen(write_end, "w") as stream, os.fdopen(read_end, "rb") as reader:  # a block-buffered stream
+        configure_logging("info", "json", stream=stream, env={})
+        AccessLog().record(dict(FIELDS), 200, False)
+        first = reader.read()
+        assert first.endswith(b"\n") and json.loads(first)["http.status"] == 200
+        AccessLog().record({"http.status": 204}, 204, False)
+        assert json.loads(reader.read())["http.status"] == 204
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_a_filter_or_another_handler_sends_the_record_through_logging():
+    stream = io.StringIO()
+    configure_logging("info", "json", stream=stream, env={})
+    access = logging.getLogger(ACCESS_LOGGER)
+    access.addFilter(lambda r: r.fields["http.status"] != 404)  # type: ignore[attr-defined]
+    log = AccessLog()
+    log.record({"http.status": 404}, 404, False)
+    log.record({"http.status": 200}, 200, False)
+    assert [json.loads(line)["http.status"] for line in stream.getvalue().splitlines()] == [200]
+    access.filters.clear()
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    access.addHandler(Keep())
+    log.record({"http.status": 201}, 201, False)
+    assert [r.fields for r in seen] == [{"http.status": 201}]  # type: ignore[attr-defined]
+    assert json.loads(stream.getvalue().splitlines()[-1])["http.status"] == 201  # and on to the gateway's handler
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_levels_and_the_removed_and_added_fields_hold_on_the_direct_path():
+    stream = io.StringIO()
+    configure_logging("warn", "json", stream=stream, env={})
+    log = AccessLog()
+    log.record({"http.status": 200}, 200, False)
+    log.record({"http.status": 502}, 502, False)  # the backend's 5xx: info
+    log.record({"http.status": 503}, 503, True)  # the gateway's own: warning
+    assert [json.loads(line)["http.status"] for line in stream.getvalue().splitlines()] == [503]
+    logging.getLogger("trioproxy").handlers[0].setLevel(logging.ERROR)  # the handler's own level
+    log.record({"http.status": 504}, 504, True)
+    assert len(stream.getvalue().splitlines()) == 1
+    log.remove = frozenset({"secret"})
+    logging.getLogger("trioproxy").handlers[0].setLevel(logging.NOTSET)
+    log.record({"http.status": 500, "secret": "s"}, 500, True)
+    assert "secret" not in json.loads(stream.getvalue().splitlines()[-1])
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_a_stream_that_fails_is_reported_not_raised(capsys):
+    class Broken(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError("disk full")
+
+    configure_logging("info", "json", stream=Broken(), env={})
+    AccessLog().record({"http.status": 200}, 200, False)  # no exception
+    assert "disk full" in capsys.readouterr().err
