@@ -32,7 +32,6 @@ class HealthChecker:
         self.targets = targets
         self.due: dict[str, float] = {}
         self.running: set[str] = set()
-        self.checks = 0
         self._changed = trio.Event()
 
     def targets_changed(self) -> None:
@@ -44,12 +43,10 @@ class HealthChecker:
             task_status.started()
             while True:
                 now = trio.current_time()
-                checked = False
-                for key, address, spec in self.targets():
+                targets = list(self.targets())
+                for key, address, spec in targets:
                     check = spec.check
-                    if check is None:
-                        continue
-                    checked = True
+                    assert check is not None
                     if key in self.running:
                         continue
                     due = self.due.setdefault(key, now)
@@ -57,7 +54,7 @@ class HealthChecker:
                         self.due[key] = now + check.interval
                         self.running.add(key)
                         nursery.start_soon(self._check, key, address, spec)
-                if checked:
+                if targets:
                     await trio.sleep(TICK)
                 else:  # no wake-ups 4 times a second for nothing: until a reload brings checks
                     await self._changed.wait()
@@ -78,5 +75,4 @@ class HealthChecker:
             passed = False
         finally:
             self.running.discard(key)
-        self.checks += 1
         self.registry.checked(key, spec, passed)

@@ -411,9 +411,53 @@ async def test_without_active_checks_the_checker_sleeps_until_a_reload_brings_so
         start = trio.current_time()
         await trio.sleep(3600)
         assert trio.current_time() - start == 3600 and backends["b.test:80"].received == []
+        gw.runtime.apply(parse_config(plain, env={}))  # a reload without checks: it looks, and sleeps again
+        await trio.testing.wait_all_tasks_blocked()
+        assert trio.lowlevel.current_statistics().seconds_to_next_deadline == math.inf
         gw.runtime.apply(parse_config(checked, env={}))
         await trio.sleep(5.1)  # checks at once and 5 s later
         assert [r.target for r in backends["b.test:80"].received] == ["/healthz"] * 2
+
+
+async def test_checks_are_gets_to_each_target_one_at_a_time_and_only_a_2xx_in_time_passes(autojump_clock):
+    """Each check is ``GET path`` with the target's own host; a check still running is not started
+    again, and does not hold up the other targets'; a 3xx, or an answer past ``timeout``, fails."""
+    seen: dict[str, list[tuple[str, str, str | None, float]]] = {"b.test:80": [], "c.test:80": []}
+    status = {"b.test:80": 200, "c.test:80": 300}
+
+    def recording(name: str):  # type: ignore[no-untyped-def]
+        async def handler(conn: BackendConnection) -> None:
+            while (request := await conn.request()) is not None:
+                seen[name].append((request.method, request.target, request.header("host"), trio.current_time()))
+                if status[name] == 0:
+                    await trio.sleep(60)  # past the check's timeout
+                await conn.respond(status[name] or 200)
+        return handler
+
+    config = ("binds:\n- port: 3000\n  listeners:\n  - routes:\n    - policies: {health: {activeCheck: "
+              "{path: /healthz, interval: 1s, timeout: 1900ms, unhealthyThreshold: 1, healthyThreshold: 1}}}\n"
+              '      backends: [{host: "b.test:80"}, {host: "c.test:80"}, {host: "d.test:80"}]\n')
+    backends = {name: Backend(recording(name)) for name in seen}  # d.test refuses connections
+
+    def states(gw) -> dict[str, str]:  # type: ignore[no-untyped-def]
+        return {u["target"]: u["state"] for u in gw.runtime.resilience.snapshot(
+            (r.key, b) for r in gw.config.binds[0].listeners[0].routes for b in r.backends)}
+
+    async with memory_gateway(config, backends) as gw:
+        await gw.nursery.start(gw.runtime.resilience.run_checks)
+        await trio.sleep(0.5)
+        assert [r[:3] for r in seen["b.test:80"]] == [("GET", "/healthz", "b.test:80")]
+        assert [r[:3] for r in seen["c.test:80"]] == [("GET", "/healthz", "c.test:80")]
+        # a 300 is not a pass, nor a refused connection
+        assert states(gw) == {"b.test:80": "healthy", "c.test:80": "ejected", "d.test:80": "ejected"}
+        status["b.test:80"] = 0  # b now hangs; c recovers
+        status["c.test:80"] = 200
+        await trio.sleep(5)
+        # b: the hung check at 1.0 s ends at its timeout (2.9 s), the next starts at the tick after
+        # (3.0 s) and hangs again; c goes on every second beside it
+        assert [round(r[3], 2) for r in seen["b.test:80"]] == [0.0, 1.0, 3.0, 5.0]
+        assert [round(r[3], 2) for r in seen["c.test:80"]] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        assert states(gw) == {"b.test:80": "ejected", "c.test:80": "healthy", "d.test:80": "ejected"}
 
 
 def test_an_active_check_on_an_ai_backend_is_refused():
