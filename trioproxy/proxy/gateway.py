@@ -459,7 +459,7 @@ class Gateway:
 
 
 def _charge_translated(x: Exchange, finishers: Sequence[Any], capture: BodyCapture | None,
-                             prices: PriceCatalog) -> None:
+                       prices: PriceCatalog) -> None:
     """The usage the translation counted (a translated stream may not carry it), charged."""
     usage = translate.usage(x.translation)
     if usage is not None and x.llm is not None:  # cached, cache-write and reasoning tokens too, as for passthrough
