@@ -8,6 +8,8 @@ measured with wrk (``--latency``) at N connections and again at 1 connection:
 
 * ``direct``    - wrk -> backend
 * ``nginx``     - wrk -> nginx reverse proxy (HTTP/1.1 upstream keepalive) -> backend
+* ``nginx-ai``  - the same nginx, sent ``trioproxy-ai``'s POST (the chat body to the backend's completion):
+                  the ai route's like-for-like peer (nginx proxies bytes; it reads no JSON)
 * ``envoy``     - wrk -> Envoy (one listener, one cluster, --concurrency 1) -> backend (if installed)
 * ``mitmproxy`` - wrk -> ``mitmdump --mode reverse:`` (quiet, no flow storage) -> backend, if ``mitmdump`` is on
                   PATH or given by ``--mitmdump`` (``pip install mitmproxy`` in a venv of its own: its pins clash
@@ -71,7 +73,7 @@ from bench.policy_overhead import LIMIT_TOKENS, USAGE_BODY
 from tests.envoy_config import envoy_config
 
 RESULTS = ROOT / "bench" / "results" / "last.json"
-TARGETS = ["direct", "nginx", "envoy", "mitmproxy", "minimal", "minimal-h11", "trioproxy", "trioproxy-ai"]
+TARGETS = ["direct", "nginx", "nginx-ai", "envoy", "mitmproxy", "minimal", "minimal-h11", "trioproxy", "trioproxy-ai"]
 CHAT_PATH = "/v1/chat/completions"
 #: the backend's chat completion for ``trioproxy-ai`` (nginx answers a POST with ``return`` too)
 CHAT_LOCATION = f"""\
@@ -179,6 +181,10 @@ def verdicts(rows: list[Row], connections: int) -> list[str]:
             if p and t and p.cpu_ms_per_req > 0:
                 out.append(f"{target} vs {peer} @{connections} conns: {t.cpu_ms_per_req / p.cpu_ms_per_req:.1f}x "
                            f"the CPU per request, {p.rps / max(t.rps, 1e-9):.1f}x fewer req/s")
+    peer, ai = by.get(("nginx-ai", connections)), by.get(("trioproxy-ai", connections))
+    if peer and ai and peer.cpu_ms_per_req > 0:
+        out.append(f"trioproxy-ai vs nginx-ai (the same POST) @{connections} conns: "
+                   f"{ai.cpu_ms_per_req / peer.cpu_ms_per_req:.1f}x the CPU per request")
     for floor in ("minimal", "minimal-h11"):
         f = by.get((floor, connections))
         for target in ("trioproxy", "trioproxy-ai"):
@@ -240,15 +246,17 @@ def run(args: argparse.Namespace) -> int:
             try:
                 if name == "direct":
                     port, cpu_pid = backend_port, backend.pid
-                elif name == "nginx":
+                elif name in ("nginx", "nginx-ai"):
                     port = free_port()
                     conf = nginx_proxy_conf(tmp, port, backend_port)
                     if workers > 1:
                         conf = conf.replace("master_process off;", "master_process on;").replace(
                             "worker_processes 1;", f"worker_processes {workers};")
-                    target_proc = start_nginx(procs, tmp, label if workers > 1 else "nginx-proxy", conf, port,
-                                              proxy_cpu if workers == 1 else None)
+                    target_proc = start_nginx(procs, tmp, label if workers > 1 or name == "nginx-ai" else "nginx-proxy",
+                                              conf, port, proxy_cpu if workers == 1 else None)
                     cpu_pid = target_proc.pid
+                    if name == "nginx-ai":
+                        path, script = CHAT_PATH, chat_script(tmp)
                 elif name == "envoy":
                     try:
                         target_proc, port = start_envoy(procs, tmp, backend_port, proxy_cpu)
