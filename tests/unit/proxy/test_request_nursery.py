@@ -15,6 +15,7 @@ import trio.testing
 
 from trioproxy.asgi import CLIENT_FD
 from trioproxy.config import parse_config
+from trioproxy.llm.providers import endpoint_kind
 from trioproxy.proxy.disconnect_monitor import available
 from trioproxy.proxy.exchange import Exchange
 from trioproxy.proxy.gateway import Gateway
@@ -191,7 +192,6 @@ def test_which_routes_may_need_a_task() -> None:
         scope["http_version"] = version
         x = Exchange(scope, None, None, 0.0)  # type: ignore[arg-type]
         if routes[route].llm:
-            from trioproxy.llm.providers import endpoint_kind
             x.llm_kind = endpoint_kind(path)
         return routes[route].needs_tasks(x)
 

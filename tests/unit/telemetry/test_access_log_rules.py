@@ -121,3 +121,56 @@ def test_a_stream_that_fails_is_reported_not_raised(capsys):
     configure_logging("info", "json", stream=Broken(), env={})
     AccessLog().record({"http.status": 200}, 200, False)  # no exception
     assert "disk full" in capsys.readouterr().err
+
+
+class _Opaque:
+    def __str__(self) -> str:
+        return "opaque é"
+
+
+_VALUES = [
+    {"b": 1, "a": [1, 2.5, None, True, False], "c": {"z": "é\u2028\x01\"\\", "y": -0.0}},  # key order kept
+    {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")},
+    {3: "int key", 2.5: "float key", None: "none key", False: "bool key"},
+    {"object": _Opaque(), "nested": [{"o": _Opaque()}]},  # default=str
+    ["a list", {"x": 1}], "a string é", 12, None,
+]
+
+
+@pytest.mark.parametrize("value", _VALUES, ids=range(len(_VALUES)))
+def test_the_json_encoder_made_once_writes_what_json_dumps_writes(value):
+    from trioproxy.telemetry import access_log
+
+    assert access_log._json(value) == json.dumps(value, separators=(",", ":"), default=str)
+
+
+def test_the_json_encoder_refuses_a_key_json_dumps_refuses():
+    from trioproxy.telemetry import access_log
+
+    with pytest.raises(TypeError):
+        json.dumps({(1, 2): "a tuple key"}, separators=(",", ":"), default=str)
+    with pytest.raises(TypeError):
+        access_log._json({(1, 2): "a tuple key"})
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_a_line_is_exactly_what_the_stdlib_would_write(fmt, restore_logging):
+    """Not only the direct path against the formatter (they share the encoder): against ``json``
+    itself and the text rules, field by field."""
+    stream = io.StringIO()
+    configure_logging("info", fmt, stream=stream, env={})
+    AccessLog().record(dict(FIELDS), 200, False)
+    line = stream.getvalue()
+    assert line.endswith("\n") and line.count("\n") == 1
+    if fmt == "json":
+        entry = json.loads(line)
+        assert list(entry)[:4] == ["time", "level", "scope", "message"]
+        assert (entry["level"], entry["scope"], entry["message"]) == ("info", ACCESS_LOGGER, "request")
+        assert line[:-1] == json.dumps({**{k: entry[k] for k in ("time", "level", "scope", "message")}, **FIELDS},
+                                       separators=(",", ":"), default=str)
+    else:
+        stamp, level, message, rest = line[:-1].split(" ", 3)
+        assert (level, message) == ("info", "request") and stamp.endswith("Z") and len(stamp) == 24
+        assert rest == ('bind=127.0.0.1:8080 route=default/r http.method=POST http.path="/a b" http.status=200 '
+                        'duration=0.3ms why="{\\"policy\\":\\"x\\",\\"n\\":[1,null]}" cost=0.25 ok=True empty="" '
+                        'quote="say \\"hi\\"" eq="a=b" multi="x\\ny" unicode=héllo')
