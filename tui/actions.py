@@ -10,13 +10,13 @@ through the gateway's own listener and answers with the fresh trace. Credentials
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from ..admin.client import AdminRefused, auth_headers, json_answer
 from ..telemetry.export import ExportError, curl, exchange_from_trace, har
 from .state import Event
 
@@ -71,19 +71,13 @@ async def replay_request(admin: str, events: list[Event], headers: dict[str, str
         exchange_from_trace(events)
     except ExportError as error:
         raise ActionError(f"cannot replay: {error}") from None
-    token = os.environ.get("ADMIN_TOKEN")
-    auth = {"authorization": f"Bearer {token}"} if token else None
     try:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(REPLAY_TIMEOUT, connect=5), headers=auth) as client:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(REPLAY_TIMEOUT, connect=5), headers=auth_headers()) as client:
             response = await client.post(f"http://{admin}/api/replay",
                                          json={"trace": events, "headers": headers or {}})
     except httpx.HTTPError as exc:
         raise ActionError(f"cannot reach the admin server at {admin}: {exc or type(exc).__name__}") from None
     try:
-        answer = response.json()
-    except ValueError:
-        answer = None
-    if response.status_code != 200 or not isinstance(answer, dict):
-        detail = answer.get("error") if isinstance(answer, dict) else response.text.strip()
-        raise ActionError(f"replay refused: {response.status_code} {detail or response.reason_phrase}")
-    return answer
+        return json_answer(response)
+    except AdminRefused as refused:
+        raise ActionError(f"replay refused: {refused}") from None

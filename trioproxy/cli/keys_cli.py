@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import time
@@ -23,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from ..admin.client import auth_headers
 from .trace_cli import DEFAULT_ADMIN_PORT, UsageError, exit_status, resolve_admin
 
 DESCRIPTION = "Runtime API keys, teams, spend and the request log of a running gateway (its admin API)."
@@ -143,9 +143,8 @@ class Admin:
 
     def __init__(self, address: str) -> None:
         self.address = address
-        token = os.environ.get("ADMIN_TOKEN")
         self.client = httpx.Client(base_url=f"http://{address}", timeout=httpx.Timeout(30, connect=5),
-                                   headers={"authorization": f"Bearer {token}"} if token else None)
+                                   headers=auth_headers())
 
     def call(self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None,
              text: bool = False) -> Any:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
 import httpx
 
+from ..admin.client import AdminRefused, auth_headers, json_answer
 from ..telemetry.export import ExportError, exchange_from_trace
 from .export_files import ExportFailed
 from .trace_cli import DEFAULT_ADMIN_PORT, UsageError, exit_status, parse_headers, resolve_admin
@@ -65,21 +65,15 @@ def read_trace(name: str) -> list[Event]:
 
 
 def replay_on(admin: str, events: list[Event], headers: dict[str, str]) -> dict[str, Any]:
-    token = os.environ.get("ADMIN_TOKEN")
     try:
-        with httpx.Client(timeout=httpx.Timeout(60, connect=5),
-                          headers={"authorization": f"Bearer {token}"} if token else None) as client:
+        with httpx.Client(timeout=httpx.Timeout(60, connect=5), headers=auth_headers()) as client:
             response = client.post(f"http://{admin}/api/replay", json={"trace": events, "headers": headers})
     except httpx.HTTPError as exc:
         raise ExportFailed(f"cannot reach the admin server at {admin}: {exc or type(exc).__name__}") from None
     try:
-        answer = response.json()
-    except ValueError:
-        answer = None
-    if response.status_code != 200 or not isinstance(answer, dict):
-        detail = answer.get("error") if isinstance(answer, dict) else response.text.strip()
-        raise ExportFailed(f"admin server {admin} answered {response.status_code}: {detail or response.reason_phrase}")
-    return answer
+        return json_answer(response)
+    except AdminRefused as refused:
+        raise ExportFailed(f"admin server {admin} answered {refused.status}: {refused.detail}") from None
 
 
 def run_replay(args: argparse.Namespace) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import time
@@ -19,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from ..admin.client import auth_headers
 from .export_files import ExportFailed, write_history_har
 from .trace_cli import DEFAULT_ADMIN_PORT, UsageError, exit_status, resolve_admin
 
@@ -86,9 +86,7 @@ def row(entry: dict[str, Any]) -> str:
 
 
 def _client() -> httpx.Client:
-    token = os.environ.get("ADMIN_TOKEN")  # an admin server off loopback wants it, as for trace
-    return httpx.Client(timeout=httpx.Timeout(None, connect=5),
-                        headers={"authorization": f"Bearer {token}"} if token else None)
+    return httpx.Client(timeout=httpx.Timeout(None, connect=5), headers=auth_headers())
 
 
 def _check(response: httpx.Response, admin: str) -> None:

@@ -21,6 +21,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ..admin.client import auth_headers
+
 Event = dict[str, Any]
 
 TRACE_HEADER = "x-trioproxy-trace-id"
@@ -252,9 +254,7 @@ class TraceSession:
         self.injection = injection
         self.follow = follow
         # An admin server off loopback wants its bearer token; the same variable the gateway reads.
-        token = os.environ.get("ADMIN_TOKEN")
-        headers = {"authorization": f"Bearer {token}"} if token else None
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5), headers=headers)
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5), headers=auth_headers())
         self._stream: contextlib.AsyncExitStack | None = None
         self._lines: AsyncIterator[str] | None = None
         self._inject_task: asyncio.Task[None] | None = None
