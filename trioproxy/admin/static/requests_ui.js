@@ -66,21 +66,11 @@ async function startHistory() {
 }
 
 async function readHistory(response, controller, mine) {
-  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-  let buffer = "";
   try {
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buffer += value;
-      let cut;
-      while ((cut = buffer.indexOf("\n\n")) >= 0) {
-        const block = buffer.slice(0, cut);
-        buffer = buffer.slice(cut + 2);
-        const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, ""));
-        if (data.length) addHistoryEntry(JSON.parse(data.join("\n")));
-      }
-    }
+    await readSseBlocks(response, (block) => {
+      const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, ""));
+      if (data.length) addHistoryEntry(JSON.parse(data.join("\n")));
+    });
   } catch (error) {
     if (error.name === "AbortError" || mine !== history_.generation) return;
     setRequestsStatus(`stream broken: ${error.message || error}`, "error");

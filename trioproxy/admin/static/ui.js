@@ -78,6 +78,24 @@ async function api(path, options = {}) {
 }
 const getJSON = async (path) => (await api(path)).json();
 
+/** A server-sent-events body, block by block (the text between blank lines), until it ends:
+ *  the trace stream and the requests history read it alike. */
+async function readSseBlocks(response, onBlock) {
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    let cut;
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      onBlock(block);
+    }
+  }
+}
+
 // -- shared: config (route names) and the reload badge -------------------------------------------
 let config = null;
 const routeNames = new Map();
@@ -312,19 +330,7 @@ async function traceOnce(expression, follow) {
   const query = params.toString();
   const url = "/debug/trace" + (query ? "?" + query : "");
   const response = await api(url, { method: "POST", signal: controller.signal });
-  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-  let buffer = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buffer += value;
-    let cut;
-    while ((cut = buffer.indexOf("\n\n")) >= 0) {
-      const block = buffer.slice(0, cut);
-      buffer = buffer.slice(cut + 2);
-      handleSseBlock(block);
-    }
-  }
+  await readSseBlocks(response, handleSseBlock);
 }
 
 function handleSseBlock(block) {
