@@ -1,10 +1,11 @@
-"""Smoke tests for bench/proxy_compare.py, policy_overhead.py, jwt_overhead.py and tls_compare.py: their --quick runs work.
+"""Smoke tests for bench/proxy_compare.py, proxy_ab.py, policy_overhead.py, jwt_overhead.py and tls_compare.py: their --quick runs work.
 
 No timing assertions: only that the scripts run, clean up and print their tables.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -26,12 +27,13 @@ pytestmark = [
 ]
 
 
-def run_quick(script: str, out_json: Path) -> list[str]:
-    """Run ``bench/<script> --quick``; it must exit 0. Returns its stdout lines."""
+def run_quick(script: str, out_json: Path, *extra: str) -> list[str]:
+    """Run ``bench/<script> --quick [extra...]``; it must exit 0. Returns its stdout lines."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     # Its own session: on a timeout the whole tree (gateways, nginx, wrk) is stopped, never left behind.
-    proc = subprocess.Popen([sys.executable, "-m", f"bench.{script.removesuffix('.py')}", "--quick", "--json", str(out_json)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", f"bench.{script.removesuffix('.py')}", "--quick", "--json", str(out_json), *extra],
+                            cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
@@ -56,6 +58,16 @@ def test_quick_bench_prints_a_table_with_trioproxy(tmp_path: Path) -> None:
     rows = [line for line in lines if line.startswith("| trioproxy ")]
     assert len(rows) == 2, stdout  # N connections and 1 connection
     assert any(line.startswith("| direct ") for line in lines), stdout
+
+
+def test_quick_proxy_ab_prints_both_routes_for_both_trees(tmp_path: Path) -> None:
+    """bench/proxy_ab.py --quick, this checkout against itself: four gateways, one round each."""
+    lines = run_quick("proxy_ab.py", tmp_path / "ab.json", "--against", str(ROOT))
+    stdout = "\n".join(lines)
+    rows = [line for line in lines if line.startswith(("| plain ", "| ai "))]
+    assert len(rows) == 2 and all(line.count("|") == 7 for line in rows), stdout
+    assert set(json.loads((tmp_path / "ab.json").read_text())["cpu_ms_per_req"]) == {
+        "this-plain", "this-ai", "against-plain", "against-ai"}
 
 
 def test_quick_policy_overhead_prints_every_variant(tmp_path: Path) -> None:
