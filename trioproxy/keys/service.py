@@ -105,7 +105,7 @@ class KeyService:
         self._refresh_lock = trio.Lock()
         self._flush_lock = trio.Lock()
         self._pending: list[SettleEntry] = []
-        self._writing = 0  # settlements of the batch being written
+        self._writing = 0  # settlements in a transaction being written (a flush, a reservation)
         self._down_until = 0.0  # time.monotonic() until which request-path calls fail fast
         self._flush_now = trio.Event()
         self._failing: set[str] = set()  # loops whose last attempt failed (logged once per outage)
@@ -210,14 +210,14 @@ class KeyService:
             while self._pending:
                 batch = self._pending[:BATCH]
                 del self._pending[:BATCH]
-                self._writing = len(batch)
+                self._writing += len(batch)
                 try:
                     await self._call(self.store.apply, batch, self.clock())
                 except BaseException:
                     self._pending[:0] = batch
                     raise
                 finally:
-                    self._writing = 0
+                    self._writing -= len(batch)
 
     async def maintenance(self) -> None:
         """Give back expired reservations, drop old counters and request-log rows past retention."""
@@ -308,8 +308,19 @@ class KeyService:
         if not items:
             return Reservation(None, principal, (), tokens, cost, now)
         reservation_id = uuid.uuid4().hex
-        refused = await self._request_call(self.store.reserve, reservation_id, items,
-                                           now + self.settings.reservation_ttl, now)
+        # the settlements queued here go in the same transaction, ahead of the check: a client's
+        # previous request must not count at its estimate once it has ended (store.reserve)
+        settle = self._pending[:BATCH]
+        del self._pending[:BATCH]
+        self._writing += len(settle)
+        try:
+            refused = await self._request_call(self.store.reserve, reservation_id, items,
+                                               now + self.settings.reservation_ttl, now, settle)
+        except BaseException:
+            self._pending[:0] = settle
+            raise
+        finally:
+            self._writing -= len(settle)
         if refused is not None:
             label = next(label for subject, label, limit in principal.subjects()
                          if subject == refused.subject and limit.metric == refused.metric

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from trioproxy.config.model import KeysSettings
-from trioproxy.errors import KeyRefused
-from trioproxy.keys import FieldError, KeyService, NotFound, limits_from_json
+from trioproxy.errors import BudgetExceeded, KeyRefused, KeyStoreUnavailable
+from trioproxy.keys import FieldError, KeyService, NotFound, StoreError, limits_from_json
 from trioproxy.keys.records import format_time, key_digest
 
 START = 1_795_046_400.0 + 3600  # 2026-11-19T01:00:00Z
@@ -504,3 +504,42 @@ async def test_keyword_fields_use_python_names_not_the_wires(svc, clock):
     with pytest.raises(FieldError, match=r"^expiresAt: unknown field \(expected expires_at, limits, metadata, models, "
                                          r"name, team\)$"):
         await svc.create_key(name="k", expiresAt="2026-12-01T00:00:00Z")
+
+
+async def test_a_settlement_not_yet_flushed_no_longer_holds_its_estimate(svc, clock):
+    """One client's requests one after the other, each estimated at 900 tokens against 1,000 in
+    all: the second is admitted although no flush ran, because its reservation writes the first
+    one's settlement (30 real tokens) before checking. The third is refused on the real use."""
+    key, secret = await svc.create_key(name="k", limits={"tokens": {"total": 1000}})
+    principal = await svc.authenticate(secret)
+    first = await svc.reserve(principal, tokens=900, cost=None)
+    svc.settle(first, tokens=30, cost=0.0, model="m", provider="p", status=200)
+    assert svc.pending == 1
+    second = await svc.reserve(principal, tokens=900, cost=None)
+    assert svc.pending == 0  # written with the reservation
+    (shown,) = await svc.keys_json([key])
+    assert shown["usage"]["tokens"]["total"] == {"used": 30, "reserved": 900, "limit": 1000, "resetsAt": None}
+    svc.settle(second, tokens=980, cost=0.0, model="m", provider="p", status=200)
+    with pytest.raises(BudgetExceeded):
+        await svc.reserve(principal, tokens=1, cost=None)
+    (shown,) = await svc.keys_json([key])
+    assert shown["usage"]["tokens"]["total"] == {"used": 1010, "reserved": 0, "limit": 1000, "resetsAt": None}
+    assert [row["input_tokens"] for row in await svc.request_log()] == [980, 30]
+
+
+async def test_a_failed_reservation_keeps_the_settlements_it_carried(svc, clock, monkeypatch):
+    _, secret = await svc.create_key(name="k", limits={"requests": {"day": 5}})
+    principal = await svc.authenticate(secret)
+    svc.settle(await svc.reserve(principal, tokens=1, cost=None), tokens=1, cost=0.0, model="m", provider="p",
+               status=200)
+
+    def down(*args: object) -> None:
+        raise StoreError("down")
+
+    monkeypatch.setattr(svc.store, "reserve", down)
+    with pytest.raises(KeyStoreUnavailable):
+        await svc.reserve(principal, tokens=1, cost=None)
+    assert svc.pending == 1
+    monkeypatch.undo()
+    await svc.flush()
+    assert svc.pending == 0 and len(await svc.request_log()) == 1
