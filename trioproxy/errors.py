@@ -372,10 +372,10 @@ class LlmRequestError(ProxyError):
 
     dialect = "openai"
 
-    def __init__(self, status: int, message: str, code: str) -> None:
+    def __init__(self, status: int, message: str, code: str, *, detail: str | None = None) -> None:
         self.status = status
         self.code = code
-        super().__init__(message)
+        super().__init__(message, why={"policy": "llm", "check": code, "detail": detail or message})
 
 
 class ModelList(DirectResponse):

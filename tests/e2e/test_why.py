@@ -81,6 +81,22 @@ binds:
       policies:
         retry: {{attempts: 2, codes: [503]}}
       backends: [{{host: "127.0.0.1:{dead}"}}]
+    - name: unreachable
+      matches: [{{path: {{pathPrefix: /unreachable}}}}]
+      backends: [{{host: "127.0.0.1:{dead}"}}]
+    - name: hung
+      matches: [{{path: {{pathPrefix: /hang}}}}]
+      policies:
+        timeout: {{backendRequestTimeout: 200ms}}
+      backends: [{{host: "127.0.0.1:{backend}"}}]
+    - name: deadline
+      matches: [{{path: {{pathPrefix: /slow}}}}]
+      policies:
+        timeout: {{requestTimeout: 200ms}}
+      backends: [{{host: "127.0.0.1:{backend}"}}]
+    - name: garbled
+      matches: [{{path: {{pathPrefix: /garbage}}}}]
+      backends: [{{host: "127.0.0.1:{backend}"}}]
     - name: hosted
       hostnames: [api.example.com]
       matches: [{{path: {{pathPrefix: /hosted}}}}]
@@ -203,12 +219,12 @@ async def test_a_404_lists_each_route_and_what_it_missed(nursery, gw, log_lines)
     response, why = await why_of(nursery, gw, log_lines, "GET", "/search?q=42", headers={"x-env": "dev"})
     assert (response.status_code, response.text) == (404, "route not found")  # no route structure for the client
     routes = {r["route"]: (r["missed"], r["detail"]) for r in why["routes"]}
-    assert why["evaluated"] == 13 and len(routes) == 13
+    assert why["evaluated"] == 17 and len(routes) == 17
     assert routes["default/hosted"] == ("hostname", "host '127.0.0.1' is not api.example.com")
     assert routes["default/limited"] == ("path", "path '/search' is not pathPrefix '/limited'")
     assert routes["default/search"] == ("query", "query q is '42', wanted regex '[a-z]+'")
     async with httpx.AsyncClient(base_url=gw.admin_url) as admin:  # CEL over it
-        found = (await admin.get("/api/requests", params={"expression": "response.why.evaluated == 13"})).json()
+        found = (await admin.get("/api/requests", params={"expression": "response.why.evaluated == 17"})).json()
     assert [e["path"] for e in found] == ["/search"]
     response, why = await why_of(nursery, gw, log_lines, "GET", "/posts/1")
     routes = {r["route"]: (r["missed"], r["detail"]) for r in why["routes"]}
@@ -230,6 +246,33 @@ async def test_a_failed_failover_lists_every_attempt(nursery, gw, log_lines):
     assert response.status_code == 503
     assert [a["outcome"] for a in why["attempts"]] == [response.text] * 3
     assert "refused" in response.text
+
+
+async def test_an_unreachable_backend_names_it_and_its_address(nursery, gw, log_lines):
+    response, why = await why_of(nursery, gw, log_lines, "GET", "/unreachable")
+    assert response.status_code == 503 and "refused" in response.text
+    assert why["target"].startswith("127.0.0.1:") and why["detail"] == response.text
+    assert set(why) == {"backend", "target", "detail"} and why["backend"]
+
+
+async def test_a_backend_that_answers_garbage_is_named(nursery, gw, log_lines):
+    response, why = await why_of(nursery, gw, log_lines, "GET", "/garbage")
+    assert response.status_code == 502
+    assert set(why) == {"backend", "target", "detail"} and why["detail"] == response.text
+
+
+async def test_a_backend_timeout_names_its_setting_and_limit(nursery, gw, log_lines):
+    response, why = await why_of(nursery, gw, log_lines, "GET", "/hang")
+    assert (response.status_code, response.text) == (504, "upstream call timeout")
+    assert why == {"policy": "timeout", "check": "backendRequestTimeout", "limit": 0.2, "backend": why["backend"],
+                   "detail": f"backend {why['backend']} sent no response headers within 0.2s of the call started"}
+
+
+async def test_a_request_timeout_says_where_the_request_was(nursery, gw, log_lines):
+    response, why = await why_of(nursery, gw, log_lines, "GET", "/slow?ms=5000")
+    assert (response.status_code, response.text) == (504, "request timeout")
+    assert why == {"policy": "timeout", "check": "requestTimeout", "limit": 0.2,
+                   "detail": "no response headers within 0.2s of the request's arrival; the backend call was under way"}
 
 
 async def test_a_plain_success_has_no_why(nursery, gw, log_lines):
@@ -325,3 +368,44 @@ async def test_runtime_keys_budget_revoked_and_expired(nursery, tmp_path, log_li
     assert (response.status_code, why["check"], why["key"]["name"]) == (401, "expired", "old")
     assert re.fullmatch(r"expired \d+d(\d+h)?(\d+m)?(\d+s)? ago", why["detail"]), why
     await keyed.admin.aclose()
+
+
+LLM_LIMITED = """\
+config:
+  history: {{size: 100}}
+frontendPolicies: {{http: {{maxBufferSize: 200, requestBodyIdleTimeout: 300ms}}}}
+llm:
+  port: {port}
+  models:
+  - name: gpt-*
+    provider: openAI
+    params: {{hostOverride: "127.0.0.1:{mock}"}}
+"""
+
+
+async def test_an_llm_body_too_large_or_too_slow_and_an_unknown_model(nursery, log_lines):
+    from fixtures.mock_openai import MockOpenAI
+
+    mock = MockOpenAI()
+    await nursery.start(mock.serve)
+    gw = await start_gateway(nursery, LLM_LIMITED, port=free_port(), mock=mock.port)
+    chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": "x" * 300}]}
+    response, why = await why_of(nursery, gw, log_lines, "POST", "/v1/chat/completions", json=chat)
+    assert (response.status_code, why) == (413, {"check": "maxBufferSize", "limit": 200,
+                                                 "detail": "the body must be buffered here and passed 200 bytes"})
+    response, why = await why_of(nursery, gw, log_lines, "POST", "/v1/chat/completions", json={"model": "llama"})
+    assert response.json()["error"]["code"] == "model_not_found"
+    assert why == {"policy": "llm", "check": "model_not_found", "detail": "model 'llama' matches none of 'gpt-*'"}
+
+    # a body that stops arriving: 408 once requestBodyIdleTimeout passes without a byte
+    with trio.fail_after(10):
+        stream = await trio.open_tcp_stream("127.0.0.1", int(gw.url.rsplit(":", 1)[1]))
+        await stream.send_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{")
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += await stream.receive_some()
+        await stream.aclose()
+    assert answer.startswith(b"HTTP/1.1 408 ")
+    async with httpx.AsyncClient(base_url=gw.admin_url) as admin:
+        [entry] = (await admin.get("/api/requests", params={"limit": "1"})).json()
+    assert entry["why"] == {"check": "requestBodyIdleTimeout", "limit": 0.3, "detail": "no request body bytes for 0.3s"}

@@ -107,6 +107,7 @@ class KeyService:
         self._pending: list[SettleEntry] = []
         self._writing = 0  # settlements in a transaction being written (a flush, a reservation)
         self._down_until = 0.0  # time.monotonic() until which request-path calls fail fast
+        self._store_error = ""  # the last store error, for the fail-fast refusals' why
         self._flush_now = trio.Event()
         self._failing: set[str] = set()  # loops whose last attempt failed (logged once per outage)
         #: settlements dropped because the store stayed unreachable with MAX_PENDING queued
@@ -125,15 +126,22 @@ class KeyService:
         except StoreError as error:
             # requests fail fast for a while instead of each waiting for the store's timeout
             self._down_until = time.monotonic() + max(FAIL_FAST, self.settings.refresh_interval)
-            raise KeyStoreUnavailable() from error
+            self._store_error = str(error)
+            raise KeyStoreUnavailable(why=self._unavailable(self._store_error)) from error
         self._down_until = 0.0
         return result
+
+    def _unavailable(self, detail: str) -> dict[str, Any]:
+        """The ``why`` of a 503 ``key store unavailable`` (docs/history.md): the store (no
+        password) and its error."""
+        return {"policy": "keyStore", "store": self.store.describe(), "detail": detail}
 
     async def _request_call(self, fn: Callable[..., T], *args: Any) -> T:
         """A store call on the request path: refused at once while the store was just found down
         (the background refresh keeps trying and ends that as soon as the store answers)."""
         if self._down_until and time.monotonic() < self._down_until:
-            raise KeyStoreUnavailable()
+            raise KeyStoreUnavailable(why=self._unavailable(
+                f"{self._store_error} (requests fail fast until the background refresh reaches the store)"))
         return await self._call(fn, *args)
 
     # --- background work -----------------------------------------------------------------------------

@@ -61,11 +61,14 @@ def select_model(models: tuple[LlmModelRoute, ...], body: bytes,
         request["model"] = path_model
     model = request.get("model")
     if not isinstance(model, str):
-        raise LlmRequestError(400, "LLM request body is missing string field 'model'", "missing_model")
+        raise LlmRequestError(400, "LLM request body is missing string field 'model'", "missing_model",
+                              detail=f"'model' is {type(model).__name__ if model is not None else 'missing'}")
     for entry in models:
         if model_matches(entry.pattern, model):
             return entry, request
-    raise LlmRequestError(404, "Model not found", "model_not_found")
+    raise LlmRequestError(404, "Model not found", "model_not_found", detail=(
+        f"model {model!r} matches none of {', '.join(repr(e.pattern) for e in models[:10]) or 'no models'}"
+        + (f" and {len(models) - 10} more" if len(models) > 10 else "")))
 
 
 @lru_cache(maxsize=256)

@@ -288,7 +288,9 @@ class Exchange:
         async for chunk in self._stream_body():
             size += len(chunk)
             if size > limit:
-                raise PayloadTooLarge(f"request body larger than {limit} bytes")
+                raise PayloadTooLarge(f"request body larger than {limit} bytes", why={
+                    "check": "maxBufferSize", "limit": limit,
+                    "detail": f"the body must be buffered here and passed {limit} bytes"})
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -307,7 +309,8 @@ class Exchange:
                     with trio.move_on_after(self.body_idle_timeout):
                         message = await self.receive()
             if message is None:  # a slow (or stalled) client must not hold a backend connection
-                raise RequestBodyTimeout()
+                raise RequestBodyTimeout(why={"check": "requestBodyIdleTimeout", "limit": self.body_idle_timeout,
+                                              "detail": f"no request body bytes for {self.body_idle_timeout:g}s"})
             if message["type"] == "http.disconnect":
                 self.disconnected = True
                 raise ClientDisconnected()

@@ -31,7 +31,7 @@ import trio
 
 from ..asgi import Header, Receive, Scope, Send, serve_lifespan
 from ..config.model import Backend, Route
-from ..errors import ProxyError, RequestTimeout, UpstreamTimeout
+from ..errors import ProxyError, RequestTimeout, UpstreamError, UpstreamTimeout
 from ..llm.pricing import PriceCatalog
 from ..llm.providers import COMPLETIONS, GEMINI_KINDS, PASSTHROUGH, UNREAD_KINDS, fill_model, provider_headers
 from ..llm.usage import Usage, UsageReader, UsageStripper, prepare_request_body, usage_fields
@@ -59,6 +59,14 @@ from .websocket import WebSocketProxy
 __all__ = ["Gateway", "GatewayState", "Runtime"]
 
 _T = TypeVar("_T")
+
+
+def _request_timeout_why(x: Exchange, limit: float | None) -> dict[str, Any]:
+    """The ``why`` of a 504 ``request timeout``: the route's ``requestTimeout`` and where the request was."""
+    where = "the backend call was under way" if x.upstream_started is not None else \
+        "the backend was not called yet (route stages, the body read)"
+    return {"policy": "timeout", "check": "requestTimeout", "limit": limit,
+            "detail": f"no response headers within {limit or 0:g}s of the request's arrival; {where}"}
 
 
 class Gateway:
@@ -144,7 +152,7 @@ class Gateway:
             if x.disconnected:
                 raise ClientDisconnected()
             assert request_scope.cancelled_caught
-            error = RequestTimeout()
+            error = RequestTimeout(why=_request_timeout_why(x, compiled.request_timeout))
             if x.upstream_started is not None:
                 tr.body("final request", x.request_capture)
                 tr.event("backendCallResult", start=x.upstream_started, severity="error", status=None,
@@ -350,9 +358,11 @@ class Gateway:
                         await response.aclose()
                     raise ClientDisconnected()
                 if response is None and backend_scope.cancelled_caught:
-                    raise UpstreamTimeout()
+                    raise UpstreamTimeout(why=self._upstream_timeout_why(route, backend, body))
                 span.status = response.status if response else 0
         except ProxyError as error:
+            if error.why is None and isinstance(error, UpstreamError):  # which backend, at which address
+                error.why = {"backend": backend.name, "target": str(backend.target), "detail": error.message}
             tr.body("final request", x.request_capture)
             tr.event("backendCallResult", start=now, severity="error", status=None, error=error.message)
             raise
@@ -362,6 +372,19 @@ class Gateway:
             tr.event("backendCallResult", start=now, severity="success" if response.status < 400 else "warn",
                      status=response.status, error=None)
         return response
+
+    def _upstream_timeout_why(self, route: Route, backend: Backend, body: bytes | AsyncIterator[bytes]) -> dict[str, Any]:
+        """The ``why`` of a 504 ``upstream call timeout``: the setting that bounded the call (the
+        route's ``backendRequestTimeout``, else ``config.backend.responseHeaderTimeout``)."""
+        timeout = route.policies.timeout
+        if timeout and timeout.backend_request_timeout:
+            check, limit = "backendRequestTimeout", timeout.backend_request_timeout
+            since = "the call started"
+        else:
+            check, limit = "responseHeaderTimeout", self.runtime.state.config.backend.response_header_timeout
+            since = "the call started" if isinstance(body, bytes) else "the request body was sent"
+        return {"policy": "timeout", "check": check, "limit": limit, "backend": backend.name,
+                "detail": f"backend {backend.name} sent no response headers within {limit:g}s of {since}"}
 
     async def _respond(self, x: Exchange, gateway: Phase, route: Phase, response: UpstreamResponse) -> None:
         """Response hooks backend → route → listener, then the body streamed back through the

@@ -219,7 +219,10 @@ class BasicAuthStage(Stage):
             return True
         if hashed.startswith(BCRYPT_PREFIXES):
             if self.checks >= basic_auth.BCRYPT_THREADS + basic_auth.BCRYPT_QUEUE:
-                raise BasicAuthenticationBusy(headers=((b"retry-after", b"1"),))
+                raise BasicAuthenticationBusy(headers=((b"retry-after", b"1"),), why={
+                    "policy": "basicAuth", "check": "busy", "username": user,
+                    "detail": f"{self.checks} bcrypt password checks running or queued (at most "
+                              f"{basic_auth.BCRYPT_THREADS + basic_auth.BCRYPT_QUEUE})"})
             self.checks += 1
             try:
                 ok = await trio.to_thread.run_sync(basic_auth.verify_password, hashed, password, limiter=self.limiter)

@@ -412,10 +412,15 @@ async def test_a_store_that_is_down_is_key_store_unavailable_and_run_keeps_going
     with pytest.raises(KeyStoreUnavailable) as info:
         await svc.authenticate("sk-tp-anything")
     assert info.value.status == 503 and info.value.message == "key store unavailable"
+    why = info.value.why
+    assert why is not None and (why["policy"], why["store"]) == ("keyStore", store.describe())
+    assert "127.0.0.1" in why["detail"] and why["detail"] == str(info.value.__cause__)
     started = time.monotonic()
-    with pytest.raises(KeyStoreUnavailable):  # the next request does not wait for the store's timeout
+    with pytest.raises(KeyStoreUnavailable) as fast:  # the next request does not wait for the store's timeout
         await svc.authenticate("sk-tp-other")
     assert time.monotonic() - started < 0.2
+    assert fast.value.why == {**why, "detail": f"{why['detail']} (requests fail fast until the background "
+                                                "refresh reaches the store)"}
     with pytest.raises(KeyStoreUnavailable):
         await svc.create_key(name="x")
     async with trio.open_nursery() as nursery:

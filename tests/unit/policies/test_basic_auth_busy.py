@@ -62,6 +62,8 @@ async def one_round(stage, credentials, outcomes, gate):
             with pytest.raises(BasicAuthenticationBusy) as busy:
                 await stage.request(exchange(RecordingTracer(), credentials))
             assert busy.value.status == 503 and busy.value.headers == [(b"retry-after", b"1")]
+            assert busy.value.why == {"policy": "basicAuth", "check": "busy", "username": credentials.split(":")[0],
+                                      "detail": f"{LIMIT} bcrypt password checks running or queued (at most {LIMIT})"}
             gate.open()
 
 

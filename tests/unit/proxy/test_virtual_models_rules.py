@@ -154,6 +154,7 @@ def test_no_condition_holding_is_a_404_model_not_found():
         plan("conditional", VirtualTarget(0, "a", when="false"))
     assert (info.value.status, info.value.code) == (404, "model_not_found")
     assert str(info.value) == "no target of the virtual model matches the request"
+    assert info.value.why == {"policy": "llm", "check": "model_not_found", "detail": "no 'when' of virtual model 'v' holds"}
 
 
 def test_each_candidate_gets_its_backends_limiter():
