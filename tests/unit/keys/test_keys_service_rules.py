@@ -4,11 +4,17 @@ request log's filters and the settlement's fields."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from functools import partial
+
 import pytest
+import trio
+import trio.testing
 
 from trioproxy.config.model import KeysSettings
 from trioproxy.errors import BudgetExceeded, KeyRefused, KeyStoreUnavailable
-from trioproxy.keys import FieldError, KeyService, NotFound, StoreError, limits_from_json
+from trioproxy.keys import FieldError, KeyService, NotFound, Principal, Reservation, StoreError, limits_from_json
 from trioproxy.keys.records import format_time, key_digest
 
 START = 1_795_046_400.0 + 3600  # 2026-11-19T01:00:00Z
@@ -527,19 +533,104 @@ async def test_a_settlement_not_yet_flushed_no_longer_holds_its_estimate(svc, cl
     assert [row["input_tokens"] for row in await svc.request_log()] == [980, 30]
 
 
-async def test_a_failed_reservation_keeps_the_settlements_it_carried(svc, clock, monkeypatch):
+async def test_a_failed_reservation_keeps_the_settlements_it_carried_and_says_why(svc, clock, monkeypatch):
+    """The store fails while a settlement made meanwhile is queued: both stay queued, in order,
+    and are written by the next flush; the refusal names the store and its error, and the next
+    request fails fast saying so."""
     _, secret = await svc.create_key(name="k", limits={"requests": {"day": 5}})
     principal = await svc.authenticate(secret)
-    svc.settle(await svc.reserve(principal, tokens=1, cost=None), tokens=1, cost=0.0, model="m", provider="p",
+    svc.settle(await svc.reserve(principal, tokens=1, cost=None), tokens=1, cost=0.0, model="first", provider="p",
                status=200)
+    later = await svc.reserve(principal, tokens=1, cost=None)  # carries "first" to the store
+    meanwhile = await svc.reserve(principal, tokens=1, cost=None)
+    svc.settle(later, tokens=1, cost=0.0, model="carried", provider="p", status=200)
 
-    def down(*args: object) -> None:
-        raise StoreError("down")
+    def down(*args: object) -> None:  # in the store's thread, as the request goes on: another request ends
+        trio.from_thread.run_sync(lambda: svc.settle(meanwhile, tokens=1, cost=0.0, model="meanwhile",
+                                                      provider="p", status=200))
+        raise StoreError("disk on fire")
 
     monkeypatch.setattr(svc.store, "reserve", down)
-    with pytest.raises(KeyStoreUnavailable):
+    with pytest.raises(KeyStoreUnavailable) as info:
         await svc.reserve(principal, tokens=1, cost=None)
-    assert svc.pending == 1
+    assert info.value.why == {"policy": "keyStore", "store": svc.store.describe(), "detail": "disk on fire"}
+    assert svc.pending == 2
+    with pytest.raises(KeyStoreUnavailable) as fast:  # fails fast: the store is not called
+        await svc.reserve(principal, tokens=1, cost=None)
+    assert fast.value.why == {"policy": "keyStore", "store": svc.store.describe(), "detail":
+                              "disk on fire (requests fail fast until the background refresh reaches the store)"}
     monkeypatch.undo()
     await svc.flush()
-    assert svc.pending == 0 and len(await svc.request_log()) == 1
+    assert svc.pending == 0
+    assert [row["model"] for row in await svc.request_log()] == ["meanwhile", "carried", "first"]  # newest first
+
+
+def unmetered(principal: Principal, now: float) -> Reservation:
+    """A reservation that never touched the store (a key without limits): settling it only queues."""
+    return Reservation(None, principal, (), 0, None, now)
+
+
+@pytest.mark.parametrize("first", ["reserve", "flush"])
+async def test_pending_counts_a_flush_and_a_reservation_writing_at_once(svc, clock, monkeypatch, first):
+    """``pending`` (queued + being written) while a reservation's transaction and a flush's
+    overlap, in either order: each adds its own count and takes back only its own."""
+    _, secret = await svc.create_key(name="k", limits={"requests": {"day": 50}})
+    principal = await svc.authenticate(secret)
+    releases = {name: threading.Event() for name in ("reserve", "apply")}
+
+    def holding(real: Callable[..., object], release: threading.Event) -> Callable[..., object]:
+        def held(*args: object) -> object:  # in the store's thread: waits for the test to let it write
+            release.wait(10)
+            return real(*args)
+        return held
+
+    for name, release in releases.items():
+        monkeypatch.setattr(svc.store, name, holding(getattr(svc.store, name), release))
+
+    def queue(n: int) -> None:
+        for _ in range(n):
+            svc.settle(unmetered(principal, clock.now), tokens=1, cost=0.0, model="m", provider="p", status=200)
+
+    async def start(nursery: trio.Nursery, which: str) -> None:
+        nursery.start_soon(partial(svc.reserve, principal, tokens=1, cost=None) if which == "reserve" else svc.flush)
+        await trio.testing.wait_all_tasks_blocked()  # its count is taken before it waits for the store
+
+    second = "flush" if first == "reserve" else "reserve"
+    async with trio.open_nursery() as nursery:
+        queue(2)
+        await start(nursery, first)  # writes the 2 queued
+        assert svc.pending == 2
+        queue(3)
+        assert svc.pending == 5
+        await start(nursery, second)  # writes the 3 others while the first still writes
+        assert svc.pending == 5
+        for release in releases.values():
+            release.set()
+    assert svc.pending == 0
+    assert len(await svc.request_log()) == 5
+
+
+async def test_each_refused_key_says_which_key_and_since_when(svc, clock):
+    """The ``why`` of a revoked, expired and rotated key (docs/history.md): the key by id and name,
+    and how long ago it stopped being valid."""
+    key, secret = await svc.create_key(name="gone")
+    clock.now += 30
+    await svc.revoke_key(key.id)
+    clock.now += 125
+    with pytest.raises(KeyRefused) as revoked:
+        await svc.authenticate(secret)
+    assert revoked.value.why == {"policy": "apiKey", "check": "revoked", "key": {"id": key.id, "name": "gone"},
+                                 "detail": "revoked 2m5s ago"}
+    old, old_secret = await svc.create_key(name="old", expires_at=clock.now + 10)
+    clock.now += 3700
+    with pytest.raises(KeyRefused) as expired:
+        await svc.authenticate(old_secret)
+    assert expired.value.why == {"policy": "apiKey", "check": "expired", "key": {"id": old.id, "name": "old"},
+                                 "detail": "expired 1h1m30s ago"}
+    rotated, first = await svc.create_key(name="rot")
+    await svc.rotate_key(rotated.id, 60)
+    clock.now += 61
+    with pytest.raises(KeyRefused) as past_grace:
+        await svc.authenticate(first)
+    assert past_grace.value.why == {"policy": "apiKey", "check": "rotated", "key": {"id": rotated.id, "name": "rot"},
+                                    "detail": "an old secret of a rotated key, its grace period ended 1s ago"}
