@@ -66,8 +66,8 @@ def select_model(models: tuple[LlmModelRoute, ...], body: bytes,
     for entry in models:
         if model_matches(entry.pattern, model):
             return entry, request
-    raise LlmRequestError(404, "Model not found", "model_not_found", detail=(
-        f"model {model!r} matches none of {', '.join(repr(e.pattern) for e in models[:10]) or 'no models'}"
+    raise LlmRequestError(404, "Model not found", "model_not_found", detail=(  # the client's name, cut for the log
+        f"model {model[:200]!r} matches none of {', '.join(repr(e.pattern) for e in models[:10]) or 'no models'}"
         + (f" and {len(models) - 10} more" if len(models) > 10 else "")))
 
 

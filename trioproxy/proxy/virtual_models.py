@@ -90,7 +90,7 @@ def virtual_plan(x: Exchange, route: Route, phases: Sequence[Phase], virtual: Vi
         targets = tuple(t for t in targets if t.when is None or _expression(t.when).evaluate(act) is True)
         if not targets:
             raise LlmRequestError(404, "no target of the virtual model matches the request", "model_not_found",
-                                  detail=f"no 'when' of virtual model {request.get('model')!r} holds")
+                                  detail=f"no 'when' of virtual model {str(request.get('model'))[:200]!r} holds")
     candidates = [Candidate(route.backends[t.backend], phases[t.backend], t.weight,
                             _override(route, t.model, request), limiter=limiters[t.backend] if limiters else None)
                   for t in targets]

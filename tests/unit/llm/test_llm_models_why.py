@@ -43,3 +43,8 @@ def test_past_ten_patterns_the_rest_are_counted():
 def test_a_body_without_a_usable_model_says_what_it_had(body, code, detail):
     error = refused(body)
     assert (error.status, error.why) == (400, {"policy": "llm", "check": code, "detail": detail})
+
+
+def test_a_huge_model_name_is_cut_in_the_why():
+    detail = refused(json.dumps({"model": "m" * 10_000}).encode()).why["detail"]  # type: ignore[index]
+    assert detail == f"model '{'m' * 200}' matches none of 'gpt-*', 'claude-x'"
