@@ -634,3 +634,8 @@ async def test_each_refused_key_says_which_key_and_since_when(svc, clock):
         await svc.authenticate(first)
     assert past_grace.value.why == {"policy": "apiKey", "check": "rotated", "key": {"id": rotated.id, "name": "rot"},
                                     "detail": "an old secret of a rotated key, its grace period ended 1s ago"}
+    now_rotated, secret = await svc.create_key(name="now")
+    await svc.rotate_key(now_rotated.id, 0)  # no grace period at all
+    with pytest.raises(KeyRefused) as no_grace:
+        await svc.authenticate(secret)
+    assert no_grace.value.why["detail"] == "an old secret of a rotated key, its grace period ended 0s ago"  # type: ignore[index]
