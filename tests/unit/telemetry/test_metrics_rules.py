@@ -5,12 +5,19 @@ prometheus-client's own loop fills, and ``Metrics.gen_ai`` makes each child on i
 from __future__ import annotations
 
 import math
+import platform
+import re
+import time
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 from trioproxy.telemetry.metrics import DURATION_BUCKETS, TOKEN_BUCKETS, Metrics, _Histogram
+from trioproxy.version import __version__
 
+ROOT = Path(__file__).resolve().parents[3]
 LABELS = ("chat", "openai", "m", "m-001", "gw", "gw/bind/l", "ns/r")
 
 
@@ -60,3 +67,104 @@ def test_gen_ai_makes_each_child_on_first_use_and_observes_by_labels():
     per_token = [s.value for s in families["trioproxy_gen_ai_server_time_per_output_token"].samples
                  if s.name.endswith("_sum")]
     assert per_token == [pytest.approx((0.1 - 0.05) / 8)]
+
+
+def documented_metrics() -> dict[str, set[str]]:
+    """docs/observability.md's metrics table: each metric name (as exposed: counters end in
+    ``_total``) and its label names (the backticked names of its labels column, outside parentheses)."""
+    text = (ROOT / "docs" / "observability.md").read_text()
+    table = text.split("## Metrics", 1)[1].split("\n## ", 1)[0]
+    out: dict[str, set[str]] = {}
+    for line in table.splitlines():
+        if not line.startswith("| `"):
+            continue
+        names, labels = line.split(" | ")[:2]
+        outside = re.sub(r"\([^()]*\)", "", re.sub(r"\([^()]*\)", "", labels))  # one level of nesting
+        label_names = {name for quoted in re.findall(r"`([^`]+)`", outside) for name in quoted.split(", ")}
+        for name in re.findall(r"`(trioproxy_[a-z_]+)`", names):
+            out[name] = label_names
+    return out
+
+
+def test_every_metric_is_registered_and_documented_with_its_labels():
+    """Dashboards and alerts are written against the names and labels docs/observability.md lists:
+    each metric ``Metrics`` makes is in its registry and in that table, with the same labels."""
+    metrics = Metrics()
+    families = {family.name: family for family in metrics.registry.collect()}
+    docs = documented_metrics()
+    made = [value for value in vars(metrics).values() if isinstance(value, MetricWrapperBase)]
+    assert len(made) == 20
+    for metric in made:
+        name = metric._name  # type: ignore[attr-defined]
+        exposed = name + "_total" if metric._type == "counter" else name  # type: ignore[attr-defined]
+        assert exposed in docs, f"{exposed} is not in docs/observability.md's metrics table"
+        assert set(metric._labelnames) == docs[exposed], exposed  # type: ignore[attr-defined]
+        assert families[name].type == metric._type and families[name].documentation  # type: ignore[attr-defined]
+    assert len(families) == len(made)  # each registered once, in this registry
+
+
+def _values(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in metrics.registry.collect() for s in family.samples}
+
+
+def test_each_recording_method_counts_into_its_own_series():
+    metrics = Metrics(open_upstream_connections=lambda: 7)
+    request = ("8080", "gw", "l", "r", "b", "GET")
+    metrics.observe(*request, 200, "", 0.003)
+    metrics.observe(*request, 200, "", 0.2)  # the same child, from the cache
+    metrics.observe(*request, 503, "BackendUnreachable", 0.001)
+    metrics.upstream_error("8080", "r", "BackendUnreachable")
+    metrics.ratelimit_decision("localRateLimit", "r", "allowed")
+    metrics.ratelimit_decision("localRateLimit", "r", "allowed")
+    metrics.ratelimit_decision("localRateLimit", "r", "rejected")
+    metrics.cost("r", "openai", "gpt-4o", 0.25)
+    metrics.cost("r", "openai", "gpt-4o", 0.5)
+    metrics.requests_active = 3
+    values = _values(metrics)
+    labels = tuple(sorted(zip(("bind", "gateway", "listener", "route", "backend", "method"), request, strict=True)))
+
+    def requests(status: str, reason: str) -> float:
+        return values[("trioproxy_requests_total", tuple(sorted((*labels, ("status", status), ("reason", reason)))))]
+
+    assert (requests("200", ""), requests("503", "BackendUnreachable")) == (2.0, 1.0)
+    duration = tuple(sorted((*labels, ("status", "200"))))
+    assert values[("trioproxy_request_duration_seconds_count", duration)] == 2.0
+    assert values[("trioproxy_request_duration_seconds_sum", duration)] == pytest.approx(0.203)
+    assert values[("trioproxy_request_duration_seconds_bucket", tuple(sorted((*duration, ("le", "0.005")))))] == 1.0
+    assert values[("trioproxy_upstream_errors_total", (("bind", "8080"), ("reason", "BackendUnreachable"),
+                                                       ("route", "r")))] == 1.0
+    decisions = {dict(k[1])["result"]: v for k, v in values.items() if k[0] == "trioproxy_ratelimit_decisions_total"}
+    assert decisions == {"allowed": 2.0, "rejected": 1.0}
+    assert values[("trioproxy_gen_ai_cost_usd_total", (("model", "gpt-4o"), ("provider", "openai"),
+                                                       ("route", "r")))] == 0.75
+    assert values[("trioproxy_requests_in_flight", ())] == 3.0 and metrics.requests_in_flight() == 3
+    assert values[("trioproxy_upstream_connections_open", ())] == 7.0
+
+
+def test_a_new_metrics_starts_synchronized_idle_and_says_its_build():
+    metrics = Metrics()
+    values = _values(metrics)
+    assert values[("trioproxy_config_synchronized", ())] == 1.0
+    assert values[("trioproxy_requests_in_flight", ())] == 0.0 and values[("trioproxy_upstream_connections_open", ())] == 0.0
+    [(labels, one)] = [(k[1], v) for k, v in values.items() if k[0] == "trioproxy_build_info"]
+    assert one == 1.0 and dict(labels) == {"version": __version__, "python": platform.python_version()}
+    assert values[("trioproxy_config_last_reload_success_timestamp_seconds", ())] == pytest.approx(time.time(), abs=5)
+
+
+def test_a_rejected_reload_unsynchronizes_and_an_applied_one_restores(monkeypatch):
+    metrics = Metrics()
+    metrics.reload(False)
+    values = _values(metrics)
+    assert values[("trioproxy_config_synchronized", ())] == 0.0
+    assert values[("trioproxy_config_reloads_total", (("result", "rejected"),))] == 1.0
+    monkeypatch.setattr(time, "time", lambda: 1_800_000_000.0)
+    metrics.reload(True)
+    values = _values(metrics)
+    assert values[("trioproxy_config_synchronized", ())] == 1.0
+    assert values[("trioproxy_config_reloads_total", (("result", "applied"),))] == 1.0
+    assert values[("trioproxy_config_last_reload_success_timestamp_seconds", ())] == 1_800_000_000.0
+    body, content_type = metrics.exposition()
+    assert content_type.startswith("text/plain; version=")  # the Prometheus text format
+    assert b'trioproxy_config_reloads_total{result="applied"} 1.0\n' in body
+    assert b"# HELP trioproxy_config_synchronized " in body and b"_created" not in body
