@@ -14,7 +14,15 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
-from trioproxy.telemetry.metrics import DURATION_BUCKETS, TOKEN_BUCKETS, Metrics, _Histogram
+from trioproxy.telemetry.metrics import (
+    DURATION_BUCKETS,
+    GEN_AI_DURATION_BUCKETS,
+    TOKEN_BUCKETS,
+    TPOT_BUCKETS,
+    TTFT_BUCKETS,
+    Metrics,
+    _Histogram,
+)
 from trioproxy.version import __version__
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -168,3 +176,27 @@ def test_a_rejected_reload_unsynchronizes_and_an_applied_one_restores(monkeypatc
     assert content_type.startswith("text/plain; version=")  # the Prometheus text format
     assert b'trioproxy_config_reloads_total{result="applied"} 1.0\n' in body
     assert b"# HELP trioproxy_config_synchronized " in body and b"_created" not in body
+
+
+def test_each_histogram_has_its_own_buckets():
+    metrics = Metrics()
+    expected = {
+        "trioproxy_request_duration_seconds": DURATION_BUCKETS, "trioproxy_gen_ai_client_token_usage": TOKEN_BUCKETS,
+        "trioproxy_gen_ai_server_request_duration": GEN_AI_DURATION_BUCKETS,
+        "trioproxy_gen_ai_server_time_to_first_token": TTFT_BUCKETS,
+        "trioproxy_gen_ai_server_time_per_output_token": TPOT_BUCKETS,
+    }
+    histograms = {m._name: m for m in vars(metrics).values() if isinstance(m, Histogram)}  # type: ignore[attr-defined]
+    assert set(histograms) == set(expected)
+    for name, histogram in histograms.items():
+        assert histogram._upper_bounds == [*map(float, expected[name]), math.inf], name  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("output_tokens, per_token", [(None, None), (0, None), (1, None), (2, 0.25), (5, 0.0625)])
+def test_time_per_output_token_needs_two_tokens_after_a_first(output_tokens, per_token):
+    metrics = Metrics()
+    metrics.gen_ai(LABELS, (("output", output_tokens),), 0.5, 0.25, output_tokens)  # first token at 0.25 s of 0.5 s
+    assert _series(metrics, "trioproxy_gen_ai_server_time_to_first_token") == {LABELS: 1.0}
+    families = {f.name: f for f in metrics.registry.collect()}
+    sums = [s.value for s in families["trioproxy_gen_ai_server_time_per_output_token"].samples if s.name.endswith("_sum")]
+    assert sums == ([] if per_token is None else [per_token])
