@@ -10,6 +10,8 @@ import io
 import json
 import logging
 import os
+import sys
+import time
 
 import pytest
 
@@ -174,3 +176,118 @@ def test_a_line_is_exactly_what_the_stdlib_would_write(fmt, restore_logging):
         assert rest == ('bind=127.0.0.1:8080 route=default/r http.method=POST http.path="/a b" http.status=200 '
                         'duration=0.3ms why="{\\"policy\\":\\"x\\",\\"n\\":[1,null]}" cost=0.25 ok=True empty="" '
                         'quote="say \\"hi\\"" eq="a=b" multi="x\\ny" unicode=héllo')
+
+
+class _Expression:
+    """A compiled CEL expression's stand-in: what ``evaluate`` got, and a value from it."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def evaluate(self, values: dict) -> object:
+        return values[self.key]
+
+
+@pytest.mark.parametrize("path", ["direct", "stdlib"])
+@pytest.mark.usefixtures("restore_logging")
+def test_the_level_the_filter_and_the_added_fields_on_either_path(path):
+    """The same decisions whichever way the line goes out: warning for the gateway's own 5xx from
+    500 up (not 499, not the backend's), the CEL filter over the request's activation (kept when it
+    cannot decide; not applied without an activation), added fields evaluated over it."""
+    stream = io.StringIO()
+    configure_logging("info", "json", stream=stream, env={})
+    if path == "stdlib":
+        logging.getLogger(ACCESS_LOGGER).addFilter(lambda record: True)  # anything in the way: through logging
+    log = AccessLog()
+
+    def lines() -> list[dict]:
+        return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+    for status, own in ((499, True), (500, False), (500, True), (501, True)):
+        log.record({"http.status": status}, status, own)
+    assert [(e["http.status"], e["level"]) for e in lines()] == [(499, "info"), (500, "info"), (500, "warn"),
+                                                                 (501, "warn")]
+    assert {e["message"] for e in lines()} == {"request"} and {e["scope"] for e in lines()} == {ACCESS_LOGGER}
+    stream.seek(0)
+    stream.truncate()
+
+    activation = {"tenant": "t1", "keep": False}
+    decided: list[dict] = []
+
+    def keep(values: dict) -> bool:
+        decided.append(values)
+        if values.get("broken"):
+            raise ValueError("cannot decide")
+        return bool(values["keep"])
+
+    log.filter = keep
+    log.add = (("tenant", _Expression("tenant")),)
+    log.record({"n": 1}, 200, False, lambda: activation)  # filtered out
+    log.record({"n": 2}, 200, False, lambda: {**activation, "keep": True})
+    log.record({"n": 3}, 200, False, lambda: {**activation, "broken": True})  # a filter that fails: logged
+    log.record({"n": 4}, 200, False)  # no activation: neither filtered nor added to
+    assert [(e["n"], e.get("tenant")) for e in lines()] == [(2, "t1"), (3, "t1"), (4, None)]
+    assert len(decided) == 3
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_the_line_time_has_the_milliseconds_of_now(monkeypatch):
+    stream = io.StringIO()
+    configure_logging("info", "json", stream=stream, env={})
+    monkeypatch.setattr(time, "time", lambda: 1_795_046_400.375)  # exact in binary
+    AccessLog().record({"n": 1}, 200, False)
+    assert json.loads(stream.getvalue())["time"] == "2026-11-19T00:00:00.375Z"
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_a_record_through_logging_is_the_request_with_its_fields():
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    configure_logging("info", "json", stream=io.StringIO(), env={})
+    logging.getLogger(ACCESS_LOGGER).addHandler(Keep())
+    AccessLog().record({"n": 1}, 503, True)
+    [record] = seen
+    assert (record.msg, record.args, record.levelno, record.name) == ("request", (), logging.WARNING, ACCESS_LOGGER)
+    assert (record.pathname, record.lineno, record.fields) == ("", 0, {"n": 1})  # type: ignore[attr-defined]
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_a_failed_write_is_reported_as_logging_reports_it(capsys):
+    class Broken(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError("disk full")
+
+    configure_logging("info", "json", stream=Broken(), env={})
+    AccessLog().record({"n": 1}, 200, False)
+    err = capsys.readouterr().err
+    assert "--- Logging error ---" in err and "OSError: disk full" in err
+    assert "Message: 'request'\nArguments: ()" in err
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_an_opentelemetry_record_without_an_exception_keeps_its_message_as_the_gateways():
+    stream = io.StringIO()
+    configure_logging("info", "json", stream=stream, env={})
+    logging.getLogger("opentelemetry.sdk").warning("queue  full,\ndropping %d spans", 3)
+    entry = json.loads(stream.getvalue())
+    assert (entry["scope"], entry["level"], entry["message"]) == (
+        "trioproxy.telemetry.otel", "warn", "otlp exporter: queue full, dropping 3 spans")
+
+
+def test_a_json_record_with_an_exception_keeps_its_fields_after_the_four_first():
+    try:
+        raise KeyError("k")
+    except KeyError:
+        record = logging.LogRecord("trioproxy.x", logging.ERROR, "", 0, "failed", (), sys.exc_info())
+    record.fields = {"route": "r", "n": 2}
+    entry = json.loads(JsonFormatter().format(record))
+    assert list(entry) == ["time", "level", "scope", "message", "route", "n", "exception"]
+    assert entry["exception"].endswith("KeyError: 'k'")
+    plain = logging.LogRecord("trioproxy.x", logging.INFO, "", 0, "%d%%", (5,), None)
+    assert json.loads(JsonFormatter().format(plain))["message"] == "5%"  # args applied
+    unformatted = logging.LogRecord("trioproxy.x", logging.INFO, "", 0, "50%", (), None)
+    assert json.loads(JsonFormatter().format(unformatted))["message"] == "50%"
