@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from trioproxy.config.model import LogFieldsSpec, LoggingSpec
 from trioproxy.telemetry.access_log import ACCESS_LOGGER, AccessLog, JsonFormatter, TextFormatter, configure_logging
 
 FIELDS = {"bind": "127.0.0.1:8080", "route": "default/r", "http.method": "POST", "http.path": "/a b",
@@ -111,7 +112,8 @@ def test_levels_and_the_removed_and_added_fields_hold_on_the_direct_path():
     log.remove = frozenset({"secret"})
     logging.getLogger("trioproxy").handlers[0].setLevel(logging.NOTSET)
     log.record({"http.status": 500, "secret": "s"}, 500, True)
-    assert "secret" not in json.loads(stream.getvalue().splitlines()[-1])
+    last = json.loads(stream.getvalue().splitlines()[-1])
+    assert "secret" not in last and last["http.status"] == 500  # only the removed field goes
 
 
 @pytest.mark.usefixtures("restore_logging")
@@ -234,9 +236,10 @@ def test_the_level_the_filter_and_the_added_fields_on_either_path(path):
 def test_the_line_time_has_the_milliseconds_of_now(monkeypatch):
     stream = io.StringIO()
     configure_logging("info", "json", stream=stream, env={})
-    monkeypatch.setattr(time, "time", lambda: 1_795_046_400.375)  # exact in binary
-    AccessLog().record({"n": 1}, 200, False)
-    assert json.loads(stream.getvalue())["time"] == "2026-11-19T00:00:00.375Z"
+    for fraction, shown in ((0.375, "375"), (1023 / 1024, "999")):  # exact in binary; the last just under a second
+        monkeypatch.setattr(time, "time", lambda fraction=fraction: 1_795_046_400 + fraction)
+        AccessLog().record({"n": 1}, 200, False)
+        assert json.loads(stream.getvalue().splitlines()[-1])["time"] == f"2026-11-19T00:00:00.{shown}Z"
 
 
 @pytest.mark.usefixtures("restore_logging")
@@ -291,3 +294,31 @@ def test_a_json_record_with_an_exception_keeps_its_fields_after_the_four_first()
     assert json.loads(JsonFormatter().format(plain))["message"] == "5%"  # args applied
     unformatted = logging.LogRecord("trioproxy.x", logging.INFO, "", 0, "50%", (), None)
     assert json.loads(JsonFormatter().format(unformatted))["message"] == "50%"
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_enabled_asks_the_level_a_line_would_have():
+    configure_logging("warn", "json", stream=io.StringIO(), env={})
+    log = AccessLog()
+    assert (log.enabled(200), log.enabled(499), log.enabled(500), log.enabled(503)) == (False, False, True, True)
+    configure_logging("info", "json", stream=io.StringIO(), env={})
+    assert log.enabled(200) and log.enabled(500)
+    configure_logging("error", "json", stream=io.StringIO(), env={})
+    assert not log.enabled(500)
+
+
+def test_configure_compiles_the_filter_and_the_fields_once_and_none_clears_them():
+    log = AccessLog()
+    spec = LoggingSpec(filter="response.code >= 400",
+                       fields=LogFieldsSpec(add=(("tenant", 'request.headers["x-tenant"]'),), remove=("src.addr",)))
+    log.configure(spec)
+    assert log.spec is spec and log.remove == frozenset({"src.addr"}) and [name for name, _ in log.add] == ["tenant"]
+    assert log.filter is not None and log.filter({"response": {"code": 404}}) and not log.filter({"response": {"code": 200}})
+    assert log.add[0][1].evaluate({"request": {"headers": {"x-tenant": "t1"}}}) == "t1"
+    compiled = (log.filter, log.add)
+    log.configure(LoggingSpec(filter="response.code >= 400", fields=spec.fields))  # equal: kept as compiled
+    assert (log.filter, log.add) == compiled
+    log.configure(LoggingSpec(level="debug"))  # no filter, no fields
+    assert (log.filter, log.add, log.remove) == (None, (), frozenset())
+    log.configure(None)
+    assert (log.spec, log.filter, log.add, log.remove) == (None, None, (), frozenset())
