@@ -330,14 +330,18 @@ class Gateway:
         tr = x.tracer
         timeout = route.policies.timeout
         now = x.upstream_started = trio.current_time()
-        backend_scope = trio.CancelScope()
+        # the deadline given to the constructor: set afterwards, it costs a trip through the
+        # scope's deadline bookkeeping (~1 us) on every request
         if timeout and timeout.backend_request_timeout:
-            backend_scope.deadline = now + timeout.backend_request_timeout
-        elif not (timeout and timeout.request_timeout):
+            backend_scope = trio.CancelScope(deadline=now + timeout.backend_request_timeout)
+        elif timeout and timeout.request_timeout:
+            backend_scope = trio.CancelScope()
+        else:
             default = self.runtime.state.config.backend.response_header_timeout
             if isinstance(body, bytes):
-                backend_scope.deadline = now + default
+                backend_scope = trio.CancelScope(deadline=now + default)
             else:
+                backend_scope = trio.CancelScope()
                 body = _then(body, lambda: setattr(backend_scope, "deadline", trio.current_time() + default))
         tr.event("backendCallStart", target=str(backend.target))
         response = None
