@@ -30,6 +30,7 @@ def config(backend: int, dead: int, key) -> str:
     text = f"""\
 config:
   history: {{size: 100}}
+  backend: {{responseHeaderTimeout: 300ms}}
 binds:
 - port: {{port}}
   listeners:
@@ -84,6 +85,9 @@ binds:
     - name: unreachable
       matches: [{{path: {{pathPrefix: /unreachable}}}}]
       backends: [{{host: "127.0.0.1:{dead}"}}]
+    - name: hungdefault
+      matches: [{{path: {{pathPrefix: /hang}}, headers: [{{name: x-default, value: {{exact: "1"}}}}]}}]
+      backends: [{{host: "127.0.0.1:{backend}"}}]
     - name: hung
       matches: [{{path: {{pathPrefix: /hang}}}}]
       policies:
@@ -219,12 +223,12 @@ async def test_a_404_lists_each_route_and_what_it_missed(nursery, gw, log_lines)
     response, why = await why_of(nursery, gw, log_lines, "GET", "/search?q=42", headers={"x-env": "dev"})
     assert (response.status_code, response.text) == (404, "route not found")  # no route structure for the client
     routes = {r["route"]: (r["missed"], r["detail"]) for r in why["routes"]}
-    assert why["evaluated"] == 17 and len(routes) == 17
+    assert why["evaluated"] == 18 and len(routes) == 18
     assert routes["default/hosted"] == ("hostname", "host '127.0.0.1' is not api.example.com")
     assert routes["default/limited"] == ("path", "path '/search' is not pathPrefix '/limited'")
     assert routes["default/search"] == ("query", "query q is '42', wanted regex '[a-z]+'")
     async with httpx.AsyncClient(base_url=gw.admin_url) as admin:  # CEL over it
-        found = (await admin.get("/api/requests", params={"expression": "response.why.evaluated == 17"})).json()
+        found = (await admin.get("/api/requests", params={"expression": "response.why.evaluated == 18"})).json()
     assert [e["path"] for e in found] == ["/search"]
     response, why = await why_of(nursery, gw, log_lines, "GET", "/posts/1")
     routes = {r["route"]: (r["missed"], r["detail"]) for r in why["routes"]}
@@ -265,7 +269,14 @@ async def test_a_backend_timeout_names_its_setting_and_limit(nursery, gw, log_li
     response, why = await why_of(nursery, gw, log_lines, "GET", "/hang")
     assert (response.status_code, response.text) == (504, "upstream call timeout")
     assert why == {"policy": "timeout", "check": "backendRequestTimeout", "limit": 0.2, "backend": why["backend"],
-                   "detail": f"backend {why['backend']} sent no response headers within 0.2s of the call started"}
+                   "detail": f"backend {why['backend']} sent no response headers within 0.2s of the call's start"}
+
+
+async def test_a_backend_without_a_timeout_policy_names_the_response_header_timeout(nursery, gw, log_lines):
+    response, why = await why_of(nursery, gw, log_lines, "GET", "/hang", headers={"x-default": "1"})
+    assert (response.status_code, response.text) == (504, "upstream call timeout")
+    assert why == {"policy": "timeout", "check": "responseHeaderTimeout", "limit": 0.3, "backend": why["backend"],
+                   "detail": f"backend {why['backend']} sent no response headers within 0.3s of the call's start"}
 
 
 async def test_a_request_timeout_says_where_the_request_was(nursery, gw, log_lines):

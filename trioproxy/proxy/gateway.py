@@ -383,10 +383,10 @@ class Gateway:
         timeout = route.policies.timeout
         if timeout and timeout.backend_request_timeout:
             check, limit = "backendRequestTimeout", timeout.backend_request_timeout
-            since = "the call started"
+            since = "the call's start"
         else:
             check, limit = "responseHeaderTimeout", self.runtime.state.config.backend.response_header_timeout
-            since = "the call started" if isinstance(body, bytes) else "the request body was sent"
+            since = "the call's start" if isinstance(body, bytes) else "the end of the request body"
         return {"policy": "timeout", "check": check, "limit": limit, "backend": backend.name,
                 "detail": f"backend {backend.name} sent no response headers within {limit:g}s of {since}"}
 
