@@ -48,6 +48,11 @@ CLIENT_FD = "trioproxy.client_fd"
 client socket's file descriptor, valid until the app returns. With it the gateway notices the
 client leaving through ``disconnect_monitor.py`` instead of a task waiting in ``receive``."""
 
+CLIENT_CONNECTION = "trioproxy.client_connection"
+"""Set with ``CLIENT_FD``: a number naming the connection, the same for each of its requests and
+never given to another connection of the process. A descriptor number is reused once its socket
+is closed; this tells the disconnect monitor whether its registration is still this connection's."""
+
 RECEIVE_WITHIN = "trioproxy.receive_within"
 """ASGI scope extension a server may set (``http1.py``): ``await scope["extensions"][RECEIVE_WITHIN](seconds)``
 is ``receive()``, or None when the next message did not come within ``seconds``. The server enters

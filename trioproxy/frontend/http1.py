@@ -30,6 +30,7 @@ virtual clock (docs/testing.md).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
@@ -44,11 +45,12 @@ import h11
 import trio
 
 from .. import direct_io
-from ..asgi import CLIENT_FD, CORK, RECEIVE_WITHIN, Cork, Scope
+from ..asgi import CLIENT_CONNECTION, CLIENT_FD, CORK, RECEIVE_WITHIN, Cork, Scope
 from ..upstream.pool import is_readable
 from ..upstream.wire import END, NEED_DATA, FastExchange, LocalProtocolError, WireError
 
 log = logging.getLogger("trioproxy")
+_SERIALS = itertools.count(1)  # asgi.CLIENT_CONNECTION: one number per connection of the process
 
 MAX_RECV = 65536
 #: bytes a client may send ahead (pipelined) while its request is served; past it nothing more is read
@@ -208,7 +210,7 @@ class Http1Server:
 class Http1Connection:
     """One client connection: read a head, run the app, repeat while the connection may be kept."""
 
-    __slots__ = ("server", "stream", "fd", "client", "address", "buffer", "parser", "method", "status", "headers",
+    __slots__ = ("server", "stream", "fd", "serial", "client", "address", "buffer", "parser", "method", "status", "headers",
                  "head_sent", "complete", "body_done", "gone", "broken", "ahead", "continue_owed", "corked", "served",
                  "_stashed")
 
@@ -225,6 +227,7 @@ class Http1Connection:
         if isinstance(stream, trio.SocketStream):
             sock = stream.socket
             self.fd = sock.fileno()
+            self.serial = next(_SERIALS)  # asgi.CLIENT_CONNECTION
             self.client = _address(sock.getpeername())
             self.address = _address(sock.getsockname())
         else:  # a stream without a socket (tests/memory_harness.py): trio's stream calls, ``client`` given
@@ -276,7 +279,8 @@ class Http1Connection:
             "client": self.client, "server": self.address,
             # CLIENT_FD: one request at a time per socket, so the gateway may watch it for the
             # client's close itself (disconnect_monitor.py) instead of waiting in ``receive``.
-            "extensions": {CORK: self._cork, RECEIVE_WITHIN: self.receive_within, CLIENT_FD: self.fd} if self.fd >= 0
+            "extensions": {CORK: self._cork, RECEIVE_WITHIN: self.receive_within, CLIENT_FD: self.fd,
+                           CLIENT_CONNECTION: self.serial} if self.fd >= 0
             else {CORK: self._cork, RECEIVE_WITHIN: self.receive_within},
         }
         try:

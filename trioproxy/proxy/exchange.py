@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import trio
 
-from ..asgi import CLIENT_FD, CORK, RECEIVE_WITHIN, Header, Receive, Scope, Send, expects_continue
+from ..asgi import CLIENT_CONNECTION, CLIENT_FD, CORK, RECEIVE_WITHIN, Header, Receive, Scope, Send, expects_continue
 from ..config.model import Address, Backend, Listener, Route, RouteMatch
 from ..errors import PayloadTooLarge, ProxyError, RequestBodyTimeout, error_response
 from ..http_date import with_date
@@ -215,8 +215,9 @@ class Exchange:
         self._body_done = True
         monitor = self.disconnect_monitor
         if monitor is not None:
-            fd = self.scope.get("extensions", {}).get(CLIENT_FD)
-            if fd is not None and monitor.watch(fd, self._client_gone):
+            extensions = self.scope.get("extensions", {})
+            fd = extensions.get(CLIENT_FD)
+            if fd is not None and monitor.watch(fd, self._client_gone, extensions.get(CLIENT_CONNECTION)):
                 self._watched_fd = fd
                 return
         if self.nursery is not None:

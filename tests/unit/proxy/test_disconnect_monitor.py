@@ -96,6 +96,87 @@ async def test_an_unwatched_socket_is_not_reported_and_one_socket_is_watched_onc
     assert calls == [] and monitor.watching == 0
 
 
+class _Counting:
+    """The monitor's epoll object, counting the ``epoll_ctl`` calls ``watch`` makes through it."""
+
+    def __init__(self, epoll: Any) -> None:
+        self.epoll = epoll
+        self.calls: list[str] = []
+
+    def register(self, fd: int, events: int) -> None:
+        self.calls.append("register")
+        self.epoll.register(fd, events)
+
+    def modify(self, fd: int, events: int) -> None:
+        self.calls.append("modify")
+        self.epoll.modify(fd, events)
+
+
+async def test_a_connections_next_request_keeps_its_registration(pair) -> None:
+    """A keep-alive request costs no ``epoll_ctl``: the registration made by the connection's
+    first request stays armed (one-shot) after ``unwatch``; a peer that leaves between two
+    requests disarms it, and the next ``watch`` re-arms it and is told at once."""
+    ours, theirs = pair
+    fd = ours.fileno()
+    monitor = DisconnectMonitor()
+    calls: list[str] = []
+    assert monitor.watch(fd, lambda: calls.append("first"), connection=7)
+    counting = monitor._epoll = _Counting(monitor._epoll)
+    monitor.unwatch(fd)
+    for _ in range(3):  # later requests of connection 7
+        assert monitor.watch(fd, lambda: calls.append("later"), connection=7)
+        monitor.unwatch(fd)
+    assert counting.calls == []
+    assert monitor.watch(fd, lambda: calls.append("other"), connection=8)  # another connection: re-registered
+    assert counting.calls == ["register", "modify"]  # (still registered: modified instead)
+    monitor.unwatch(fd)
+    theirs.shutdown(socket.SHUT_WR)  # the peer leaves between two requests: nobody to tell
+    await trio.testing.wait_all_tasks_blocked()
+    assert calls == []
+    gone = trio.Event()
+    assert monitor.watch(fd, lambda: (calls.append("next"), gone.set()), connection=8)  # disarmed: re-armed
+    with trio.fail_after(5):
+        await gone.wait()
+    assert calls == ["next"] and counting.calls == ["register", "modify", "register", "modify"]
+
+
+async def test_a_descriptor_number_reused_by_a_new_connection_is_registered_again() -> None:
+    """Closing a socket removes it from every epoll set; the next socket may get its number. The
+    new connection's disconnect is reported although the number was armed for the old one."""
+    monitor = DisconnectMonitor()
+    old, old_peer = socket.socketpair()
+    fd = old.fileno()
+    assert monitor.watch(fd, lambda: None, connection=1)
+    monitor.unwatch(fd)
+    old.close()
+    old_peer.close()
+    new, new_peer = socket.socketpair()
+    try:
+        if new.fileno() != fd:
+            new, new_peer = new_peer, new  # the lower number of the pair is the one reused
+        assert new.fileno() == fd
+        gone = trio.Event()
+        assert monitor.watch(fd, gone.set, connection=2)
+        new_peer.close()
+        with trio.fail_after(5):
+            await gone.wait()
+    finally:
+        new.close()
+        new_peer.close()
+
+
+async def test_without_a_connection_each_watch_rearms(pair) -> None:
+    ours, theirs = pair
+    monitor = DisconnectMonitor()
+    assert monitor.watch(ours.fileno(), lambda: None)
+    monitor.unwatch(ours.fileno())
+    gone = trio.Event()
+    assert monitor.watch(ours.fileno(), gone.set)  # registered already: modified, armed again
+    theirs.close()
+    with trio.fail_after(5):
+        await gone.wait()
+
+
 CONFIG = """binds:
 - port: 3000
   listeners:
