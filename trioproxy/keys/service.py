@@ -105,7 +105,8 @@ class KeyService:
         self._refresh_lock = trio.Lock()
         self._flush_lock = trio.Lock()
         self._pending: list[SettleEntry] = []
-        self._writing = 0  # settlements in a transaction being written (a flush, a reservation)
+        self._writing = 0  # settlements of the batch being written
+        self._batch: list[SettleEntry] = []  # that batch
         self._down_until = 0.0  # time.monotonic() until which request-path calls fail fast
         self._store_error = ""  # the last store error, for the fail-fast refusals' why
         self._flush_now = trio.Event()
@@ -216,16 +217,23 @@ class KeyService:
         stay queued, in order, and the error is raised)."""
         async with self._flush_lock:
             while self._pending:
-                batch = self._pending[:BATCH]
+                batch = self._batch = self._pending[:BATCH]
                 del self._pending[:BATCH]
-                self._writing += len(batch)
+                self._writing = len(batch)
                 try:
                     await self._call(self.store.apply, batch, self.clock())
                 except BaseException:
                     self._pending[:0] = batch
                     raise
                 finally:
-                    self._writing -= len(batch)
+                    self._writing = 0
+                    self._batch = []
+
+    def _queued_for(self, item: ReserveItem) -> bool:
+        """Whether a settlement on ``item``'s counter is queued or being written by this process."""
+        key = (item.subject, item.metric, item.window, item.window_start)
+        return any((i.subject, i.metric, i.window, i.window_start) == key
+                   for entry in (*self._pending, *self._batch) for i in entry.items)
 
     async def maintenance(self) -> None:
         """Give back expired reservations, drop old counters and request-log rows past retention."""
@@ -316,19 +324,19 @@ class KeyService:
         if not items:
             return Reservation(None, principal, (), tokens, cost, now)
         reservation_id = uuid.uuid4().hex
-        # the settlements queued here go in the same transaction, ahead of the check: a client's
-        # previous request must not count at its estimate once it has ended (store.reserve)
-        settle = self._pending[:BATCH]
-        del self._pending[:BATCH]
-        self._writing += len(settle)
-        try:
-            refused = await self._request_call(self.store.reserve, reservation_id, items,
-                                               now + self.settings.reservation_ttl, now, settle)
-        except BaseException:
-            self._pending[:0] = settle
-            raise
-        finally:
-            self._writing -= len(settle)
+        expires_at = now + self.settings.reservation_ttl
+        refused = await self._request_call(self.store.reserve, reservation_id, items, expires_at, now)
+        if refused is not None and self._queued_for(refused):
+            # Settlements queued here on the refusing counter may free it: until written, an ended
+            # request still holds its estimate, and a client's next request must not be refused on
+            # that. Write them and check once more: only then (a refusal with its own settlements
+            # waiting), so the common path and a client hammering a spent budget cost no more.
+            try:
+                await self.flush()
+            except KeyStoreUnavailable:
+                pass  # the refusal stands
+            else:
+                refused = await self._request_call(self.store.reserve, reservation_id, items, expires_at, now)
         if refused is not None:
             label = next(label for subject, label, limit in principal.subjects()
                          if subject == refused.subject and limit.metric == refused.metric

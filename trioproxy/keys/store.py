@@ -567,24 +567,13 @@ class Store:
                 f'WHERE subject = ? AND metric = ? AND "window" = ? AND window_start = ?', rows)
 
     def reserve(self, reservation_id: str, items: Sequence[ReserveItem], expires_at: float,
-                now: float, settle: Sequence[SettleEntry] = ()) -> ReserveItem | None:
-        """In one transaction: apply ``settle`` (the settlements this process holds, as ``apply``
-        does), give back expired reservations, then reserve every item if each of their counters
-        has used + reserved < limit. Returns None when reserved, else the first item over its limit
-        (nothing reserved; the settlements and the expired reservations are written all the same).
-
-        Settling first is what lets one client's requests follow each other: the previous
-        request's estimate is still reserved until its settlement is written, and a budget close
-        to its limit would refuse the next request on that stale estimate."""
+                now: float) -> ReserveItem | None:
+        """In one transaction: give back expired reservations, then reserve every item if each of
+        their counters has used + reserved < limit. Returns None when reserved, else the first item
+        over its limit (nothing reserved; the expired reservations are given back all the same)."""
         def work(tx: _Tx) -> ReserveItem | None:
             released = self._expire(tx, now)
             keys = [(x.subject, x.metric, x.window, x.window_start) for x in items]
-            if settle:
-                # every counter the transaction touches is locked first, in one order (no deadlock
-                # with another replica's transaction); _apply re-locks rows it holds already
-                self._lock_counters(tx, [*keys, *released, *((i.subject, i.metric, i.window, i.window_start)
-                                                             for e in settle for i in e.items)])
-                self._apply(tx, settle)
             current = self._lock_counters(tx, [*keys, *released])
             deltas = {key: (0.0, -amount) for key, amount in released.items()}
             refused = None
@@ -607,48 +596,49 @@ class Store:
     def apply(self, entries: Sequence[SettleEntry], now: float) -> None:
         """Settle a batch in one transaction: used += real, reserved -= estimate (unless the
         reservation expired and gave it back already), spend and request-log rows."""
-        if entries:
-            self._transaction(lambda tx: self._apply(tx, entries), write=True)
+        if not entries:
+            return
 
-    def _apply(self, tx: _Tx, entries: Sequence[SettleEntry]) -> None:
-        ids = [e.reservation_id for e in entries if e.reservation_id is not None]
-        live: set[str] = set()
-        for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
-            live.update(row[0] for row in tx.run(
-                f"DELETE FROM reservations WHERE id IN ({', '.join('?' * len(chunk))}) RETURNING id", chunk))
-        deltas: dict[CounterKey, tuple[float, float]] = {}
-        for entry in entries:
-            release = entry.reservation_id in live
-            for item in entry.items:
-                key = (item.subject, item.metric, item.window, item.window_start)
-                real = 1.0 if item.metric == "requests" else entry.tokens if item.metric == "tokens" else entry.cost
-                du, dr = deltas.get(key, (0.0, 0.0))
-                deltas[key] = (du + real, dr - (item.amount if release else 0.0))
-        if deltas:
-            self._lock_counters(tx, list(deltas))
-            self._add(tx, deltas)
-        spend: dict[tuple[Any, ...], list[float]] = {}
-        for entry in entries:
-            row = entry.spend
-            group = (row.day, row.key, row.team or "", row.user or "", row.model or "", row.provider or "")
-            sums = spend.setdefault(group, [0, 0, 0, 0.0])
-            sums[0] += row.requests
-            sums[1] += row.input_tokens
-            sums[2] += row.output_tokens
-            sums[3] += row.cost
-        tx.many('INSERT INTO spend (day, key, team, "user", model, provider, requests, input_tokens, '
-                'output_tokens, cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) '
-                'ON CONFLICT (day, key, team, "user", model, provider) DO UPDATE SET '
-                'requests = spend.requests + excluded.requests, '
-                'input_tokens = spend.input_tokens + excluded.input_tokens, '
-                'output_tokens = spend.output_tokens + excluded.output_tokens, cost = spend.cost + excluded.cost',
-                [(*group, int(s[0]), int(s[1]), int(s[2]), float(s[3])) for group, s in sorted(spend.items())])
-        logs = [entry.log for entry in entries if entry.log is not None]
-        columns = _LOG_COLUMNS[1:]
-        tx.many(f'INSERT INTO request_log ({", ".join(_quoted(c) for c in columns)}) '
-                f'VALUES ({", ".join("?" * len(columns))})',
-                [tuple(row.get(c) for c in columns) for row in logs])
+        def work(tx: _Tx) -> None:
+            ids = [e.reservation_id for e in entries if e.reservation_id is not None]
+            live: set[str] = set()
+            for start in range(0, len(ids), 500):
+                chunk = ids[start:start + 500]
+                live.update(row[0] for row in tx.run(
+                    f"DELETE FROM reservations WHERE id IN ({', '.join('?' * len(chunk))}) RETURNING id", chunk))
+            deltas: dict[CounterKey, tuple[float, float]] = {}
+            for entry in entries:
+                release = entry.reservation_id in live
+                for item in entry.items:
+                    key = (item.subject, item.metric, item.window, item.window_start)
+                    real = 1.0 if item.metric == "requests" else entry.tokens if item.metric == "tokens" else entry.cost
+                    du, dr = deltas.get(key, (0.0, 0.0))
+                    deltas[key] = (du + real, dr - (item.amount if release else 0.0))
+            if deltas:
+                self._lock_counters(tx, list(deltas))
+                self._add(tx, deltas)
+            spend: dict[tuple[Any, ...], list[float]] = {}
+            for entry in entries:
+                row = entry.spend
+                group = (row.day, row.key, row.team or "", row.user or "", row.model or "", row.provider or "")
+                sums = spend.setdefault(group, [0, 0, 0, 0.0])
+                sums[0] += row.requests
+                sums[1] += row.input_tokens
+                sums[2] += row.output_tokens
+                sums[3] += row.cost
+            tx.many('INSERT INTO spend (day, key, team, "user", model, provider, requests, input_tokens, '
+                    'output_tokens, cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) '
+                    'ON CONFLICT (day, key, team, "user", model, provider) DO UPDATE SET '
+                    'requests = spend.requests + excluded.requests, '
+                    'input_tokens = spend.input_tokens + excluded.input_tokens, '
+                    'output_tokens = spend.output_tokens + excluded.output_tokens, cost = spend.cost + excluded.cost',
+                    [(*group, int(s[0]), int(s[1]), int(s[2]), float(s[3])) for group, s in sorted(spend.items())])
+            logs = [entry.log for entry in entries if entry.log is not None]
+            columns = _LOG_COLUMNS[1:]
+            tx.many(f'INSERT INTO request_log ({", ".join(_quoted(c) for c in columns)}) '
+                    f'VALUES ({", ".join("?" * len(columns))})',
+                    [tuple(row.get(c) for c in columns) for row in logs])
+        self._transaction(work, write=True)
 
     def expire_reservations(self, now: float) -> int:
         """Give back what expired reservations hold (a crashed process's); how many there were.

@@ -240,8 +240,11 @@ async def test_concurrent_requests_on_a_nearly_spent_budget_overspend_by_at_most
     await svc.flush()
     [usage] = await svc.usage([(f"key:{principal.key.id}", principal.key.limits)])
     used = usage["tokens"]["day"]["used"]
-    assert len(admitted) == 1  # 970 + its estimate >= 1000: every other one is refused
-    assert used == 970 + admitted[0] and used - 1000 <= max(admitted)
+    # 970 + the first admitted one's estimate >= 1000: the others are refused while it holds it; a
+    # refusal with its settlement queued writes it and checks again (service.reserve), so another
+    # may be admitted while the real use is still under 1,000
+    assert admitted and used == 970 + sum(admitted)
+    assert used - 1000 < admitted[-1] or used < 1000  # beyond the limit by less than the last one admitted
     assert usage["tokens"]["day"]["reserved"] == 0
     await svc.aclose()
 
@@ -293,8 +296,7 @@ async def test_close_and_reopen_loses_no_settled_spend(store_location):
         svc.settle(reservation, tokens=n, cost=0.001 * n, model="gpt", provider="openAI", status=200,
                    input_tokens=n // 2, output_tokens=n - n // 2)
         total_cost += 0.001 * n
-    # run() is not running: each reservation wrote the settlement before it, the last is still queued
-    assert svc.pending == 1
+    assert svc.pending == 300  # nothing written yet: run() is not running
     await svc.aclose()  # SIGTERM's path: the final flush
     again = service(store_location, clock)
     [row] = await again.spend("key")

@@ -4,17 +4,11 @@ request log's filters and the settlement's fields."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-from functools import partial
-
 import pytest
-import trio
-import trio.testing
 
 from trioproxy.config.model import KeysSettings
 from trioproxy.errors import BudgetExceeded, KeyRefused, KeyStoreUnavailable
-from trioproxy.keys import FieldError, KeyService, NotFound, Principal, Reservation, StoreError, limits_from_json
+from trioproxy.keys import FieldError, KeyService, NotFound, StoreError, limits_from_json
 from trioproxy.keys.records import format_time, key_digest
 
 START = 1_795_046_400.0 + 3600  # 2026-11-19T01:00:00Z
@@ -512,102 +506,80 @@ async def test_keyword_fields_use_python_names_not_the_wires(svc, clock):
         await svc.create_key(name="k", expiresAt="2026-12-01T00:00:00Z")
 
 
-async def test_a_settlement_not_yet_flushed_no_longer_holds_its_estimate(svc, clock):
-    """One client's requests one after the other, each estimated at 900 tokens against 1,000 in
-    all: the second is admitted although no flush ran, because its reservation writes the first
-    one's settlement (30 real tokens) before checking. The third is refused on the real use."""
+async def test_a_settlement_not_yet_flushed_no_longer_holds_its_estimate(svc, clock, monkeypatch):
+    """One client's requests one after the other, each estimated at 1,000 tokens against 1,000 in
+    all: the second is refused on the first one's estimate, still reserved, so the settlement
+    queued on that counter is written and the check made once more: admitted. No flush ran."""
     key, secret = await svc.create_key(name="k", limits={"tokens": {"total": 1000}})
     principal = await svc.authenticate(secret)
-    first = await svc.reserve(principal, tokens=900, cost=None)
+    first = await svc.reserve(principal, tokens=1000, cost=None)
     svc.settle(first, tokens=30, cost=0.0, model="m", provider="p", status=200)
     assert svc.pending == 1
-    second = await svc.reserve(principal, tokens=900, cost=None)
-    assert svc.pending == 0  # written with the reservation
+    second = await svc.reserve(principal, tokens=1000, cost=None)
+    assert svc.pending == 0  # written because the first check refused
     (shown,) = await svc.keys_json([key])
-    assert shown["usage"]["tokens"]["total"] == {"used": 30, "reserved": 900, "limit": 1000, "resetsAt": None}
+    assert shown["usage"]["tokens"]["total"] == {"used": 30, "reserved": 1000, "limit": 1000, "resetsAt": None}
     svc.settle(second, tokens=980, cost=0.0, model="m", provider="p", status=200)
-    with pytest.raises(BudgetExceeded):
+    with pytest.raises(BudgetExceeded):  # refused, written, refused again on the real use
         await svc.reserve(principal, tokens=1, cost=None)
     (shown,) = await svc.keys_json([key])
     assert shown["usage"]["tokens"]["total"] == {"used": 1010, "reserved": 0, "limit": 1000, "resetsAt": None}
     assert [row["input_tokens"] for row in await svc.request_log()] == [980, 30]
 
 
-async def test_a_failed_reservation_keeps_the_settlements_it_carried_and_says_why(svc, clock, monkeypatch):
-    """The store fails while a settlement made meanwhile is queued: both stay queued, in order,
-    and are written by the next flush; the refusal names the store and its error, and the next
-    request fails fast saying so."""
+async def test_only_a_refusal_with_its_own_settlements_queued_writes_them(svc, clock, monkeypatch):
+    """An admitted request, and a refused one whose counter has nothing queued here (a client
+    hammering a spent budget), cost one store call as before; a write that fails leaves the 429."""
+    _, secret = await svc.create_key(name="spent", limits={"requests": {"total": 1}})
+    spent = await svc.authenticate(secret)
+    _, other_secret = await svc.create_key(name="other", limits={"requests": {"total": 100}})
+    other = await svc.authenticate(other_secret)
+    applies: list[int] = []
+    real_apply = svc.store.apply
+    monkeypatch.setattr(svc.store, "apply", lambda batch, now: (applies.append(len(batch)), real_apply(batch, now)))
+    svc.settle(await svc.reserve(spent, tokens=1, cost=None), tokens=1, cost=0.0, model="m", provider="p", status=200)
+    await svc.flush()
+    assert applies == [1]
+    svc.settle(await svc.reserve(other, tokens=1, cost=None), tokens=1, cost=0.0, model="m", provider="p", status=200)
+    for _ in range(3):  # another key's settlement is queued: not this counter's
+        with pytest.raises(BudgetExceeded):
+            await svc.reserve(spent, tokens=1, cost=None)
+    assert applies == [1] and svc.pending == 1
+
+    _, tight_secret = await svc.create_key(name="tight", limits={"requests": {"total": 1}})
+    tight = await svc.authenticate(tight_secret)
+    svc.settle(await svc.reserve(tight, tokens=1, cost=None), tokens=1, cost=0.0, model="m", provider="p",
+               status=200)
+
+    def down(batch: object, now: float) -> None:
+        raise StoreError("disk on fire")
+
+    monkeypatch.setattr(svc.store, "apply", down)
+    with pytest.raises(BudgetExceeded):  # the write failed: the refusal stands, nothing is lost
+        await svc.reserve(tight, tokens=1, cost=None)
+    assert svc.pending == 2
+
+
+async def test_a_store_error_says_why_and_the_next_request_fails_fast_saying_so(svc, clock, monkeypatch):
     _, secret = await svc.create_key(name="k", limits={"requests": {"day": 5}})
     principal = await svc.authenticate(secret)
-    svc.settle(await svc.reserve(principal, tokens=1, cost=None), tokens=1, cost=0.0, model="first", provider="p",
+    svc.settle(await svc.reserve(principal, tokens=1, cost=None), tokens=1, cost=0.0, model="m", provider="p",
                status=200)
-    later = await svc.reserve(principal, tokens=1, cost=None)  # carries "first" to the store
-    meanwhile = await svc.reserve(principal, tokens=1, cost=None)
-    svc.settle(later, tokens=1, cost=0.0, model="carried", provider="p", status=200)
 
-    def down(*args: object) -> None:  # in the store's thread, as the request goes on: another request ends
-        trio.from_thread.run_sync(lambda: svc.settle(meanwhile, tokens=1, cost=0.0, model="meanwhile",
-                                                      provider="p", status=200))
+    def down(*args: object) -> None:
         raise StoreError("disk on fire")
 
     monkeypatch.setattr(svc.store, "reserve", down)
     with pytest.raises(KeyStoreUnavailable) as info:
         await svc.reserve(principal, tokens=1, cost=None)
     assert info.value.why == {"policy": "keyStore", "store": svc.store.describe(), "detail": "disk on fire"}
-    assert svc.pending == 2
     with pytest.raises(KeyStoreUnavailable) as fast:  # fails fast: the store is not called
         await svc.reserve(principal, tokens=1, cost=None)
     assert fast.value.why == {"policy": "keyStore", "store": svc.store.describe(), "detail":
                               "disk on fire (requests fail fast until the background refresh reaches the store)"}
     monkeypatch.undo()
     await svc.flush()
-    assert svc.pending == 0
-    assert [row["model"] for row in await svc.request_log()] == ["meanwhile", "carried", "first"]  # newest first
-
-
-def unmetered(principal: Principal, now: float) -> Reservation:
-    """A reservation that never touched the store (a key without limits): settling it only queues."""
-    return Reservation(None, principal, (), 0, None, now)
-
-
-@pytest.mark.parametrize("first", ["reserve", "flush"])
-async def test_pending_counts_a_flush_and_a_reservation_writing_at_once(svc, clock, monkeypatch, first):
-    """``pending`` (queued + being written) while a reservation's transaction and a flush's
-    overlap, in either order: each adds its own count and takes back only its own."""
-    _, secret = await svc.create_key(name="k", limits={"requests": {"day": 50}})
-    principal = await svc.authenticate(secret)
-    releases = {name: threading.Event() for name in ("reserve", "apply")}
-
-    def holding(real: Callable[..., object], release: threading.Event) -> Callable[..., object]:
-        def held(*args: object) -> object:  # in the store's thread: waits for the test to let it write
-            release.wait(10)
-            return real(*args)
-        return held
-
-    for name, release in releases.items():
-        monkeypatch.setattr(svc.store, name, holding(getattr(svc.store, name), release))
-
-    def queue(n: int) -> None:
-        for _ in range(n):
-            svc.settle(unmetered(principal, clock.now), tokens=1, cost=0.0, model="m", provider="p", status=200)
-
-    async def start(nursery: trio.Nursery, which: str) -> None:
-        nursery.start_soon(partial(svc.reserve, principal, tokens=1, cost=None) if which == "reserve" else svc.flush)
-        await trio.testing.wait_all_tasks_blocked()  # its count is taken before it waits for the store
-
-    second = "flush" if first == "reserve" else "reserve"
-    async with trio.open_nursery() as nursery:
-        queue(2)
-        await start(nursery, first)  # writes the 2 queued
-        assert svc.pending == 2
-        queue(3)
-        assert svc.pending == 5
-        await start(nursery, second)  # writes the 3 others while the first still writes
-        assert svc.pending == 5
-        for release in releases.values():
-            release.set()
-    assert svc.pending == 0
-    assert len(await svc.request_log()) == 5
+    assert svc.pending == 0 and len(await svc.request_log()) == 1
 
 
 async def test_each_refused_key_says_which_key_and_since_when(svc, clock):
