@@ -105,8 +105,7 @@ class KeyService:
         self._refresh_lock = trio.Lock()
         self._flush_lock = trio.Lock()
         self._pending: list[SettleEntry] = []
-        self._writing = 0  # settlements of the batch being written
-        self._batch: list[SettleEntry] = []  # that batch
+        self._batch: list[SettleEntry] = []  # the settlements a flush is writing
         self._down_until = 0.0  # time.monotonic() until which request-path calls fail fast
         self._store_error = ""  # the last store error, for the fail-fast refusals' why
         self._flush_now = trio.Event()
@@ -219,14 +218,12 @@ class KeyService:
             while self._pending:
                 batch = self._batch = self._pending[:BATCH]
                 del self._pending[:BATCH]
-                self._writing = len(batch)
                 try:
                     await self._call(self.store.apply, batch, self.clock())
                 except BaseException:
                     self._pending[:0] = batch
                     raise
                 finally:
-                    self._writing = 0
                     self._batch = []
 
     def _queued_for(self, item: ReserveItem) -> bool:
@@ -245,7 +242,7 @@ class KeyService:
     @property
     def pending(self) -> int:
         """Settlements not yet written (queued, or in a batch being written)."""
-        return len(self._pending) + self._writing
+        return len(self._pending) + len(self._batch)
 
     # --- the cache -----------------------------------------------------------------------------------
 

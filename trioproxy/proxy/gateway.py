@@ -328,21 +328,18 @@ class Gateway:
         with no time limit at all gets ``config.backend.responseHeaderTimeout``, counted once the
         request body is sent (a long upload is not a hung backend)."""
         tr = x.tracer
-        timeout = route.policies.timeout
         now = x.upstream_started = trio.current_time()
         # the deadline given to the constructor: set afterwards, it costs a trip through the
         # scope's deadline bookkeeping (~1 us) on every request
-        if timeout and timeout.backend_request_timeout:
-            backend_scope = trio.CancelScope(deadline=now + timeout.backend_request_timeout)
-        elif timeout and timeout.request_timeout:
+        bound = self._backend_bound(route)
+        if bound is None:
             backend_scope = trio.CancelScope()
+        elif bound[0] == "responseHeaderTimeout" and not isinstance(body, bytes):
+            backend_scope = trio.CancelScope()
+            seconds = bound[1]
+            body = _then(body, lambda: setattr(backend_scope, "deadline", trio.current_time() + seconds))
         else:
-            default = self.runtime.state.config.backend.response_header_timeout
-            if isinstance(body, bytes):
-                backend_scope = trio.CancelScope(deadline=now + default)
-            else:
-                backend_scope = trio.CancelScope()
-                body = _then(body, lambda: setattr(backend_scope, "deadline", trio.current_time() + default))
+            backend_scope = trio.CancelScope(deadline=now + bound[1])
         tr.event("backendCallStart", target=str(backend.target))
         response = None
         otel = self.runtime.otel
@@ -377,16 +374,24 @@ class Gateway:
                      status=response.status, error=None)
         return response
 
-    def _upstream_timeout_why(self, route: Route, backend: Backend, body: bytes | AsyncIterator[bytes]) -> dict[str, Any]:
-        """The ``why`` of a 504 ``upstream call timeout``: the setting that bounded the call (the
-        route's ``backendRequestTimeout``, else ``config.backend.responseHeaderTimeout``)."""
+    def _backend_bound(self, route: Route) -> tuple[str, float] | None:
+        """The setting that bounds a backend call and its seconds: the route's
+        ``backendRequestTimeout``; none when only its ``requestTimeout`` does (``_proxy``); else
+        ``config.backend.responseHeaderTimeout`` (counted from the end of a streamed upload)."""
         timeout = route.policies.timeout
         if timeout and timeout.backend_request_timeout:
-            check, limit = "backendRequestTimeout", timeout.backend_request_timeout
-            since = "the call's start"
-        else:
-            check, limit = "responseHeaderTimeout", self.runtime.state.config.backend.response_header_timeout
-            since = "the call's start" if isinstance(body, bytes) else "the end of the request body"
+            return "backendRequestTimeout", timeout.backend_request_timeout
+        if timeout and timeout.request_timeout:
+            return None
+        return "responseHeaderTimeout", self.runtime.state.config.backend.response_header_timeout
+
+    def _upstream_timeout_why(self, route: Route, backend: Backend, body: bytes | AsyncIterator[bytes]) -> dict[str, Any]:
+        """The ``why`` of a 504 ``upstream call timeout``: the setting ``_backend_bound`` chose."""
+        bound = self._backend_bound(route)
+        assert bound is not None  # the call timed out: something bounded it
+        check, limit = bound
+        since = "the end of the request body" if check == "responseHeaderTimeout" and not isinstance(body, bytes) \
+            else "the call's start"
         return {"policy": "timeout", "check": check, "limit": limit, "backend": backend.name,
                 "detail": f"backend {backend.name} sent no response headers within {limit:g}s of {since}"}
 
