@@ -53,6 +53,12 @@ CLIENT_CONNECTION = "trioproxy.client_connection"
 never given to another connection of the process. A descriptor number is reused once its socket
 is closed; this tells the disconnect monitor whether its registration is still this connection's."""
 
+CONNECTION_SCOPE = "trioproxy.connection_scope"
+"""Set with ``CLIENT_FD``: the ``trio.CancelScope`` the server runs the connection's requests in,
+one per connection. Cancelling it ends the request being served and the connection after it (the
+gateway's reaction to a client that left, ``exchange.py``): no cancel scope of the app's own per
+request, ~50k instructions each to enter and leave (``fd_deadlines.py``)."""
+
 RECEIVE_WITHIN = "trioproxy.receive_within"
 """ASGI scope extension a server may set (``http1.py``): ``await scope["extensions"][RECEIVE_WITHIN](seconds)``
 is ``receive()``, or None when the next message did not come within ``seconds``. The server enters

@@ -356,16 +356,20 @@ async def test_the_scope_is_the_one_hypercorn_builds(nursery):
         "scheme": "http", "path": "/a b", "raw_path": b"/a%20b", "query_string": b"x=1&y", "root_path": "",
         "headers": [(b"host", b"h"), (b"x-up", b"V")], "client": client[:2], "server": server[:2]}
     assert set(extensions) == {"trioproxy.cork", "trioproxy.client_fd", "trioproxy.receive_within",
-                               "trioproxy.client_connection"}
+                               "trioproxy.client_connection", "trioproxy.connection_scope"}
     assert type(extensions["trioproxy.client_connection"]) is int
+    assert type(extensions["trioproxy.connection_scope"]) is trio.CancelScope
     # asgi.CLIENT_CONNECTION: the same number for each request of a connection, another for the next connection
     await stream.send_all(b"GET /again HTTP/1.1\r\nHost: h\r\n\r\n")
     await read_answers(stream, 1)
     assert scopes[1]["extensions"]["trioproxy.client_connection"] == extensions["trioproxy.client_connection"]
+    # asgi.CONNECTION_SCOPE: one scope per connection, around each of its requests
+    assert scopes[1]["extensions"]["trioproxy.connection_scope"] is extensions["trioproxy.connection_scope"]
     _, other = await connect(nursery, record)
     await other.send_all(b"GET /b HTTP/1.1\r\nHost: h\r\n\r\n")
     await read_answers(other, 1)
     assert scopes[2]["extensions"]["trioproxy.client_connection"] != extensions["trioproxy.client_connection"]
+    assert scopes[2]["extensions"]["trioproxy.connection_scope"] is not extensions["trioproxy.connection_scope"]
 
 
 @pytest.mark.parametrize("status", [204, 304])

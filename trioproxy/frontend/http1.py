@@ -45,7 +45,8 @@ import h11
 import trio
 
 from .. import direct_io
-from ..asgi import CLIENT_CONNECTION, CLIENT_FD, CORK, RECEIVE_WITHIN, Cork, Scope
+from ..asgi import CLIENT_CONNECTION, CLIENT_FD, CONNECTION_SCOPE, CORK, RECEIVE_WITHIN, Cork, Scope
+from ..fd_deadlines import FdDeadlines, Timer
 from ..upstream.pool import is_readable
 from ..upstream.wire import END, NEED_DATA, FastExchange, LocalProtocolError, WireError
 
@@ -195,13 +196,18 @@ class Http1Server:
         self.max_head = max_head
         self.handoff = handoff  # hypercorn's connection task, for what this loop does not serve
         self.terminated = False
-        self._waiting: set[trio.CancelScope] = set()  # connections idle between requests
+        #: the idle and head timeouts of connections with a socket (no cancel scope per wait)
+        self.deadlines = FdDeadlines()
+        self._waiting: set[Timer | trio.CancelScope] = set()  # connections idle between requests
 
     def terminate(self) -> None:
         """Shutting down: idle connections close now, busy ones after their response."""
         self.terminated = True
-        for scope in self._waiting:
-            scope.cancel()
+        for wait in list(self._waiting):
+            if isinstance(wait, Timer):
+                self.deadlines.fire(wait)
+            else:
+                wait.cancel()
 
     async def __call__(self, stream: trio.SocketStream) -> None:
         await Http1Connection(self, stream).run()
@@ -212,7 +218,7 @@ class Http1Connection:
 
     __slots__ = ("server", "stream", "fd", "serial", "client", "address", "buffer", "parser", "method", "status", "headers",
                  "head_sent", "complete", "body_done", "gone", "broken", "ahead", "continue_owed", "corked", "served",
-                 "_stashed")
+                 "cancel_scope", "_stashed")
 
     parser: Exchange  # this request's parser and response framing
     method: str
@@ -240,11 +246,13 @@ class Http1Connection:
         self.served = False  # a first request arrives with the connection; later ones are awaited
 
     async def run(self) -> None:
-        try:
-            while await self._serve_one():
-                pass
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass  # the client reset the connection: nothing to answer
+        # asgi.CONNECTION_SCOPE: the app cancels it when the client leaves mid-request
+        with trio.CancelScope() as self.cancel_scope:
+            try:
+                while await self._serve_one():
+                    pass
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass  # the client reset the connection: nothing to answer
 
     # --- one request ------------------------------------------------------------------------
 
@@ -280,7 +288,7 @@ class Http1Connection:
             # CLIENT_FD: one request at a time per socket, so the gateway may watch it for the
             # client's close itself (disconnect_monitor.py) instead of waiting in ``receive``.
             "extensions": {CORK: self._cork, RECEIVE_WITHIN: self.receive_within, CLIENT_FD: self.fd,
-                           CLIENT_CONNECTION: self.serial} if self.fd >= 0
+                           CLIENT_CONNECTION: self.serial, CONNECTION_SCOPE: self.cancel_scope} if self.fd >= 0
             else {CORK: self._cork, RECEIVE_WITHIN: self.receive_within},
         }
         try:
@@ -332,14 +340,8 @@ class Http1Connection:
                 searched = len(buffer)
             if server.terminated and not buffer:
                 return None
-            with trio.CancelScope(deadline=min(idle_deadline, head_deadline)) as wait:
-                if not buffer:
-                    server._waiting.add(wait)
-                try:
-                    data = await self._read(wait_first=self.served or bool(buffer))
-                finally:
-                    server._waiting.discard(wait)
-            if wait.cancelled_caught:
+            data, timed_out = await self._read_until(min(idle_deadline, head_deadline), idle=not buffer)
+            if timed_out:
                 if not buffer and not server.terminated and is_readable(self.stream):
                     # A request (or the client's close) arrived as the idle time ran out: take it.
                     idle_deadline = trio.current_time() + server.idle_timeout
@@ -351,6 +353,30 @@ class Http1Connection:
                 return None
             now = trio.current_time()
             buffer += data
+
+    async def _read_until(self, deadline: float, *, idle: bool) -> tuple[bytes, bool]:
+        """The client's next bytes (``b""``: it left), and whether ``deadline`` passed first;
+        ``idle``: between requests, where a server shutting down ends the wait."""
+        server = self.server
+        wait_first = self.served or not idle
+        if self.fd < 0:  # trio's stream calls: a cancel scope
+            with trio.CancelScope(deadline=deadline) as scope:
+                if idle:
+                    server._waiting.add(scope)
+                try:
+                    data = await self._read(wait_first=wait_first)
+                finally:
+                    server._waiting.discard(scope)
+            return (b"", True) if scope.cancelled_caught else (data, False)
+        timer = server.deadlines.arm(self.fd, deadline)  # fd_deadlines.py: no scope to enter and leave
+        if idle:
+            server._waiting.add(timer)
+        try:
+            data = await self._read(wait_first=wait_first)
+        finally:
+            server.deadlines.disarm(timer)
+            server._waiting.discard(timer)
+        return data, timer.fired and not data
 
     # --- ASGI receive -----------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from ..asgi import Header, Receive, Scope, Send, serve_lifespan
+from ..asgi import CONNECTION_SCOPE, Header, Receive, Scope, Send, serve_lifespan
 from ..config.model import Backend, Route
 from ..errors import ProxyError, RequestTimeout, UpstreamError, UpstreamTimeout
 from ..llm.pricing import PriceCatalog
@@ -112,9 +112,16 @@ class Gateway:
     async def _serve(self, x: Exchange, gateway: Phase, compiled: CompiledRoute) -> None:
         """The routed request under what a client's disconnect cancels: a nursery when it may need a
         task beside it (a disconnect watcher without the server's ``CLIENT_FD``; an upload streamed
-        while the answer is read, an MCP listening stream: ``CompiledRoute.needs_tasks``), else a
-        plain cancel scope: a nursery's exit is one more scheduling round per request."""
+        while the answer is read, an MCP listening stream: ``CompiledRoute.needs_tasks``), else the
+        server's scope around the connection (``asgi.CONNECTION_SCOPE``: a client gone ends both),
+        else a plain cancel scope: a nursery's exit is one more scheduling round per request, a
+        scope's entry and exit ~50k instructions."""
         if x.watched_without_task() and not compiled.needs_tasks(x):
+            connection_scope = x.scope["extensions"].get(CONNECTION_SCOPE)
+            if connection_scope is not None:
+                x.cancel_scope = connection_scope
+                await self._guarded(x, self._proxy(x, gateway, compiled))
+                return
             with trio.CancelScope() as x.cancel_scope:
                 await self._guarded(x, self._proxy(x, gateway, compiled))
             return

@@ -13,7 +13,7 @@ import pytest
 import trio
 import trio.testing
 
-from trioproxy.asgi import CLIENT_FD
+from trioproxy.asgi import CLIENT_FD, CONNECTION_SCOPE
 from trioproxy.config import parse_config
 from trioproxy.llm.providers import endpoint_kind
 from trioproxy.proxy.disconnect_monitor import available
@@ -54,11 +54,13 @@ ANSWER = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 
 
 
 class _Backend(trio.abc.Stream):
-    """Answers ``ANSWER`` once a request head has arrived, without waiting for its body."""
+    """Answers ``ANSWER`` once a request head has arrived, without waiting for its body (``hang``:
+    never answers)."""
 
-    def __init__(self) -> None:
+    def __init__(self, hang: bool = False) -> None:
         self.received = b""
         self.head = trio.Event()
+        self.hang = hang
 
     async def send_all(self, data: Any) -> None:
         await trio.lowlevel.checkpoint()
@@ -70,6 +72,8 @@ class _Backend(trio.abc.Stream):
         await trio.lowlevel.checkpoint()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self.hang:
+            await trio.sleep_forever()
         await self.head.wait()
         self.head = trio.Event()
         return ANSWER
@@ -86,10 +90,10 @@ def pair():
     b.close()
 
 
-def _gateway() -> tuple[Runtime, Gateway, list[trio.Nursery | None]]:
+def _gateway(hang: bool = False) -> tuple[Runtime, Gateway, list[trio.Nursery | None]]:
     """The gateway and, per upstream call, the nursery the request handed the pool (None: none open)."""
     async def connect(target: Any) -> trio.abc.Stream:
-        return _Backend()
+        return _Backend(hang)
 
     pool = UpstreamPool(connect=connect)
     nurseries: list[trio.Nursery | None] = []
@@ -203,3 +207,41 @@ def test_which_routes_may_need_a_task() -> None:
     assert not needs("plain", "GET", "/plain", b"")
     assert needs("plain", "GET", "/plain", b"", version="2")  # HTTP/2 may send a body undeclared
     assert needs("mapped", "POST", "/mapped/v1/chat/completions", BODY)
+
+
+@pytest.mark.parametrize(("method", "path", "body", "own_scope"), [
+    ("GET", "/plain", b"", False),  # no task beside it: the connection's scope is the request's
+    ("POST", "/v1/chat/completions", BODY, False),
+    ("POST", "/plain", BODY, True),  # an upload task: a nursery of its own
+])
+async def test_a_client_gone_cancels_the_connection_scope_the_server_gave_unless_a_nursery_was_opened(
+        pair, method, path, body, own_scope) -> None:
+    """``asgi.CONNECTION_SCOPE`` (http1.py): the request runs in the server's scope around its
+    connection instead of entering one of its own; a disconnect cancels it, ending the connection."""
+    runtime, app, nurseries = _gateway(hang=True)
+    scope = _scope(method, path, body, pair[0].fileno())
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if body and not sent:
+            sent.append({})
+            return {"type": "http.request", "body": body, "more_body": False}
+        await trio.sleep_forever()
+        raise AssertionError
+
+    async def send(message: dict[str, Any]) -> None:
+        raise AssertionError("the backend never answers")
+
+    async def leave_once_the_backend_is_called() -> None:
+        await trio.testing.wait_all_tasks_blocked()
+        pair[1].close()  # the client leaves mid-request
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(leave_once_the_backend_is_called)
+            with trio.CancelScope() as connection:
+                scope["extensions"][CONNECTION_SCOPE] = connection
+                await app(scope, receive, send)
+    assert nurseries == [None] if not own_scope else len(nurseries) == 1 and nurseries[0] is not None
+    assert connection.cancelled_caught is not own_scope
+    assert runtime.disconnects is not None and runtime.disconnects.watching == 0
