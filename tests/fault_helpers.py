@@ -78,6 +78,37 @@ class HangingBackend:
             await trio.serve_listeners(handler, listeners, handler_nursery=nursery)
 
 
+class AnswersThenHangsBackend:
+    """Answers the first ``answers`` requests (bodiless, keep-alive) of the process with 200 ``ok``,
+    then reads and never answers: a backend that hangs on a connection the gateway has pooled."""
+
+    def __init__(self, answers: int = 1) -> None:
+        self.port = 0
+        self.answers = answers
+        self.connections = 0
+        self.requests = 0
+
+    async def serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+
+        async def handler(stream: trio.SocketStream) -> None:
+            self.connections += 1
+            buffer = b""
+            async with stream:
+                while data := await stream.receive_some(65536):
+                    buffer += data
+                    while b"\r\n\r\n" in buffer:
+                        _, _, buffer = buffer.partition(b"\r\n\r\n")
+                        self.requests += 1
+                        if self.requests <= self.answers:
+                            await stream.send_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+
+        async with trio.open_nursery() as nursery:
+            task_status.started(self)
+            await trio.serve_listeners(handler, listeners, handler_nursery=nursery)
+
+
 class RecordingBackend:
     """Answers 200 to each request and records the request line it parsed (h11, as a backend would)."""
 

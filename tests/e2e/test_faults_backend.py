@@ -6,7 +6,15 @@ from __future__ import annotations
 import trio
 
 from tests.conftest import free_port, start_gateway
-from tests.fault_helpers import BacklogFullBackend, HangingBackend, raw_exchange, status_line, wait_until
+from tests.fault_helpers import (
+    AnswersThenHangsBackend,
+    BacklogFullBackend,
+    HangingBackend,
+    raw_exchange,
+    status_line,
+    wait_until,
+)
+from trioproxy.config.model import Address
 from trioproxy.errors import BadUpstreamResponse, plain_text
 
 # Row 9: error bodies are plain text ---------------------------------------------------------------
@@ -46,6 +54,56 @@ async def test_row4_a_hung_backend_gives_504_after_the_default_response_header_t
     assert status_line(response) == b"HTTP/1.1 504 Gateway Timeout"
     assert response.endswith(b"upstream call timeout")
     assert 300 <= trio.current_time() - started < 301
+
+
+async def test_row4_a_pooled_connection_that_stops_answering_gets_504_at_the_response_header_timeout(nursery, mock_clock):
+    """The second request goes out on the first one's pooled connection, whose deadline is kept
+    without a cancel scope (fd_deadlines.py): the same 504, at the same time, and that connection is
+    not used again."""
+    mock_clock.autojump_threshold = 0.2
+    backend = await nursery.start(AnswersThenHangsBackend(answers=1).serve)
+    gw = await start_gateway(nursery, _config(), port=free_port(), backend=backend.port)
+    port = gw.info.ports[gw.port]
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    await stream.send_all(b"GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer = b""
+    while not answer.endswith(b"ok"):
+        answer += await stream.receive_some(65536)
+    assert status_line(answer) == b"HTTP/1.1 200 OK"
+    pool = gw.info.runtime.pool
+    assert len(pool.idle_connections(Address("127.0.0.1", backend.port))) == 1
+    started = trio.current_time()
+    await stream.send_all(b"GET /second HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer = b""
+    with trio.fail_after(3600):
+        while not answer.endswith(b"upstream call timeout"):
+            answer += await stream.receive_some(65536)
+    assert status_line(answer) == b"HTTP/1.1 504 Gateway Timeout"
+    assert 300 <= trio.current_time() - started < 301
+    assert backend.connections == 1 and backend.requests == 2
+    # the hung connection is closed, not pooled, and its deadline gone
+    assert len(pool.deadlines) == 0 and pool.open_connections == 0
+    assert pool.idle_connections(Address("127.0.0.1", backend.port)) == []
+
+
+async def test_row4_a_route_backend_request_timeout_bounds_a_pooled_connection_too(nursery, mock_clock):
+    mock_clock.autojump_threshold = 0.2
+    backend = await nursery.start(AnswersThenHangsBackend(answers=1).serve)
+    gw = await start_gateway(nursery, """
+        binds:
+        - port: {port}
+          listeners:
+          - routes:
+            - policies: {{timeout: {{backendRequestTimeout: 7s}}}}
+              backends: [{{host: "127.0.0.1:{backend}"}}]
+        """, port=free_port(), backend=backend.port)
+    port = gw.info.ports[gw.port]
+    assert status_line(await raw_exchange(port, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")) == b"HTTP/1.1 200 OK"
+    started = trio.current_time()
+    response = await raw_exchange(port, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", timeout=3600)
+    assert status_line(response) == b"HTTP/1.1 504 Gateway Timeout"
+    assert 7 <= trio.current_time() - started < 8
+    assert backend.connections == 1  # the second request went out on the pooled connection
 
 
 async def test_row4_response_header_timeout_is_configurable_and_a_route_timeout_replaces_it(nursery, backend):

@@ -336,17 +336,17 @@ class Gateway:
         request body is sent (a long upload is not a hung backend)."""
         tr = x.tracer
         now = x.upstream_started = trio.current_time()
-        # the deadline given to the constructor: set afterwards, it costs a trip through the
-        # scope's deadline bookkeeping (~1 us) on every request
+        # The pool bounds the call by ``deadline`` (on a pooled connection without a cancel scope:
+        # fd_deadlines.py); a streamed upload's responseHeaderTimeout starts when the upload ends,
+        # under a scope of its own.
         bound = self._backend_bound(route)
-        if bound is None:
-            backend_scope = trio.CancelScope()
-        elif bound[0] == "responseHeaderTimeout" and not isinstance(body, bytes):
+        deadline = backend_scope = None
+        if bound is not None and bound[0] == "responseHeaderTimeout" and not isinstance(body, bytes):
             backend_scope = trio.CancelScope()
             seconds = bound[1]
             body = _then(body, lambda: setattr(backend_scope, "deadline", trio.current_time() + seconds))
-        else:
-            backend_scope = trio.CancelScope(deadline=now + bound[1])
+        elif bound is not None:
+            deadline = now + bound[1]
         tr.event("backendCallStart", target=str(backend.target))
         response = None
         otel = self.runtime.otel
@@ -358,14 +358,22 @@ class Gateway:
             headers = [h for h in headers if h[0] != b"traceparent"] + [span.traceparent()]
         try:
             with span:
-                with backend_scope:
-                    response = await self.runtime.pool.request(
-                        backend.target, x.scope["method"].encode(), target, headers, body, nursery=x.nursery)
+                pool = self.runtime.pool
+                try:
+                    if backend_scope is None:
+                        response = await pool.request(backend.target, x.scope["method"].encode(), target, headers,
+                                                      body, nursery=x.nursery, deadline=deadline)
+                    else:
+                        with backend_scope:
+                            response = await pool.request(backend.target, x.scope["method"].encode(), target,
+                                                          headers, body, nursery=x.nursery)
+                except trio.TooSlowError:
+                    response = None
                 if x.disconnected:
                     if response is not None:
                         await response.aclose()
                     raise ClientDisconnected()
-                if response is None and backend_scope.cancelled_caught:
+                if response is None:  # the pool's deadline, or the upload's scope, passed
                     raise UpstreamTimeout(why=self._upstream_timeout_why(route, backend, body))
                 span.status = response.status if response else 0
         except ProxyError as error:

@@ -42,6 +42,7 @@ from .. import direct_io
 from ..asgi import Header
 from ..config.model import Address, TlsAddress
 from ..errors import BackendUnreachable, BadUpstreamResponse
+from ..fd_deadlines import FdDeadlines
 from .tls import open_tls
 from .wire import BadResponse, FastClient, LocalProtocolError
 
@@ -523,6 +524,7 @@ class UpstreamPool:
         self.open_connections = 0
         self.connections_created = 0
         self.closed = False
+        self.deadlines = FdDeadlines()  # ``request``'s deadline on a pooled connection's answer
 
     def __repr__(self) -> str:
         idle = {str(target): len(conns) for target, conns in self._idle.items() if conns}
@@ -609,15 +611,50 @@ class UpstreamPool:
         body: bytes | AsyncIterator[bytes] = b"",
         *,
         nursery: trio.Nursery | None = None,
+        deadline: float | None = None,
     ) -> UpstreamResponse:
-        """Send one request and return once the response headers arrived.
+        """Send one request and return once the response headers arrived; ``trio.TooSlowError``
+        if they have not by ``deadline`` (None: no limit here).
 
         With a ``nursery``, a streamed body is uploaded by a task of it while the response is
         read; without one, it is sent before reading. A buffered body (``bytes``) can be
         replayed, so a reused connection that turns out to be dead before any response byte is
         retried once on a fresh one; a streamed body cannot.
         """
-        conn = self._checkout(target) or await self._connect(target)
+        conn = self._checkout(target)
+        if conn is not None and deadline is not None and type(body) is bytes and (fd := conn._socket_fd()) >= 0:
+            # The common case, a pooled plain connection and the whole body at hand: its only wait
+            # is for this socket, so the deadline needs no cancel scope (fd_deadlines.py).
+            deadlines = self.deadlines
+            timer = deadlines.arm(fd, deadline)
+            try:
+                return await conn.request(method, path, headers, body, nursery)
+            except (BackendUnreachable, BadUpstreamResponse):
+                deadlines.disarm(timer)
+                conn.close()
+                if timer.fired:  # the wait was ended by the deadline, not by the backend
+                    raise trio.TooSlowError from None
+                if not (conn.reused and not conn.got_bytes):
+                    raise
+                conn = None  # dead before any answer: a fresh connection, below
+            except BaseException:
+                deadlines.disarm(timer)
+                conn.close()
+                raise
+            finally:
+                deadlines.disarm(timer)
+        if deadline is None:
+            return await self._request(conn, target, method, path, headers, body, nursery)
+        with trio.CancelScope(deadline=deadline):
+            return await self._request(conn, target, method, path, headers, body, nursery)
+        raise trio.TooSlowError  # the deadline cancelled the call
+
+    async def _request(self, conn: UpstreamConnection | None, target: Address, method: bytes, path: bytes,
+                       headers: Sequence[Header], body: bytes | AsyncIterator[bytes],
+                       nursery: trio.Nursery | None) -> UpstreamResponse:
+        """``request`` on ``conn`` (None: a new connection), retried once on a fresh connection."""
+        if conn is None:
+            conn = await self._connect(target)
         while True:
             try:
                 return await conn.request(method, path, headers, body, nursery)

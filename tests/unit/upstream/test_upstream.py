@@ -860,3 +860,103 @@ async def test_a_refused_ip_literal_connect_names_the_reason():
     pool = UpstreamPool()
     with pytest.raises(BackendUnreachable, match=rf"upstream connect error: Connection refused \(127\.0\.0\.1:{port}\)"):
         await pool.request(Address("127.0.0.1", port), b"GET", b"/", [(b"host", b"x")], b"", nursery=None)
+
+
+# --- the deadline (``request(deadline=...)``) --------------------------------------------------
+
+class TcpBackend:
+    """A real backend on 127.0.0.1: ``plan[i]`` says what its i-th request (over all connections)
+    gets: ``"ok"`` (200, kept alive), ``"hang"`` (nothing), ``"close"`` (the connection closed unanswered)."""
+
+    def __init__(self, *plan: str) -> None:
+        self.plan = list(plan)
+        self.connections = 0
+        self.requests = 0
+        self.address = A
+
+    async def serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.address = Address("127.0.0.1", listeners[0].socket.getsockname()[1])
+
+        async def handler(stream: trio.SocketStream) -> None:
+            self.connections += 1
+            buffer = b""
+            async with stream:
+                while data := await stream.receive_some(65536):
+                    buffer += data
+                    while b"\r\n\r\n" in buffer:
+                        _, _, buffer = buffer.partition(b"\r\n\r\n")
+                        what = self.plan[self.requests]
+                        self.requests += 1
+                        if what == "ok":
+                            await stream.send_all(ok())
+                        elif what == "close":
+                            return
+
+        async with trio.open_nursery() as nursery:
+            task_status.started(self)
+            await trio.serve_listeners(handler, listeners, handler_nursery=nursery)
+
+
+async def deadline_get(pool: UpstreamPool, backend: TcpBackend, seconds: float) -> bytes:
+    response = await pool.request(backend.address, b"GET", b"/", [(b"host", b"b")],
+                                  deadline=trio.current_time() + seconds)
+    async with response:
+        return await response.read()
+
+
+async def test_a_pooled_connection_past_its_deadline_raises_too_slow_and_is_closed(nursery, mock_clock):
+    mock_clock.autojump_threshold = 0.1
+    backend = await nursery.start(TcpBackend("ok", "hang").serve)
+    pool = UpstreamPool()
+    assert await deadline_get(pool, backend, 5) == b"ok"
+    assert len(pool.idle_connections(backend.address)) == 1
+    start = trio.current_time()
+    with pytest.raises(trio.TooSlowError):
+        await deadline_get(pool, backend, 5)
+    assert trio.current_time() - start == pytest.approx(5)
+    assert pool.open_connections == 0 and len(pool.deadlines) == 0
+    assert backend.connections == 1
+
+
+async def test_a_new_connection_past_its_deadline_raises_too_slow_too(nursery, mock_clock):
+    mock_clock.autojump_threshold = 0.1
+    backend = await nursery.start(TcpBackend("hang").serve)
+    pool = UpstreamPool()
+    start = trio.current_time()
+    with pytest.raises(trio.TooSlowError):
+        await deadline_get(pool, backend, 3)
+    assert trio.current_time() - start == pytest.approx(3)
+    assert pool.open_connections == 0
+
+
+async def test_a_dead_pooled_connection_is_replayed_on_a_fresh_one_within_the_deadline(nursery, mock_clock):
+    mock_clock.autojump_threshold = 0.1
+    backend = await nursery.start(TcpBackend("ok", "close", "ok").serve)
+    pool = UpstreamPool()
+    assert await deadline_get(pool, backend, 5) == b"ok"
+    assert await deadline_get(pool, backend, 5) == b"ok"  # the backend closed its first connection unanswered
+    assert backend.connections == 2 and backend.requests == 3
+    assert len(pool.deadlines) == 0
+
+
+async def test_a_dead_pooled_connection_whose_replay_hangs_is_still_bounded(nursery, mock_clock):
+    mock_clock.autojump_threshold = 0.1
+    backend = await nursery.start(TcpBackend("ok", "close", "hang").serve)
+    pool = UpstreamPool()
+    assert await deadline_get(pool, backend, 5) == b"ok"
+    start = trio.current_time()
+    with pytest.raises(trio.TooSlowError):
+        await deadline_get(pool, backend, 5)
+    assert trio.current_time() - start == pytest.approx(5)
+    assert backend.connections == 2
+
+
+async def test_an_error_on_a_pooled_connection_before_its_deadline_is_that_error(nursery, mock_clock):
+    mock_clock.autojump_threshold = 0.1
+    backend = await nursery.start(TcpBackend("ok", "close", "close").serve)
+    pool = UpstreamPool()
+    assert await deadline_get(pool, backend, 5) == b"ok"
+    with pytest.raises(BadUpstreamResponse, match="closed the connection before"):
+        await deadline_get(pool, backend, 5)
+    assert len(pool.deadlines) == 0 and pool.open_connections == 0
