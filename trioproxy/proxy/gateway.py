@@ -246,7 +246,8 @@ class Gateway:
                                               upstream_headers, body)
         if n:
             upstream_headers = upstream_headers + [(b"x-retry-attempt", str(n).encode())]
-        tr.snapshot("final request", x, headers=upstream_headers)
+        if tr.active:
+            tr.snapshot("final request", x, headers=upstream_headers)
         for mirror in x.mirrors:  # copies run in the root nursery: never in this request's way
             self.runtime.mirrors.send(mirror, scope["method"].encode(), target, upstream_headers,
                                       body if isinstance(body, bytes) else b"")
@@ -347,7 +348,8 @@ class Gateway:
             body = _then(body, lambda: setattr(backend_scope, "deadline", trio.current_time() + seconds))
         elif bound is not None:
             deadline = now + bound[1]
-        tr.event("backendCallStart", target=str(backend.target))
+        if tr.active:
+            tr.event("backendCallStart", target=str(backend.target))
         response = None
         otel = self.runtime.otel
         span = NO_CLIENT_SPAN

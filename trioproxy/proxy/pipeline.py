@@ -97,9 +97,10 @@ class Pipeline:
         scope = x.scope
         state = self.runtime.state
 
-        # 1. admission
-        tr.event("requestStarted")
-        tr.snapshot("initial request", x)
+        # 1. admission (an untraced request skips the tracer's calls, not only their work)
+        if tr.active:
+            tr.event("requestStarted")
+            tr.snapshot("initial request", x)
         max_headers = state.config.frontend.max_headers  # frontendPolicies.http.http1MaxHeaders
         if len(x.headers) > max_headers:
             raise HeaderTooLarge(f"too many request headers (limit {max_headers})")
@@ -113,10 +114,12 @@ class Pipeline:
 
         # 2. gateway phase (the listener's stages, in stages.STAGE_ORDER)
         gateway = state.listeners[listener.key]
-        tr.policy_selection("gateway", listener.policies)
+        if tr.active:
+            tr.policy_selection("gateway", listener.policies)
         for stage in gateway.request:
             await stage.request(x)
-        tr.snapshot("gateway policies", x)
+        if tr.active:
+            tr.snapshot("gateway policies", x)
 
         # 3. routing
         request = Request(method, scope["path"], x.host, x.headers, scope.get("query_string", b""))
@@ -154,10 +157,12 @@ class Pipeline:
         tr = x.tracer
         if compiled.mcp_peek is not None:  # the JSON-RPC call, for CEL ``mcp`` in the route's stages (docs/mcp.md)
             await self.runtime.mcp.peek(x, compiled.mcp_peek, self.runtime.state.config)
-        tr.policy_selection("route", compiled.route.policies)
+        if tr.active:
+            tr.policy_selection("route", compiled.route.policies)
         for stage in compiled.phase.request:
             await stage.request(x)
-        tr.snapshot("route policies", x)
+        if tr.active:
+            tr.snapshot("route policies", x)
 
     async def route_stages_and_plan(self, x: Exchange, compiled: CompiledRoute) -> Plan:
         """Step 4 and the targets step 5 may go to (proxy/attempts.py): the route's backends, or
@@ -177,7 +182,8 @@ class Pipeline:
         if backend.ai is not None and backend.ai.routes:  # an ai policy's routes map picks the endpoint kind
             x.llm_kind = kind = resolve_route(backend.ai.routes, x.scope["path"])
             x.error_dialect = error_dialect(kind)
-        x.tracer.policy_selection("backend", backend.policies)
+        if x.tracer.active:
+            x.tracer.policy_selection("backend", backend.policies)
         for stage in phase.request:
             await stage.request(x)
         x.backend_phase = phase

@@ -39,7 +39,8 @@ class LocalRateLimitStage(Stage):
             raise RateLimited(headers=LocalRateLimiter.headers(decision),
                               why=self.limiter.refusal(trio.current_time()))
         x.limits.append((self.limiter, decision))
-        tr.snapshot("localRateLimit", x)
+        if tr.active:
+            tr.snapshot("localRateLimit", x)
 
 
 class TokenRateLimitStage(LocalRateLimitStage):

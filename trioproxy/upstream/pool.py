@@ -148,11 +148,13 @@ def _close_stream_now(stream: trio.abc.Stream) -> None:
 class UpstreamConnection:
     """One keep-alive HTTP/1.1 connection to a backend. Not shared: one exchange at a time."""
 
-    __slots__ = ("closed", "fast", "got_bytes", "h11", "idle", "idle_since", "pool", "requests", "reused", "stream",
-                 "target")
+    __slots__ = ("closed", "fast", "fd", "got_bytes", "h11", "idle", "idle_since", "pool", "requests", "reused",
+                 "stream", "target")
 
     def __init__(self, stream: trio.abc.Stream, target: Address, pool: UpstreamPool | None = None) -> None:
         self.stream = stream
+        #: the socket's descriptor for direct I/O; -1 for TLS and test streams, and once closed
+        self.fd = stream.socket.fileno() if type(stream) is trio.SocketStream else -1
         self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_RESPONSE_HEADER_BYTES)
         self.fast: FastClient | None = None  # this exchange through llhttp; None: through ``h11``
         self.target = target
@@ -174,13 +176,8 @@ class UpstreamConnection:
     # needs no ``send_all``, and the response head is waited for before the first ``recv`` (a
     # backend never answers within the microseconds after the request went out).
 
-    def _socket_fd(self) -> int:
-        """The socket's descriptor for direct I/O; -1 for TLS and test streams, or once closed."""
-        stream = self.stream
-        return stream.socket.fileno() if type(stream) is trio.SocketStream else -1
-
     async def send(self, data: bytes) -> None:
-        fd = self._socket_fd()
+        fd = self.fd
         try:
             sent = direct_io.send_now(fd, data) if fd >= 0 else 0
             if sent < len(data):
@@ -189,7 +186,7 @@ class UpstreamConnection:
             raise BackendUnreachable(f"upstream connection reset while sending: {exc}") from None
 
     async def _receive(self, *, wait_first: bool) -> bytes:
-        fd = self._socket_fd()
+        fd = self.fd
         if fd < 0:
             return cast(bytes, await self.stream.receive_some(READ_SIZE))
         return await direct_io.receive(fd, READ_SIZE, wait_first=wait_first)
@@ -199,7 +196,7 @@ class UpstreamConnection:
         fast = self.fast
         if fast is not None:
             try:
-                return cast("h11.Event | type[h11.NEED_DATA]", fast.next_event())
+                return fast.next_event()  # type: ignore[no-any-return]  # (``cast`` is a call per event)
             except BadResponse as exc:
                 raise BadUpstreamResponse(str(exc)) from None
         try:
@@ -218,7 +215,7 @@ class UpstreamConnection:
         while True:
             event = self.parse()
             if event is not h11.NEED_DATA:
-                return cast(h11.Event, event)
+                return event  # type: ignore[return-value]
             try:
                 data = await self._receive(wait_first=fast.awaiting_head if fast is not None
                                            else conn.their_state is h11.SEND_RESPONSE)
@@ -318,6 +315,7 @@ class UpstreamConnection:
             return
         self.closed = True
         self.idle = False
+        self.fd = -1
         _close_stream_now(self.stream)
         if self.pool is not None:
             self.pool._returned(self)
@@ -380,7 +378,9 @@ class UpstreamResponse:
         self._upload = upload
         self._error: BadUpstreamResponse | None = None  # met by ``ready``; ``body()`` raises it
         self.status: int = event.status_code
-        self.headers: list[Header] = list(event.headers)
+        # (lower-cased name, value) as iterating h11's ``Headers`` gives them, without its Python
+        # ``__getitem__`` per line
+        self.headers: list[Header] = [(name, value) for _, name, value in event.headers._full_items]
         self.reason: bytes = event.reason
         self._conn: UpstreamConnection | None = conn
         self._early: list[bytes] = []  # read by ``prefetch``, not yet handed on
@@ -622,7 +622,7 @@ class UpstreamPool:
         retried once on a fresh one; a streamed body cannot.
         """
         conn = self._checkout(target)
-        if conn is not None and deadline is not None and type(body) is bytes and (fd := conn._socket_fd()) >= 0:
+        if conn is not None and deadline is not None and type(body) is bytes and (fd := conn.fd) >= 0:
             # The common case, a pooled plain connection and the whole body at hand: its only wait
             # is for this socket, so the deadline needs no cancel scope (fd_deadlines.py).
             deadlines = self.deadlines
