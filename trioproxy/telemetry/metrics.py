@@ -10,6 +10,7 @@ from __future__ import annotations
 import platform
 from bisect import bisect_left
 from collections.abc import Callable
+from typing import TypeVar
 
 from prometheus_client import (
     CollectorRegistry,
@@ -25,6 +26,8 @@ from ..version import __version__
 
 # ``_created`` series double every counter and histogram for a value dashboards never use.
 disable_created_metrics()  # type: ignore[no-untyped-call]
+
+_C = TypeVar("_C", Counter, Histogram)
 
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 # OpenTelemetry's advised buckets for gen_ai.client.token.usage (powers of 4).
@@ -52,6 +55,43 @@ class _Histogram(Histogram):
         i = bisect_left(bounds, amount)
         if amount <= bounds[i]:  # (NaN: no bucket, as the loop)
             self._buckets[i].inc(1)
+
+
+class _Value:
+    """prometheus-client's ``MutexValue`` without its lock, in the children the request path changes
+    (``_unlocked``): only the Trio run's thread changes them, and the stats server's scrape runs in
+    that thread too, so a lock per change (about ten per request) guards nothing."""
+
+    __slots__ = ("_exemplar", "_value")
+
+    def __init__(self, value: float) -> None:
+        self._value = value
+        self._exemplar: object = None
+
+    def inc(self, amount: float) -> None:
+        self._value += amount
+
+    def set(self, value: float, timestamp: float | None = None) -> None:
+        self._value = value
+
+    def set_exemplar(self, exemplar: object) -> None:
+        self._exemplar = exemplar
+
+    def get(self) -> float:
+        return self._value
+
+    def get_exemplar(self) -> object:
+        return self._exemplar
+
+
+def _unlocked(child: _C) -> _C:
+    """``child`` (a labelled counter's or histogram's) with its values swapped for ``_Value``s."""
+    if isinstance(child, Histogram):
+        child._sum = _Value(child._sum.get())
+        child._buckets = [_Value(bucket.get()) for bucket in child._buckets]
+    else:
+        child._value = _Value(child._value.get())
+    return child
 
 
 class Metrics:
@@ -151,8 +191,8 @@ class Metrics:
             "trioproxy_front_door_rejects", "Requests answered before routing: cl_te (400), path (400, cannot be "
             "normalised), overloaded (503, past the requests-in-flight cap).", ["bind", "reason"], registry=self.registry,
         )
-        self._requests: dict[tuple[str, ...], tuple[Callable[[], None], Callable[[float], None]]] = {}
-        self._decisions: dict[tuple[str, str, str], Callable[[], None]] = {}
+        self._requests: dict[tuple[str, ...], tuple[Callable[[float], None], Callable[[float], None]]] = {}
+        self._decisions: dict[tuple[str, str, str], Callable[[float], None]] = {}
         #: gen-ai labels -> token type or histogram -> the child's ``observe`` (``gen_ai``)
         self._gen_ai: dict[tuple[str, ...], dict[object, Callable[[float], None]]] = {}
         self._costs: dict[tuple[str, str, str], Callable[[float], None]] = {}
@@ -163,8 +203,9 @@ class Metrics:
         key = (bind, gateway, listener, route, backend, method, str(status), reason)
         found = self._requests.get(key)
         if found is None:
-            found = self._requests[key] = (self.requests.labels(*key).inc, self.duration.labels(*key[:7]).observe)
-        found[0]()
+            found = self._requests[key] = (_unlocked(self.requests.labels(*key))._value.inc,
+                                           _unlocked(self.duration.labels(*key[:7])).observe)
+        found[0](1)
         found[1](seconds)
 
     def upstream_error(self, bind: str, route: str, reason: str) -> None:
@@ -174,8 +215,8 @@ class Metrics:
         labels = (policy, key, result)
         inc = self._decisions.get(labels)
         if inc is None:
-            inc = self._decisions[labels] = self.ratelimit_decisions.labels(*labels).inc
-        inc()
+            inc = self._decisions[labels] = _unlocked(self.ratelimit_decisions.labels(*labels))._value.inc
+        inc(1)
 
     def gen_ai(self, labels: tuple[str, ...], tokens: tuple[tuple[str, int | None], ...], seconds: float,
                first_token: float | None, output_tokens: int | None) -> None:
@@ -190,11 +231,11 @@ class Metrics:
             if count is not None:
                 observe = observers.get(kind)
                 if observe is None:
-                    observe = observers[kind] = self.token_usage.labels(kind, *labels).observe
+                    observe = observers[kind] = _unlocked(self.token_usage.labels(kind, *labels)).observe
                 observe(count)
         observe = observers.get(self.gen_ai_duration)
         if observe is None:
-            observe = observers[self.gen_ai_duration] = self.gen_ai_duration.labels(*labels).observe
+            observe = observers[self.gen_ai_duration] = _unlocked(self.gen_ai_duration.labels(*labels)).observe
         observe(seconds)
         if first_token is not None:
             self._observer(observers, self.time_to_first_token, labels)(first_token)
@@ -207,7 +248,7 @@ class Metrics:
         labels = (route, provider, model)
         inc = self._costs.get(labels)
         if inc is None:
-            inc = self._costs[labels] = self.gen_ai_cost.labels(*labels).inc
+            inc = self._costs[labels] = _unlocked(self.gen_ai_cost.labels(*labels))._value.inc
         inc(usd)
 
     @staticmethod
@@ -216,7 +257,7 @@ class Metrics:
         """``histogram``'s child for ``labels``, its ``observe`` cached in ``observers`` (those labels')."""
         observe = observers.get(histogram)
         if observe is None:
-            observe = observers[histogram] = histogram.labels(*labels).observe
+            observe = observers[histogram] = _unlocked(histogram.labels(*labels)).observe
         return observe
 
     def requests_in_flight(self) -> int:

@@ -200,3 +200,30 @@ def test_time_per_output_token_needs_two_tokens_after_a_first(output_tokens, per
     families = {f.name: f for f in metrics.registry.collect()}
     sums = [s.value for s in families["trioproxy_gen_ai_server_time_per_output_token"].samples if s.name.endswith("_sum")]
     assert sums == ([] if per_token is None else [per_token])
+
+
+def test_the_children_the_request_path_changes_take_no_lock_and_keep_what_they_had():
+    """``_unlocked``: a cached child's values are ``_Value``s (no lock per change), starting from
+    what the child held, and the exposition reads them as before."""
+    from trioproxy.telemetry.metrics import _unlocked, _Value
+
+    metrics = Metrics()
+    child = metrics.requests.labels("8080", "gw", "l", "r", "b", "GET", "200", "")
+    child.inc(2)  # before it is cached: a locked value
+    metrics.observe("8080", "gw", "l", "r", "b", "GET", 200, "", 0.003)
+    assert type(child._value) is _Value and child._value.get() == 3.0
+    histogram = metrics.duration.labels("8080", "gw", "l", "r", "b", "GET", "200")
+    assert type(histogram._sum) is _Value and all(type(b) is _Value for b in histogram._buckets)
+    metrics.ratelimit_decision("localRateLimit", "r", "allowed")
+    assert type(metrics.ratelimit_decisions.labels("localRateLimit", "r", "allowed")._value) is _Value
+    metrics.gen_ai(LABELS, (("input", 3),), 0.5, 0.1, 4)
+    assert type(metrics.token_usage.labels("input", *LABELS)._sum) is _Value
+    assert type(metrics.time_per_output_token.labels(*LABELS)._sum) is _Value
+    metrics.cost("r", "openai", "m", 0.5)
+    assert type(metrics.gen_ai_cost.labels("r", "openai", "m")._value) is _Value
+    value = _unlocked(metrics.requests.labels("x", "gw", "l", "r", "b", "GET", "200", ""))._value
+    value.set(5.0)
+    value.set_exemplar("e")
+    assert (value.get(), value.get_exemplar()) == (5.0, "e")
+    assert b'trioproxy_requests_total{backend="b",bind="8080",gateway="gw",listener="l",method="GET",reason="",' \
+           b'route="r",status="200"} 3.0' in metrics.exposition()[0]
