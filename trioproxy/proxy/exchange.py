@@ -279,52 +279,65 @@ class Exchange:
         return self._stream_body()
 
     async def read_body(self, limit: int) -> bytes:
-        """Buffer the whole body (for stages that must rewrite it); 400 above ``limit``."""
-        chunks = []
-        size = 0
+        """Buffer the whole body (for stages that must rewrite it); 400 above ``limit``. A loop of
+        its own, not over ``_stream_body``: an async generator costs its creation and Trio's
+        first-iteration hook on every request that reads its body."""
         await self.peek_body()
         if not self.has_body():
             self._watch_disconnect()
             return b""
-        async for chunk in self._stream_body():
+        self._body_claimed = True
+        within = self.scope.get("extensions", {}).get(RECEIVE_WITHIN)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            chunk, more = await self._body_piece(within)
             size += len(chunk)
             if size > limit:
                 raise PayloadTooLarge(f"request body larger than {limit} bytes", why={
                     "check": "maxBufferSize", "limit": limit,
                     "detail": f"the body must be buffered here and passed {limit} bytes"})
+            if not more:
+                if not chunks:
+                    return bytes(chunk)  # (the same object when it is bytes)
+                chunks.append(chunk)
+                return b"".join(chunks)
             chunks.append(chunk)
-        return b"".join(chunks)
 
     async def _stream_body(self) -> AsyncIterator[bytes]:
         self._body_claimed = True
-        capture = self.request_capture
-        # The server's receive with a deadline (http1.py) enters a cancel scope only when it must
-        # wait: a body that came with its head costs none.
         within = self.scope.get("extensions", {}).get(RECEIVE_WITHIN)
         while True:
-            message, self._first_body = self._first_body, None
-            if message is None:
-                if within is not None:
-                    message = await within(self.body_idle_timeout)
-                else:
-                    with trio.move_on_after(self.body_idle_timeout):
-                        message = await self.receive()
-            if message is None:  # a slow (or stalled) client must not hold a backend connection
-                raise RequestBodyTimeout(why={"check": "requestBodyIdleTimeout", "limit": self.body_idle_timeout,
-                                              "detail": f"no request body bytes for {self.body_idle_timeout:g}s"})
-            if message["type"] == "http.disconnect":
-                self.disconnected = True
-                raise ClientDisconnected()
-            chunk = message.get("body", b"")
-            more = message.get("more_body", False)
-            if not more:
-                self._watch_disconnect()
+            chunk, more = await self._body_piece(within)
             if chunk:
-                if capture is not None:
-                    capture.feed(chunk)
                 yield chunk
             if not more:
                 return
+
+    async def _body_piece(self, within: Any) -> tuple[bytes, bool]:
+        """The body's next piece (the request capture fed) and whether more follows; ``within``:
+        the server's receive with a deadline (http1.py), which enters a cancel scope only when it
+        must wait, so a body that came with its head costs none."""
+        message, self._first_body = self._first_body, None
+        if message is None:
+            if within is not None:
+                message = await within(self.body_idle_timeout)
+            else:
+                with trio.move_on_after(self.body_idle_timeout):
+                    message = await self.receive()
+        if message is None:  # a slow (or stalled) client must not hold a backend connection
+            raise RequestBodyTimeout(why={"check": "requestBodyIdleTimeout", "limit": self.body_idle_timeout,
+                                          "detail": f"no request body bytes for {self.body_idle_timeout:g}s"})
+        if message["type"] == "http.disconnect":
+            self.disconnected = True
+            raise ClientDisconnected()
+        chunk = message.get("body", b"")
+        more = message.get("more_body", False)
+        if not more:
+            self._watch_disconnect()
+        if chunk and self.request_capture is not None:
+            self.request_capture.feed(chunk)
+        return chunk, more
 
     # --- the response -------------------------------------------------------------------------
 
