@@ -394,3 +394,25 @@ async def test_a_head_of_exactly_the_limit_is_served(nursery):
     _, stream = await connect(nursery, ok, max_head=199)
     await stream.send_all(request)
     assert (await read_until_closed(stream)).startswith(b"HTTP/1.1 431 ")
+
+
+async def test_a_proxied_answer_that_came_whole_leaves_in_one_write(nursery, backend, monkeypatch):
+    """Head, body and end of an answer the backend sent at once go to the client in one socket
+    write (gateway.py ``_respond``: one body message after the start; larger ones are corked)."""
+    from trioproxy import direct_io
+
+    writes: list[bytes] = []
+    send_now = direct_io.send_now
+
+    def counting(fd: int, data: bytes) -> int:
+        if data.startswith(b"HTTP/1.1 "):  # (the gateway's writes to the backend are requests)
+            writes.append(data)
+        return send_now(fd, data)
+
+    monkeypatch.setattr(direct_io, "send_now", counting)
+    gw = await start_gateway(nursery, SIMPLE, port=free_port(), backend=backend.port)
+    stream = await trio.open_tcp_stream("127.0.0.1", gw.info.ports[gw.port])
+    await stream.send_all(b"GET /one HTTP/1.1\r\nHost: x\r\n\r\nGET /two HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = await read_answers(stream, 2)
+    assert len(writes) == 2 and b"".join(writes) == data
+    assert all(w.count(b"HTTP/1.1 200") == 1 and w.endswith(b"}") for w in writes)

@@ -447,15 +447,17 @@ class Gateway:
         if timed and any(ready):
             x.first_chunk = trio.current_time()
         try:
-            async with x.corked():
+            if complete:  # the whole answer: one body message after the start, so one write
+                pieces = ready if tap is None else [*(tap.feed(chunk) for chunk in ready), tap.end()]
                 await x.start_response(response.status, headers)
-                for chunk in ready:
-                    if tap is not None and not (chunk := tap.feed(chunk)):
-                        continue
-                    await x.send_body(chunk)
-                if complete:
-                    await x.end_body(tap.end() if tap is not None else b"")
-            if not complete:
+                await x.end_body(pieces[0] if len(pieces) == 1 else b"".join(pieces))
+            else:
+                async with x.corked():
+                    await x.start_response(response.status, headers)
+                    for chunk in ready:
+                        if tap is not None and not (chunk := tap.feed(chunk)):
+                            continue
+                        await x.send_body(chunk)
                 if tap is not None and tap.ended:
                     x.answered()
                 async with aclosing(response.body()) as chunks:
