@@ -24,6 +24,7 @@ __all__ = [
     "Usage",
     "UsageReader",
     "UsageStripper",
+    "loads_json",
     "prepare_request_body",
     "provider_usage",
     "usage_fields",
@@ -48,6 +49,22 @@ def _compact_dumps() -> Callable[[Any], str]:
 
 
 _dumps = _compact_dumps()
+_DECODER = json.JSONDecoder()
+
+
+def loads_json(data: bytes) -> Any:
+    """``json.loads(data)``, without its encoding detection for the UTF-8 every JSON API sends:
+    run on every request body the gateway rewrites and every response (or event) it reads usage
+    from. What detection would read otherwise (a BOM, UTF-16 or UTF-32: a NUL or an invalid UTF-8
+    byte up front) goes through ``json.loads`` itself, so the result is always the same."""
+    if data[:1] not in (b"", b"\x00", b"\xef") and data[1:2] != b"\x00":
+        try:
+            text = data.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            pass
+        else:
+            return _DECODER.decode(text)
+    return json.loads(data)
 
 
 @attrs.frozen
@@ -88,7 +105,7 @@ def prepare_request_body(
     holds. A body that is not a JSON object is passed through with info ``None``.
     """
     try:
-        obj = json.loads(body)
+        obj = loads_json(body)
     except (ValueError, UnicodeDecodeError):
         return body, None
     if not isinstance(obj, dict):
@@ -327,7 +344,7 @@ class _SseUsage:
                 self.ended = True
             return
         try:
-            obj = json.loads(text)
+            obj = loads_json(text)
             parts = _usage_parts(obj)
         except ValueError:
             return
@@ -386,7 +403,7 @@ class _JsonUsage:
         if not self._chunks:
             return None
         try:
-            return usage_from_response(json.loads(b"".join(self._chunks)))
+            return usage_from_response(loads_json(b"".join(self._chunks)))
         except (ValueError, UnicodeDecodeError):
             return None
         finally:
@@ -528,7 +545,7 @@ def _strip_event(event: bytes, end: bytes) -> bytes:
     lines = event.splitlines()
     data = [line[6:] if line[5:6] == b" " else line[5:] for line in lines if line.startswith(b"data:")]
     try:
-        obj = json.loads(b"\n".join(data))
+        obj = loads_json(b"\n".join(data))
     except ValueError:
         return event + end
     if not isinstance(obj, dict) or "usage" not in obj:
