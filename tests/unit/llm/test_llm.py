@@ -163,9 +163,11 @@ def test_sse_stream_ending_without_blank_line():
 
 
 def test_sse_usage_string_value_is_not_parsed(monkeypatch):
+    from trioproxy.llm import usage
+
     calls = []
-    real_loads = json.loads
-    monkeypatch.setattr(json, "loads", lambda s: calls.append(s) or real_loads(s))
+    real_loads = usage.loads_json
+    monkeypatch.setattr(usage, "loads_json", lambda s: calls.append(s) or real_loads(s))
     stream = openai_stream()
     read("text/event-stream", [stream])
     assert len(calls) == 1  # only the final chunk; `"usage": null` and content are skipped
