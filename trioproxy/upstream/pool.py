@@ -115,7 +115,11 @@ def is_readable(stream: trio.abc.Stream) -> bool:
     if sock is None:
         probe = getattr(stream, "is_readable", None)
         return bool(probe()) if probe is not None else False
-    fd = sock.fileno()
+    return fd_readable(sock.fileno())
+
+
+def fd_readable(fd: int) -> bool:
+    """``is_readable`` for a socket's descriptor (-1: closed, so readable)."""
     if fd < 0:
         return True
     poller = select.poll()
@@ -230,7 +234,8 @@ class UpstreamConnection:
 
     def is_readable(self) -> bool:
         """Stale: EOF or unasked-for bytes arrived while the connection sat in the pool."""
-        return is_readable(self.stream)
+        fd = self.fd
+        return fd_readable(fd) if fd >= 0 else is_readable(self.stream)
 
     # --- one exchange -----------------------------------------------------------------------
 
