@@ -549,7 +549,8 @@ def _response_headers(x: Exchange, gateway: Phase, route: Phase, status: int, he
     assert x.backend_phase is not None
     for stage in x.backend_phase.response:
         headers = stage.response_headers(x, headers)
-    tr.response_snapshot("backend response ready", x, status, headers)
+    if tr.active:
+        tr.response_snapshot("backend response ready", x, status, headers)
     for stage in route.response:
         headers = stage.response_headers(x, headers)
     for stage in gateway.response:
@@ -558,7 +559,8 @@ def _response_headers(x: Exchange, gateway: Phase, route: Phase, status: int, he
         headers += LocalRateLimiter.headers(most_constrained(decision for _, decision in x.limits))
     if x.extra_response_headers:
         headers += x.extra_response_headers
-    tr.response_snapshot("final response", x, status, headers)
+    if tr.active:
+        tr.response_snapshot("final response", x, status, headers)
     return headers
 
 
