@@ -355,3 +355,12 @@ def test_the_access_line_names_plain_attempts_a_rejection_and_the_trace():
     assert own is True
     x.span.end()
     otel.shutdown()
+
+
+def test_one_limiter_is_its_remaining_over_its_limit():
+    access = AccessLog()
+    x = routed(exchange())
+    x.limits = [(None, Decision(True, 1000, 970, 1))]  # type: ignore[list-item]
+    log_request(access, History(0), "b", x, 200, 0.0)  # type: ignore[arg-type]
+    [(fields, *_)] = access.lines
+    assert fields["ratelimit"] == "970/1000"
