@@ -41,11 +41,10 @@ __all__ = ["FdDeadlines", "Timer"]
 class Timer:
     """One armed deadline on a descriptor's wait."""
 
-    __slots__ = ("armed", "deadline", "fd", "fired")
+    __slots__ = ("armed", "fd", "fired")
 
-    def __init__(self, fd: int, deadline: float) -> None:
+    def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.deadline = deadline
         self.armed = True
         self.fired = False  # the deadline passed while armed: the waiter was woken
 
@@ -68,7 +67,7 @@ class FdDeadlines:
 
     def arm(self, fd: int, deadline: float) -> Timer:
         """Wake ``fd``'s waiter with ``ClosedResourceError`` at ``deadline`` unless disarmed first."""
-        timer = Timer(fd, deadline)
+        timer = Timer(fd)
         self._armed += 1
         heap = self._heap
         heapq.heappush(heap, (deadline, next(self._order), timer))

@@ -26,11 +26,11 @@ async def test_an_armed_deadline_ends_the_wait_at_its_time(pair, autojump_clock)
     deadlines = FdDeadlines()
     start = trio.current_time()
     timer = deadlines.arm(pair[0].fileno(), start + 30)
-    assert len(deadlines) == 1 and timer.armed and not timer.fired
+    assert len(deadlines) == 1 and timer.armed is True and timer.fired is False
     with pytest.raises(trio.ClosedResourceError):
         await trio.lowlevel.wait_readable(pair[0])
     assert trio.current_time() - start == 30
-    assert timer.fired and not timer.armed and len(deadlines) == 0
+    assert timer.fired is True and timer.armed is False and len(deadlines) == 0
 
 
 async def test_a_disarmed_deadline_never_fires_and_the_socket_waits_as_before(pair, autojump_clock):
@@ -47,7 +47,7 @@ async def test_a_disarmed_deadline_never_fires_and_the_socket_waits_as_before(pa
         await trio.lowlevel.wait_readable(pair[0])
     deadlines.disarm(timer)
     deadlines.disarm(timer)  # twice is once
-    assert pair[0].recv(10) == b"x" and len(deadlines) == 0
+    assert pair[0].recv(10) == b"x" and len(deadlines) == 0 and timer.armed is False
     await trio.sleep(60)  # well past the deadline
     assert not timer.fired
     # the socket is still registered with Trio as it was: a later wait gets its bytes
@@ -139,6 +139,36 @@ async def test_disarmed_timers_do_not_pile_up(pair):
     assert len(deadlines) == 1 and keep.armed
 
 
+async def test_the_heap_is_rebuilt_once_disarmed_timers_outnumber_the_armed_by_over_a_thousand(pair):
+    deadlines = FdDeadlines()
+    now = trio.current_time()
+    deadlines.arm(pair[0].fileno(), now + 3600)
+    for i in range(1003):  # each arm: two armed, the heap up to 1 + 1,003 = 2 * 2 + 1,000 entries
+        deadlines.disarm(deadlines.arm(pair[1].fileno(), now + 3600 + i))
+    assert len(deadlines._heap) == 1004
+    deadlines.arm(pair[1].fileno(), now + 7200)  # one past it: only the two armed are left
+    assert len(deadlines._heap) == 2 and len(deadlines) == 2
+
+
+async def test_one_reaper_per_run_whatever_is_armed(autojump_clock):
+    deadlines = FdDeadlines()
+    a, b = socket.socketpair()
+    with a, b:
+        now = trio.current_time()
+        before = trio.lowlevel.current_statistics().tasks_living
+        first = deadlines.arm(a.fileno(), now + 100)
+        await trio.sleep(1)
+        names = [task.name for nursery in trio.lowlevel.current_root_task().child_nurseries
+                 for task in nursery.child_tasks]
+        assert names.count("trioproxy fd deadlines") == 1
+        assert trio.lowlevel.current_statistics().tasks_living == before + 1
+        earlier = deadlines.arm(b.fileno(), now + 50)  # wakes the sleeping reaper, starts none
+        await trio.sleep(1)
+        assert trio.lowlevel.current_statistics().tasks_living == before + 1
+        deadlines.disarm(first)
+        deadlines.disarm(earlier)
+
+
 def test_each_trio_run_gets_its_own_reaper_and_none_of_the_last_ones_timers(pair):
     deadlines = FdDeadlines()
     left: list[object] = []
@@ -155,5 +185,6 @@ def test_each_trio_run_gets_its_own_reaper_and_none_of_the_last_ones_timers(pair
 
     trio.run(run, False)
     assert len(deadlines) == 0  # the ended run's timers are dropped, not fired in the next run
+    assert left[0].armed is False  # type: ignore[attr-defined]
     assert 0.05 <= trio.run(run, True) < 5
     assert not left[0].fired  # type: ignore[attr-defined]
