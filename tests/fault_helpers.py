@@ -78,13 +78,15 @@ class HangingBackend:
             await trio.serve_listeners(handler, listeners, handler_nursery=nursery)
 
 
-class AnswersThenHangsBackend:
-    """Answers the first ``answers`` requests (bodiless, keep-alive) of the process with 200 ``ok``,
-    then reads and never answers: a backend that hangs on a connection the gateway has pooled."""
+class PlannedBackend:
+    """A real backend on 127.0.0.1 whose i-th request (bodiless, over all its connections) gets
+    ``plan[i]``: ``"ok"`` (200 ``ok``, kept alive), ``"hang"`` (read, never answered) or ``"close"``
+    (the connection closed unanswered); requests past the plan get ``then``."""
 
-    def __init__(self, answers: int = 1) -> None:
+    def __init__(self, *plan: str, then: str = "hang") -> None:
+        self.plan = list(plan)
+        self.then = then
         self.port = 0
-        self.answers = answers
         self.connections = 0
         self.requests = 0
 
@@ -100,9 +102,12 @@ class AnswersThenHangsBackend:
                     buffer += data
                     while b"\r\n\r\n" in buffer:
                         _, _, buffer = buffer.partition(b"\r\n\r\n")
+                        what = self.plan[self.requests] if self.requests < len(self.plan) else self.then
                         self.requests += 1
-                        if self.requests <= self.answers:
+                        if what == "ok":
                             await stream.send_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                        elif what == "close":
+                            return
 
         async with trio.open_nursery() as nursery:
             task_status.started(self)

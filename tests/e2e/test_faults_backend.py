@@ -7,9 +7,9 @@ import trio
 
 from tests.conftest import free_port, start_gateway
 from tests.fault_helpers import (
-    AnswersThenHangsBackend,
     BacklogFullBackend,
     HangingBackend,
+    PlannedBackend,
     raw_exchange,
     status_line,
     wait_until,
@@ -61,7 +61,7 @@ async def test_row4_a_pooled_connection_that_stops_answering_gets_504_at_the_res
     without a cancel scope (fd_deadlines.py): the same 504, at the same time, and that connection is
     not used again."""
     mock_clock.autojump_threshold = 0.2
-    backend = await nursery.start(AnswersThenHangsBackend(answers=1).serve)
+    backend = await nursery.start(PlannedBackend("ok").serve)
     gw = await start_gateway(nursery, _config(), port=free_port(), backend=backend.port)
     port = gw.info.ports[gw.port]
     stream = await trio.open_tcp_stream("127.0.0.1", port)
@@ -88,7 +88,7 @@ async def test_row4_a_pooled_connection_that_stops_answering_gets_504_at_the_res
 
 async def test_row4_a_route_backend_request_timeout_bounds_a_pooled_connection_too(nursery, mock_clock):
     mock_clock.autojump_threshold = 0.2
-    backend = await nursery.start(AnswersThenHangsBackend(answers=1).serve)
+    backend = await nursery.start(PlannedBackend("ok").serve)
     gw = await start_gateway(nursery, """
         binds:
         - port: {port}

@@ -14,6 +14,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.fault_helpers import PlannedBackend
 from trioproxy.config.model import Address
 from trioproxy.errors import BackendUnreachable, BadUpstreamResponse
 from trioproxy.upstream.pool import UpstreamConnection, UpstreamPool, UpstreamResponse
@@ -864,42 +865,8 @@ async def test_a_refused_ip_literal_connect_names_the_reason():
 
 # --- the deadline (``request(deadline=...)``) --------------------------------------------------
 
-class TcpBackend:
-    """A real backend on 127.0.0.1: ``plan[i]`` says what its i-th request (over all connections)
-    gets: ``"ok"`` (200, kept alive), ``"hang"`` (nothing), ``"close"`` (the connection closed unanswered)."""
-
-    def __init__(self, *plan: str) -> None:
-        self.plan = list(plan)
-        self.connections = 0
-        self.requests = 0
-        self.address = A
-
-    async def serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.address = Address("127.0.0.1", listeners[0].socket.getsockname()[1])
-
-        async def handler(stream: trio.SocketStream) -> None:
-            self.connections += 1
-            buffer = b""
-            async with stream:
-                while data := await stream.receive_some(65536):
-                    buffer += data
-                    while b"\r\n\r\n" in buffer:
-                        _, _, buffer = buffer.partition(b"\r\n\r\n")
-                        what = self.plan[self.requests]
-                        self.requests += 1
-                        if what == "ok":
-                            await stream.send_all(ok())
-                        elif what == "close":
-                            return
-
-        async with trio.open_nursery() as nursery:
-            task_status.started(self)
-            await trio.serve_listeners(handler, listeners, handler_nursery=nursery)
-
-
-async def deadline_get(pool: UpstreamPool, backend: TcpBackend, seconds: float) -> bytes:
-    response = await pool.request(backend.address, b"GET", b"/", [(b"host", b"b")],
+async def deadline_get(pool: UpstreamPool, backend: PlannedBackend, seconds: float) -> bytes:
+    response = await pool.request(Address("127.0.0.1", backend.port), b"GET", b"/", [(b"host", b"b")],
                                   deadline=trio.current_time() + seconds)
     async with response:
         return await response.read()
@@ -907,10 +874,10 @@ async def deadline_get(pool: UpstreamPool, backend: TcpBackend, seconds: float) 
 
 async def test_a_pooled_connection_past_its_deadline_raises_too_slow_and_is_closed(nursery, mock_clock):
     mock_clock.autojump_threshold = 0.1
-    backend = await nursery.start(TcpBackend("ok", "hang").serve)
+    backend = await nursery.start(PlannedBackend("ok", "hang").serve)
     pool = UpstreamPool()
     assert await deadline_get(pool, backend, 5) == b"ok"
-    assert len(pool.idle_connections(backend.address)) == 1
+    assert len(pool.idle_connections(Address("127.0.0.1", backend.port))) == 1
     start = trio.current_time()
     with pytest.raises(trio.TooSlowError):
         await deadline_get(pool, backend, 5)
@@ -921,7 +888,7 @@ async def test_a_pooled_connection_past_its_deadline_raises_too_slow_and_is_clos
 
 async def test_a_new_connection_past_its_deadline_raises_too_slow_too(nursery, mock_clock):
     mock_clock.autojump_threshold = 0.1
-    backend = await nursery.start(TcpBackend("hang").serve)
+    backend = await nursery.start(PlannedBackend("hang").serve)
     pool = UpstreamPool()
     start = trio.current_time()
     with pytest.raises(trio.TooSlowError):
@@ -932,7 +899,7 @@ async def test_a_new_connection_past_its_deadline_raises_too_slow_too(nursery, m
 
 async def test_a_dead_pooled_connection_is_replayed_on_a_fresh_one_within_the_deadline(nursery, mock_clock):
     mock_clock.autojump_threshold = 0.1
-    backend = await nursery.start(TcpBackend("ok", "close", "ok").serve)
+    backend = await nursery.start(PlannedBackend("ok", "close", "ok").serve)
     pool = UpstreamPool()
     assert await deadline_get(pool, backend, 5) == b"ok"
     assert await deadline_get(pool, backend, 5) == b"ok"  # the backend closed its first connection unanswered
@@ -942,7 +909,7 @@ async def test_a_dead_pooled_connection_is_replayed_on_a_fresh_one_within_the_de
 
 async def test_a_dead_pooled_connection_whose_replay_hangs_is_still_bounded(nursery, mock_clock):
     mock_clock.autojump_threshold = 0.1
-    backend = await nursery.start(TcpBackend("ok", "close", "hang").serve)
+    backend = await nursery.start(PlannedBackend("ok", "close", "hang").serve)
     pool = UpstreamPool()
     assert await deadline_get(pool, backend, 5) == b"ok"
     start = trio.current_time()
@@ -954,7 +921,7 @@ async def test_a_dead_pooled_connection_whose_replay_hangs_is_still_bounded(nurs
 
 async def test_an_error_on_a_pooled_connection_before_its_deadline_is_that_error(nursery, mock_clock):
     mock_clock.autojump_threshold = 0.1
-    backend = await nursery.start(TcpBackend("ok", "close", "close").serve)
+    backend = await nursery.start(PlannedBackend("ok", "close", "close").serve)
     pool = UpstreamPool()
     assert await deadline_get(pool, backend, 5) == b"ok"
     with pytest.raises(BadUpstreamResponse, match="closed the connection before"):
