@@ -21,7 +21,7 @@ pay it back (agentgateway saturates at zero).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, NamedTuple
 
 import attrs
@@ -209,11 +209,14 @@ class TokenBucket:
         return self._decision(now, self._tokens >= 1)
 
 
-def most_constrained(decisions: Iterable[Decision]) -> Decision:
+def most_constrained(decisions: Sequence[Decision]) -> Decision:
     """Rejections first, then the lowest remaining, then the latest reset (a client that
     honours it will not come back before the constraining bucket has refilled), then the
     smallest limit, so the choice is deterministic. The one rule for ``x-ratelimit-*``: across
-    the entries of one limiter and across the listener's and route's limiters alike."""
+    the entries of one limiter and across the listener's and route's limiters alike. One
+    decision (a request under one limiter, the common case) is itself, without the ``min``."""
+    if len(decisions) == 1:
+        return decisions[0]
     return min(decisions, key=lambda d: (d.allowed, d.remaining, -d.reset_seconds, d.limit))
 
 
@@ -251,10 +254,10 @@ class LocalRateLimiter:
         checks = [b.peek(now) for b in self.buckets]
         if not all(d.allowed for d in checks):
             return most_constrained(checks)
-        return most_constrained(
+        return most_constrained([
             b.try_acquire(now) if b.spec.kind == "requests" else d
-            for b, d in zip(self.buckets, checks)
-        )
+            for b, d in zip(self.buckets, checks, strict=True)
+        ])
 
     def charge_tokens(self, now: float, total_tokens: int) -> Decision | None:
         """Charge an LLM response's ``usage.total_tokens`` to every tokens bucket.
@@ -267,11 +270,11 @@ class LocalRateLimiter:
             return None
         if len(buckets) == 1:
             return buckets[0].charge(now, total_tokens)
-        return most_constrained(b.charge(now, total_tokens) for b in buckets)
+        return most_constrained([b.charge(now, total_tokens) for b in buckets])
 
     def peek(self, now: float) -> Decision:
         """Most constrained entry right now, consuming nothing."""
-        return most_constrained(b.peek(now) for b in self.buckets)
+        return most_constrained([b.peek(now) for b in self.buckets])
 
     def observe(self, now: float) -> tuple[tuple[Decision, int], ...]:
         """Each entry's (decision, raw balance) at ``now``; reads only (``TokenBucket.observe``)."""

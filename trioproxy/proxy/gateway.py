@@ -555,10 +555,8 @@ def _response_headers(x: Exchange, gateway: Phase, route: Phase, status: int, he
         headers = stage.response_headers(x, headers)
     for stage in gateway.response:
         headers = stage.response_headers(x, headers)
-    limits = x.limits
-    if limits:  # (one limiter, the common case: its decision, without a ``min`` over one)
-        headers += LocalRateLimiter.headers(limits[0][1] if len(limits) == 1 else
-                                            most_constrained(decision for _, decision in limits))
+    if x.limits:
+        headers += LocalRateLimiter.headers(most_constrained([decision for _, decision in x.limits]))
     if x.extra_response_headers:
         headers += x.extra_response_headers
     if tr.active:

@@ -147,9 +147,8 @@ def _access_fields(bind: str, x: Exchange, status: int, seconds: float) -> dict[
         fields["llm.skipped"] = ",".join(x.skipped)
     if x.mcp is not None:  # mcp.method, mcp.name, mcp.target, mcp.result (mcp_stage.py)
         fields.update((k, v) for k, v in x.mcp.items() if v is not None)
-    if limits := x.limits:
-        fields["ratelimit"] = f"{limits[0][1].remaining}/{limits[0][1].limit}" if len(limits) == 1 else \
-            ",".join(f"{d.remaining}/{d.limit}" for _, d in limits)
+    if x.limits:
+        fields["ratelimit"] = ",".join([f"{d.remaining}/{d.limit}" for _, d in x.limits])
     elif x.error_kind == "RateLimited":
         fields["ratelimit"] = "rejected"
     if x.span is not None:

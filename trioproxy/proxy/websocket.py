@@ -226,7 +226,7 @@ class WebSocketProxy:
             for stage in phase.response:
                 headers = stage.response_headers(x, headers)
         if x.limits:
-            headers += LocalRateLimiter.headers(most_constrained(d for _, d in x.limits))
+            headers += LocalRateLimiter.headers(most_constrained([d for _, d in x.limits]))
         return headers + x.extra_response_headers
 
     async def _forward_rejection(self, x: Exchange, rejected: ConnectionRejected) -> None:

@@ -7,6 +7,7 @@ from trioproxy.policies.ratelimit_local import (
     LocalRateLimiter,
     LocalRateLimitSpec,
     TokenBucket,
+    most_constrained,
 )
 
 
@@ -196,6 +197,14 @@ def test_most_constrained_entry_is_reported():
     lim2 = LocalRateLimiter([requests_spec(3, interval=60.0), requests_spec(10, interval=1.0)], 0.0)
     assert lim2.admit(0.0).limit == 3
     assert lim2.peek(0.0) == Decision(allowed=True, limit=3, remaining=2, reset_seconds=60)
+
+
+def test_one_decision_is_its_own_most_constrained_and_two_are_ordered_as_ever():
+    one = Decision(allowed=False, limit=5, remaining=0, reset_seconds=9)
+    assert most_constrained([one]) is one
+    other = Decision(allowed=True, limit=5, remaining=0, reset_seconds=9)
+    assert most_constrained([other, one]) is one  # a rejection first
+    assert most_constrained((Decision(True, 10, 4, 1), Decision(True, 10, 4, 7))).reset_seconds == 7
 
 
 def test_limiter_needs_an_entry():
