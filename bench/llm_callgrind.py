@@ -19,6 +19,8 @@ gateway's). Three requests, each its own route to the same mock:
 (JSON lines, to /dev/null here) and the ``llm`` route with its token ``localRateLimit`` (never
 rejecting, charging every answer) and its provider model ``bench``, not the body's (so the body is
 rewritten with the model): the figure covers the log line, the token charge and the rewrite too.
+``--as-compare --without log,limit,rewrite`` leaves those parts out, one or more: the difference is
+what each costs (bench/README.md, "Session 42").
 
 With callgrind (the default) the gateway runs under ``valgrind --tool=callgrind --instr-atstart=no``;
 after a warm-up, instrumentation is switched on with ``callgrind_control -i on`` and each route is
@@ -101,16 +103,21 @@ class Client:
         self.sock.close()
 
 
+#: what ``--as-compare`` adds to the default run, each of which ``--without`` can leave out
+AS_COMPARE = frozenset({"log", "limit", "rewrite"})
+
+
 def _gateway(root: Path, mock_port: int, tmp: Path, wrap: list[str],
-             as_compare: bool = False) -> tuple[subprocess.Popen, int]:
+             parts: frozenset[str] = frozenset()) -> tuple[subprocess.Popen, int]:
+    """The gateway under ``wrap``, with ``parts`` of ``AS_COMPARE`` (none: the default run)."""
     port = free_port()
     config = tmp / "gw.yaml"
-    policies = f"\n      policies: {LIMIT_TOKENS}" if as_compare else ""
+    policies = f"\n      policies: {LIMIT_TOKENS}" if "limit" in parts else ""
     # proxy_compare's provider model (bench) is not the body's (mock-model): the body is rewritten
-    model = "bench" if as_compare else "mock-model"
+    model = "bench" if "rewrite" in parts else "mock-model"
     config.write_text(CONFIG.format(port=port, mock=mock_port, policies=policies, model=model))
     env = {"ADMIN_ADDR": "127.0.0.1:0", "STATS_ADDR": "127.0.0.1:0", "READINESS_ADDR": "127.0.0.1:0",
-           "TRIOPROXY_RUNTIME_DIR": str(tmp / "rt"), "LOG_LEVEL": "info" if as_compare else "error",
+           "TRIOPROXY_RUNTIME_DIR": str(tmp / "rt"), "LOG_LEVEL": "info" if "log" in parts else "error",
            "LOG_FORMAT": "json", "PYTHONPATH": str(root)}
     cmd = [*wrap, sys.executable, "-m", "trioproxy", "--config", str(config)]
     proc = subprocess.Popen(cmd, cwd=root, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
@@ -128,9 +135,10 @@ def _gateway(root: Path, mock_port: int, tmp: Path, wrap: list[str],
     raise SystemExit("the gateway did not start")
 
 
-def instructions(root: Path, mock_port: int, tmp: Path, n: int, as_compare: bool = False) -> dict[str, float]:
+def instructions(root: Path, mock_port: int, tmp: Path, n: int,
+                 parts: frozenset[str] = frozenset()) -> dict[str, float]:
     out = tmp / "callgrind.out"
-    proc, port = _gateway(root, mock_port, tmp, callgrind_command(out), as_compare)
+    proc, port = _gateway(root, mock_port, tmp, callgrind_command(out), parts)
     counts: dict[str, list[float]] = {name: [] for name in REQUESTS}
     client = Client(port)
     try:
@@ -151,8 +159,8 @@ def instructions(root: Path, mock_port: int, tmp: Path, n: int, as_compare: bool
 
 
 def cpu(root: Path, mock_port: int, tmp: Path, n: int, rounds: int = 6,
-        as_compare: bool = False) -> dict[str, float]:
-    proc, port = _gateway(root, mock_port, tmp, [], as_compare)
+        parts: frozenset[str] = frozenset()) -> dict[str, float]:
+    proc, port = _gateway(root, mock_port, tmp, [], parts)
     per_round: dict[str, list[float]] = {name: [] for name in REQUESTS}
     client = Client(port)
     try:
@@ -179,16 +187,22 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=ROOT, help="the checkout whose trioproxy runs")
     parser.add_argument("--as-compare", action="store_true",
                         help="access log at info and a token localRateLimit on llm, as proxy_compare's trioproxy-ai")
+    parser.add_argument("--without", default="", help="with --as-compare: leave out some of "
+                        f"{','.join(sorted(AS_COMPARE))} (comma-separated)")
     args = parser.parse_args()
+    left_out = frozenset(filter(None, (part.strip() for part in args.without.split(","))))
+    if left_out - AS_COMPARE or (left_out and not args.as_compare):
+        parser.error(f"--without takes {', '.join(sorted(AS_COMPARE))}, with --as-compare")
+    parts = AS_COMPARE - left_out if args.as_compare else frozenset()
     mock, mock_port = start_bench_mock(None, delay_ms=0)
     try:
         with tempfile.TemporaryDirectory() as tmpdir:
             if args.cpu:
-                result = cpu(args.root, mock_port, Path(tmpdir), args.requests or 2000, as_compare=args.as_compare)
+                result = cpu(args.root, mock_port, Path(tmpdir), args.requests or 2000, parts=parts)
                 print(f"# {args.root}: gateway CPU per request (median of 6 interleaved rounds; shared machine)")
                 print("  ".join(f"{name} {value * 1e6:.0f} us" for name, value in result.items()))
             else:
-                result = instructions(args.root, mock_port, Path(tmpdir), args.requests or 200, args.as_compare)
+                result = instructions(args.root, mock_port, Path(tmpdir), args.requests or 200, parts)
                 print(f"# {args.root}: gateway instructions per request (callgrind, lower of 2 rounds)")
                 print("  ".join(f"{name} {value / 1000:.0f}k" for name, value in result.items()))
     finally:

@@ -57,7 +57,7 @@ CONNECTION_SCOPE = "trioproxy.connection_scope"
 """Set with ``CLIENT_FD``: the ``trio.CancelScope`` the server runs the connection's requests in,
 one per connection. Cancelling it ends the request being served and the connection after it (the
 gateway's reaction to a client that left, ``exchange.py``): no cancel scope of the app's own per
-request, ~50k instructions each to enter and leave (``fd_deadlines.py``)."""
+request, 3-5 us each to enter and leave (``python -m bench.trio_costs``)."""
 
 RECEIVE_WITHIN = "trioproxy.receive_within"
 """ASGI scope extension a server may set (``http1.py``): ``await scope["extensions"][RECEIVE_WITHIN](seconds)``

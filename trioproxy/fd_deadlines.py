@@ -3,9 +3,9 @@
 Two waits of every proxied request have a time limit: the client's keep-alive connection waiting
 for its next request head (``http1IdleTimeout``, ``requestHeaderTimeout``) and the backend's
 answer (``responseHeaderTimeout``, ``backendRequestTimeout``). A Trio ``CancelScope`` with a
-deadline costs ~50k instructions to enter and leave (its deadline bookkeeping runs through
-generator context managers); three scopes were an eighth of the gateway's instructions per
-request (bench/llm_callgrind.py). Both waits are a wait for one descriptor to become readable,
+deadline costs 4-5 us to enter and leave (its deadline bookkeeping runs through generator context
+managers), a timer here ~0.5 us (``python -m bench.trio_costs``); the three scopes a request entered
+were an eighth of its instructions (``bench/llm_callgrind.py``, bench/README.md "Session 42"). Both waits are a wait for one descriptor to become readable,
 and what their deadline must do is end that wait: ``trio.lowlevel.notify_closing`` does exactly
 that, the waiting task gets ``trio.ClosedResourceError``.
 

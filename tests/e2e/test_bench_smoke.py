@@ -1,4 +1,5 @@
-"""Smoke tests for bench/proxy_compare.py, proxy_ab.py, policy_overhead.py, jwt_overhead.py and tls_compare.py: their --quick runs work.
+"""Smoke tests for bench/proxy_compare.py, proxy_ab.py, policy_overhead.py, jwt_overhead.py, tls_compare.py and
+trio_costs.py (their --quick runs work), and llm_callgrind.py's --without (through --cpu: no valgrind).
 
 No timing assertions: only that the scripts run, clean up and print their tables.
 """
@@ -100,3 +101,30 @@ def test_quick_tls_compare_prints_plain_and_tls(tmp_path: Path) -> None:
     for variant in ("trioproxy-plain", "trioproxy-tls"):
         assert sum(line.startswith(f"| {variant} ") for line in lines) == 2, (variant, stdout)
     assert any(line.startswith("trioproxy @1 conns: TLS to the backend costs") for line in lines), stdout
+
+
+def _run_bench(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_quick_trio_costs_prints_each_primitive() -> None:
+    done = _run_bench("bench.trio_costs", "--quick")
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "µs" not in line]
+    assert [row.split("|")[1].strip() for row in rows] == [
+        "CancelScope() entered and left", "CancelScope(deadline=...) entered and left",
+        "an entered scope's deadline set and reset", "FdDeadlines.arm + disarm", "trio.current_time()"]
+    assert all(float(row.split("|")[2]) > 0 for row in rows)
+
+
+def test_llm_callgrind_leaves_out_what_without_names_and_only_with_as_compare() -> None:
+    done = _run_bench("bench.llm_callgrind", "--cpu", "--as-compare", "--without", "log,rewrite", "--requests", "20")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1].startswith("llm ") and " us" in done.stdout
+    refused = _run_bench("bench.llm_callgrind", "--without", "log")
+    assert refused.returncode == 2 and "--without takes limit, log, rewrite, with --as-compare" in refused.stderr
+    unknown = _run_bench("bench.llm_callgrind", "--as-compare", "--without", "trace")
+    assert unknown.returncode == 2
