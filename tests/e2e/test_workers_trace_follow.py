@@ -1,5 +1,6 @@
-"""``--workers 2``: ``/debug/trace?follow=true`` on the supervisor keeps every request of a
-back-to-back run, whichever worker served it (the follower re-arms when a worker's claim arrives)."""
+"""``--workers 2``: ``/debug/trace?follow=true`` on the supervisor keeps every request, whichever
+worker served it: a back-to-back run in order, and bursts of concurrent requests whole (the
+follower's slot stands in the shared table: no request waits for the supervisor to re-arm it)."""
 
 from __future__ import annotations
 
@@ -41,17 +42,17 @@ async def test_follow_stream_keeps_every_request_across_workers(launch, backend,
         await ready.wait()
         for path in sent:  # one after the other: the stream keeps their order
             await get(path)
-        # The workers accept from one queue and one idle worker can win every sequential accept (CI
-        # saw {'0': 0, '1': 20}): batches at once until both have served some
+        # Bursts at once, until both workers have served some: they accept from one queue, and one
+        # idle worker can win every sequential accept (CI saw {'0': 0, '1': 20})
         for batch in range(10):
-            spread = await gw.per_worker()
-            if all(spread.get(w, 0) > 0 for w in ("0", "1")):
-                break
-            more = [f"/b{batch}-{j}" for j in range(8)]
+            more = [f"/b{batch}-{j}" for j in range(16)]
             async with trio.open_nursery() as at_once:
                 for path in more:
                     at_once.start_soon(get, path)
             sent += more
+            spread = await gw.per_worker()
+            if all(spread.get(w, 0) > 0 for w in ("0", "1")):
+                break
         while len(paths) < len(sent):
             await trio.sleep(0.02)
     assert paths[:N] == sent[:N] and sorted(paths) == sorted(sent)

@@ -44,7 +44,7 @@ DEFAULT_BUFFER = 256
 DEFAULT_MAX_WATCHERS = 16  # env TRIOPROXY_TRACE_MAX_WATCHERS overrides
 DEFAULT_WATCHER_BUDGET = 8 * 1024 * 1024  # bytes of unread events per watcher; env TRIOPROXY_TRACE_WATCHER_BUDGET
 KEEPALIVE_SECONDS = 1.0
-FOLLOW_ARMED = 2  # watchers a follower keeps waiting (2: a worker's claim reaches the supervisor late)
+FOLLOW_ARMED = 1  # watchers a follower keeps waiting (a claim re-arms in the same step; workers: trace_relay)
 FOLLOW_PENDING = 64  # claimed requests a follower's reader may lag behind; past it requests go untraced
 #: ``POST /api/replay`` marks the request it sends with this header (a random value) and waits for
 #: it with a watcher whose expression matches that value; the gateway removes it from a request

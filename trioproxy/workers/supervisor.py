@@ -129,9 +129,9 @@ class WorkerPool:
         while (message := await handle.control.receive()) is not None:
             kind = message["t"]
             if kind == "trace":
-                self.hub.deliver(message["w"], message["e"], handle.index)
+                self.hub.deliver(message["w"], message["e"], handle.index, message["s"])
             elif kind == "trace_end":
-                self.hub.finished(message["w"], message["dropped"])
+                self.hub.finished(message["w"], message["dropped"], message["s"])
             elif kind == "history":  # one history for all workers (/api/requests)
                 history = self.runtime.history
                 if history.size:

@@ -8,6 +8,14 @@ under an exclusive ``fcntl.lockf`` on the table: a slot still waiting with the s
 and emptied in one locked step, so exactly one request of all workers wins it. The claimed
 request's events go to the supervisor over the worker's control channel, tagged with the id;
 the supervisor feeds them to the watcher's stream as if the request had been its own.
+
+A follower (``/debug/trace?follow=true``) is one *standing* slot instead: a claim does not empty
+it but counts it (the count is the claimed request's sequence number, sent with its events) and
+moves it behind the other waiting slots, as a one-process follower re-arms behind the watchers
+already waiting. The supervisor turns each new (follower, sequence) into one request of the
+follower's stream. So no request is missed while the claim travels to the supervisor, however many
+arrive at once on however many workers; a one-shot watcher would have to be re-armed by the
+supervisor after each claim, and the requests in between went untraced.
 """
 
 from __future__ import annotations
@@ -20,17 +28,19 @@ from typing import Any
 import trio
 
 from ..cel import CelError, compile_expression
-from ..telemetry.trace import Follower, TraceHub, Tracer, Watcher
+from ..telemetry.trace import FOLLOW_PENDING, Follower, TraceHub, Tracer, Watcher
 from . import shared_memory
 
-_MAGIC = b"TPTRACE1"
+_MAGIC = b"TPTRACE2"
 _FLAG_AT = 8  # 1 while some slot waits
+_TURN = struct.Struct("<q")  # at 16: the last place in line given out (a slot's ``turn``)
+_TURN_AT = 16
 _HEADER = 64
-_SLOT_HEAD = struct.Struct("<B3xiq")  # state, expression length, watcher id
+_SLOT_HEAD = struct.Struct("<B3xiqqq")  # state, expression length, watcher id, turn, claims
 _EXPRESSION_BYTES = 4 * 8192  # cel.MAX_EXPRESSION_LENGTH characters of UTF-8
 _SLOT_SIZE = _SLOT_HEAD.size + _EXPRESSION_BYTES
 SLOTS = 16  # watchers published at once; more wait in the supervisor until a slot frees
-_FREE, _WAITING = 0, 1
+_FREE, _WAITING, _FOLLOWING = 0, 1, 2
 
 
 class TraceTable:
@@ -55,11 +65,18 @@ class TraceTable:
 
     def _update_flag(self) -> None:
         mm = self.mm
-        waiting = any(mm[_HEADER + i * _SLOT_SIZE] == _WAITING for i in range(SLOTS))
+        waiting = any(mm[_HEADER + i * _SLOT_SIZE] != _FREE for i in range(SLOTS))
         mm[_FLAG_AT] = 1 if waiting else 0
 
-    def publish(self, watcher_id: int, expression: str) -> bool:
-        """Offer a watcher to the workers; False when every slot is taken."""
+    def _next_turn(self) -> int:
+        """A place behind every slot's (under the lock)."""
+        turn: int = _TURN.unpack_from(self.mm, _TURN_AT)[0] + 1
+        _TURN.pack_into(self.mm, _TURN_AT, turn)
+        return turn
+
+    def publish(self, watcher_id: int, expression: str, *, following: bool = False, first: bool = False) -> bool:
+        """Offer a watcher to the workers (``following``: a standing slot, see the module's
+        docstring; ``first``: ahead of every slot); False when every slot is taken."""
         data = expression.encode()
         self._lock()
         try:
@@ -67,21 +84,44 @@ class TraceTable:
                 offset = _HEADER + i * _SLOT_SIZE
                 if self.mm[offset] == _FREE:
                     self.mm[offset + _SLOT_HEAD.size:offset + _SLOT_HEAD.size + len(data)] = data
-                    _SLOT_HEAD.pack_into(self.mm, offset, _WAITING, len(data), watcher_id)
+                    turn = -self._next_turn() if first else self._next_turn()
+                    _SLOT_HEAD.pack_into(self.mm, offset, _FOLLOWING if following else _WAITING, len(data),
+                                         watcher_id, turn, 0)
                     self.mm[_FLAG_AT] = 1
                     return True
             return False
         finally:
             self._unlock()
 
-    def take(self, watcher_id: int) -> bool:
-        """Claim (workers) or withdraw (supervisor) a watcher: True for the one caller that found it waiting."""
+    def take(self, watcher_id: int) -> int | None:
+        """Claim a watcher: None when it no longer waits (another request won it, or it was
+        withdrawn); for a one-shot slot 0, and the slot is emptied; for a following slot the
+        claimed request's sequence number (1, 2, ...), and the slot goes to the back of the line."""
         self._lock()
         try:
             for i in range(SLOTS):
                 offset = _HEADER + i * _SLOT_SIZE
-                state, _, found = _SLOT_HEAD.unpack_from(self.mm, offset)
-                if state == _WAITING and found == watcher_id:
+                state, length, found, _, claims = _SLOT_HEAD.unpack_from(self.mm, offset)
+                if found == watcher_id and state == _WAITING:
+                    self.mm[offset] = _FREE
+                    self._update_flag()
+                    return 0
+                if found == watcher_id and state == _FOLLOWING:
+                    sequence: int = claims + 1
+                    _SLOT_HEAD.pack_into(self.mm, offset, state, length, found, self._next_turn(), sequence)
+                    return sequence
+            return None
+        finally:
+            self._unlock()
+
+    def withdraw(self, watcher_id: int) -> bool:
+        """The supervisor takes a slot back (its reader left): True if it still waited."""
+        self._lock()
+        try:
+            for i in range(SLOTS):
+                offset = _HEADER + i * _SLOT_SIZE
+                state, _, found, _, _ = _SLOT_HEAD.unpack_from(self.mm, offset)
+                if state != _FREE and found == watcher_id:
                     self.mm[offset] = _FREE
                     self._update_flag()
                     return True
@@ -90,19 +130,19 @@ class TraceTable:
             self._unlock()
 
     def waiting(self) -> list[tuple[int, str]]:
-        """(watcher id, expression) of every waiting watcher, oldest first."""
+        """(watcher id, expression) of every waiting watcher, in the order they take requests."""
         found = []
         self._lock()
         try:
             for i in range(SLOTS):
                 offset = _HEADER + i * _SLOT_SIZE
-                state, length, watcher_id = _SLOT_HEAD.unpack_from(self.mm, offset)
-                if state == _WAITING:
+                state, length, watcher_id, turn, _ = _SLOT_HEAD.unpack_from(self.mm, offset)
+                if state != _FREE:
                     start = offset + _SLOT_HEAD.size
-                    found.append((watcher_id, self.mm[start:start + length].decode()))
+                    found.append((turn, watcher_id, self.mm[start:start + length].decode()))
         finally:
             self._unlock()
-        return sorted(found)
+        return [(watcher_id, expression) for _, watcher_id, expression in sorted(found)]
 
 
 class _SharedFlag(list[Watcher]):
@@ -119,7 +159,7 @@ class _SharedFlag(list[Watcher]):
 class WorkerTraceHub(TraceHub):
     """A worker's hub: claims the supervisor's watchers and forwards the events of the one it wins."""
 
-    def __init__(self, table: TraceTable, forward: Callable[[int, Watcher], None],
+    def __init__(self, table: TraceTable, forward: Callable[[int, int, Watcher], None],
                  on_claim: Callable[[], None] = lambda: None) -> None:
         super().__init__()
         self._on_claim = on_claim  # trioproxy_trace_claims_total: summed, it proves one claim per watcher
@@ -148,21 +188,59 @@ class WorkerTraceHub(TraceHub):
                         context = self.redaction.activation(activation())  # a filter must not probe secrets
                     if not matches(context):
                         continue
-            if self.table.take(watcher_id):
+            sequence = self.table.take(watcher_id)
+            if sequence is not None:
                 watcher = Watcher(None, self.buffer)
-                self._forward(watcher_id, watcher)
+                self._forward(watcher_id, sequence, watcher)
                 self.traced += 1
                 self._on_claim()
                 return Tracer(watcher, arrival, self.body_limit, self.redaction)
         return None
 
 
-async def forward_events(watcher_id: int, watcher: Watcher, send: Callable[[dict[str, Any]], Any]) -> None:
-    """Worker side: a claimed watcher's events to the supervisor, then its end (with the drop count)."""
+async def forward_events(watcher_id: int, sequence: int, watcher: Watcher,
+                         send: Callable[[dict[str, Any]], Any]) -> None:
+    """Worker side: a claimed watcher's events to the supervisor, then its end (with the drop count).
+    ``sequence``: the request's number under a following slot (0 for a one-shot watcher)."""
     async with watcher.receive:
         async for event in watcher.receive:
-            await send({"t": "trace", "w": watcher_id, "e": event})
-    await send({"t": "trace_end", "w": watcher_id, "dropped": watcher.dropped})
+            await send({"t": "trace", "w": watcher_id, "s": sequence, "e": event})
+    await send({"t": "trace_end", "w": watcher_id, "s": sequence, "dropped": watcher.dropped})
+
+
+Claim = tuple[int, int]  # (watcher id, sequence): one claimed request, as the supervisor tells them apart
+
+
+class RelayedFollower(Follower):
+    """A follower in the supervisor: one following slot in the table instead of armed watchers.
+    Each request a worker claims through it becomes one of its watchers when the request's first
+    event arrives (``accept``), queued for the stream in the order the claims arrive."""
+
+    def __init__(self, hub: SupervisorTraceHub, matches: Callable[[Mapping[str, Any]], bool] | None) -> None:
+        super().__init__(hub, matches)
+        self.relay = hub
+        self.slot: int | None = None  # the watcher id of its following slot while offered
+
+    def arm(self) -> None:
+        """Offered while the reader lags fewer than ``FOLLOW_PENDING`` requests behind, withdrawn past it."""
+        self.relay.offer(self, not self.closed and self.pending < FOLLOW_PENDING)
+
+    def accept(self) -> Watcher | None:
+        """A watcher queued for a request a worker claimed (None once the reader left, or for a
+        request claimed while the slot was being withdrawn with the reader ``FOLLOW_PENDING`` behind)."""
+        if self.closed or self.pending >= FOLLOW_PENDING:
+            return None
+        hub = self.relay
+        watcher = Watcher(self.matches, hub.buffer, hub.watcher_budget, lambda: hub.on_drop(), self.ledger)
+        watcher.counted = False  # its follower holds the place among max_watchers
+        self.pending += 1
+        self._send.send_nowait(watcher)  # never full: pending <= FOLLOW_PENDING
+        self.arm()
+        return watcher
+
+    def close(self) -> None:
+        super().close()
+        self.arm()
 
 
 class SupervisorTraceHub(TraceHub):
@@ -172,81 +250,129 @@ class SupervisorTraceHub(TraceHub):
         super().__init__()
         self.table = table
         self._next_id = 1
-        self._ids: dict[int, int] = {}  # id(watcher) -> watcher id
+        self._ids: dict[int, int] = {}  # id(watcher) -> watcher id, of the one-shot watchers
         self._by_id: dict[int, Watcher] = {}
+        self._followers: dict[int, RelayedFollower] = {}  # following slot's watcher id -> its follower
+        self._relayed: dict[Claim, Watcher | None] = {}  # a follower's claimed requests (None: not traced)
         self._expressions: dict[int, str] = {}
         self._unpublished: list[int] = []  # waiting for a free slot, oldest first
-        self._dropped: dict[int, int] = {}
-        self._claimed_by: dict[int, int] = {}  # watcher id -> index of the worker whose request it traces
+        self._dropped: dict[Claim, int] = {}
+        self._claimed_by: dict[Claim, int] = {}  # claimed request -> index of the worker it runs in
 
-    def watch(self, matches: Callable[[Mapping[str, Any]], bool] | None = None, *,
-              follower: Follower | None = None, first: bool = False) -> Watcher:
-        watcher = super().watch(matches, follower=follower, first=first)
-        # workers offer a request to the waiting watchers by id, lowest first: ``first`` ones get a
-        # negative id, so they come before every ordinary one
+    def _new_id(self, expression: Callable[[Mapping[str, Any]], bool] | None, first: bool = False) -> int:
+        # ``first`` ones (``/api/replay``) get a negative id: published ahead of every waiting slot
         watcher_id = -self._next_id if first else self._next_id
         self._next_id += 1
-        self._ids[id(watcher)] = watcher_id
-        self._by_id[watcher_id] = watcher
         # trace_stream compiles the expression; its source is what the workers compile again
-        self._expressions[watcher_id] = getattr(getattr(matches, "__self__", None), "source", "") or ""
+        self._expressions[watcher_id] = getattr(getattr(expression, "__self__", None), "source", "") or ""
         if first:
             self._unpublished.insert(0, watcher_id)
         else:
             self._unpublished.append(watcher_id)
+        return watcher_id
+
+    def watch(self, matches: Callable[[Mapping[str, Any]], bool] | None = None, *,
+              follower: Follower | None = None, first: bool = False) -> Watcher:
+        watcher = super().watch(matches, follower=follower, first=first)
+        watcher_id = self._new_id(matches, first)
+        self._ids[id(watcher)] = watcher_id
+        self._by_id[watcher_id] = watcher
         self._publish_pending()
         return watcher
 
+    def follow(self, matches: Callable[[Mapping[str, Any]], bool] | None = None) -> Follower:
+        self._take_slot()
+        follower = RelayedFollower(self, matches)
+        follower.arm()
+        return follower
+
+    def offer(self, follower: RelayedFollower, offered: bool) -> None:
+        """Publish ``follower``'s following slot, or withdraw it. A slot offered again gets a new id,
+        so its sequence numbers never meet those of requests claimed before."""
+        if offered and follower.slot is None:
+            follower.slot = self._new_id(follower.matches)
+            self._followers[follower.slot] = follower
+            self._publish_pending()
+        elif not offered and follower.slot is not None:
+            self._withdraw(follower.slot)
+            follower.slot = None
+        if follower.closed:
+            for watcher_id in [w for w, f in self._followers.items() if f is follower]:
+                del self._followers[watcher_id]
+
+    def _withdraw(self, watcher_id: int) -> None:
+        if watcher_id in self._unpublished:
+            self._unpublished.remove(watcher_id)
+        else:
+            self.table.withdraw(watcher_id)  # still waiting: withdrawn; claimed: no-op
+        self._expressions.pop(watcher_id, None)
+        self._publish_pending()
+
     def _publish_pending(self) -> None:
-        while self._unpublished and self.table.publish(self._unpublished[0], self._expressions[self._unpublished[0]]):
+        while self._unpublished:
+            watcher_id = self._unpublished[0]
+            if not self.table.publish(watcher_id, self._expressions[watcher_id],
+                                      following=watcher_id in self._followers, first=watcher_id < 0):
+                return
             self._unpublished.pop(0)
 
     def forget(self, watcher: Watcher) -> None:
         watcher_id = self._ids.pop(id(watcher), None)
         if watcher_id is not None:
-            if watcher_id in self._unpublished:
-                self._unpublished.remove(watcher_id)
-            else:
-                self.table.take(watcher_id)  # still waiting: withdrawn; claimed: no-op
+            self._withdraw(watcher_id)
             self._by_id.pop(watcher_id, None)
-            self._expressions.pop(watcher_id, None)
-            self._dropped.pop(watcher_id, None)
-            self._claimed_by.pop(watcher_id, None)
+            self._dropped.pop((watcher_id, 0), None)
+            self._claimed_by.pop((watcher_id, 0), None)
         super().forget(watcher)
-        self._publish_pending()
 
     def claim(self, arrival: float, activation: Callable[[], Mapping[str, Any]]) -> Tracer | None:
         return None  # the supervisor serves no requests of the binds
 
-    def deliver(self, watcher_id: int, event: dict[str, Any], worker: int = 0) -> None:
-        """An event of the request ``worker`` claimed for ``watcher_id`` (dropped if its reader left)."""
+    def _claimed(self, watcher_id: int, sequence: int) -> Watcher | None:
+        """The watcher of a claimed request, on its first event: the one-shot watcher leaves the
+        waiting ones; a follower queues a new watcher for it."""
+        if sequence:
+            key = (watcher_id, sequence)
+            if key in self._relayed:
+                return self._relayed[key]
+            follower = self._followers.get(watcher_id)
+            accepted = self._relayed[key] = follower.accept() if follower is not None else None
+            if accepted is not None:
+                self.traced += 1
+            return accepted
         watcher = self._by_id.get(watcher_id)
-        if watcher is None:
-            return
-        self._claimed_by[watcher_id] = worker
-        if watcher in self.watchers:  # first event: claimed
+        if watcher is not None and watcher in self.watchers:  # first event: claimed
             self.watchers.remove(watcher)
             self.traced += 1
-            self._publish_pending()
-            if watcher.on_claim is not None:
-                watcher.on_claim(watcher)  # a follower arms (publishes) its next watcher
+            self._publish_pending()  # its slot is free
+        return watcher
+
+    def deliver(self, watcher_id: int, event: dict[str, Any], worker: int = 0, sequence: int = 0) -> None:
+        """An event of the request ``worker`` claimed for ``watcher_id`` (dropped if its reader left)."""
+        key = (watcher_id, sequence)
+        self._claimed_by[key] = worker
+        watcher = self._claimed(watcher_id, sequence)
+        if watcher is None:
+            return
         stats = watcher.send.statistics()
         is_last = event.get("message", {}).get("type") == "requestFinished"
         if not is_last and stats.current_buffer_used >= stats.max_buffer_size - 1:
-            self._dropped[watcher_id] = self._dropped.get(watcher_id, 0) + 1
+            self._dropped[key] = self._dropped.get(key, 0) + 1
             return
         try:
             watcher.send.send_nowait(event)
         except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-            self._dropped[watcher_id] = self._dropped.get(watcher_id, 0) + 1
+            self._dropped[key] = self._dropped.get(key, 0) + 1
 
-    def finished(self, watcher_id: int, dropped: int) -> None:
-        self._claimed_by.pop(watcher_id, None)
-        watcher = self._by_id.get(watcher_id)
+    def finished(self, watcher_id: int, dropped: int, sequence: int = 0) -> None:
+        key = (watcher_id, sequence)
+        self._claimed_by.pop(key, None)
+        watcher = self._relayed.pop(key, None) if sequence else self._by_id.get(watcher_id)
+        extra = self._dropped.pop(key, 0)
         if watcher is not None:
-            watcher.close(dropped + self._dropped.pop(watcher_id, 0))
+            watcher.close(dropped + extra)
 
     def worker_gone(self, worker: int) -> None:
         """End the streams of the requests a worker that exited had claimed (they will never finish)."""
-        for watcher_id in [w for w, index in self._claimed_by.items() if index == worker]:
-            self.finished(watcher_id, 0)
+        for watcher_id, sequence in [key for key, index in self._claimed_by.items() if index == worker]:
+            self.finished(watcher_id, 0, sequence)

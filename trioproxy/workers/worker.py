@@ -63,8 +63,8 @@ async def run_worker(spec: dict[str, Any]) -> None:
             pass
 
     async with trio.open_nursery() as forwards:  # a traced request's events outlive the drain's start
-        def forward(watcher_id: int, watcher: Watcher) -> None:
-            forwards.start_soon(forward_events, watcher_id, watcher, send_quietly)
+        def forward(watcher_id: int, sequence: int, watcher: Watcher) -> None:
+            forwards.start_soon(forward_events, watcher_id, sequence, watcher, send_quietly)
 
         hub = WorkerTraceHub(table, forward)
         runtime = Runtime(config, trace=hub, limiter_factory=limits.limiter)
