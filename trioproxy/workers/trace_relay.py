@@ -74,7 +74,7 @@ class TraceTable:
         _TURN.pack_into(self.mm, _TURN_AT, turn)
         return turn
 
-    def publish(self, watcher_id: int, expression: str, *, following: bool = False, first: bool = False) -> bool:
+    def publish(self, watcher_id: int, expression: str, *, following: bool, first: bool) -> bool:
         """Offer a watcher to the workers (``following``: a standing slot, see the module's
         docstring; ``first``: ahead of every slot); False when every slot is taken."""
         data = expression.encode()
@@ -114,8 +114,8 @@ class TraceTable:
         finally:
             self._unlock()
 
-    def withdraw(self, watcher_id: int) -> bool:
-        """The supervisor takes a slot back (its reader left): True if it still waited."""
+    def withdraw(self, watcher_id: int) -> None:
+        """The supervisor takes a slot back (its reader left; a claimed one-shot is gone already)."""
         self._lock()
         try:
             for i in range(SLOTS):
@@ -124,8 +124,7 @@ class TraceTable:
                 if state != _FREE and found == watcher_id:
                     self.mm[offset] = _FREE
                     self._update_flag()
-                    return True
-            return False
+                    return
         finally:
             self._unlock()
 
@@ -190,7 +189,8 @@ class WorkerTraceHub(TraceHub):
                         continue
             sequence = self.table.take(watcher_id)
             if sequence is not None:
-                watcher = Watcher(None, self.buffer)
+                # the budget and the drop count as in one process (trioproxy_trace_events_dropped)
+                watcher = Watcher(None, self.buffer, self.watcher_budget, lambda: self.on_drop())
                 self._forward(watcher_id, sequence, watcher)
                 self.traced += 1
                 self._on_claim()
@@ -230,8 +230,8 @@ class RelayedFollower(Follower):
         request claimed while the slot was being withdrawn with the reader ``FOLLOW_PENDING`` behind)."""
         if self.closed or self.pending >= FOLLOW_PENDING:
             return None
-        hub = self.relay
-        watcher = Watcher(self.matches, hub.buffer, hub.watcher_budget, lambda: hub.on_drop(), self.ledger)
+        # the worker matched the request, and keeps its events within the budget
+        watcher = Watcher(None, self.relay.buffer)
         watcher.counted = False  # its follower holds the place among max_watchers
         self.pending += 1
         self._send.send_nowait(watcher)  # never full: pending <= FOLLOW_PENDING
@@ -259,7 +259,7 @@ class SupervisorTraceHub(TraceHub):
         self._dropped: dict[Claim, int] = {}
         self._claimed_by: dict[Claim, int] = {}  # claimed request -> index of the worker it runs in
 
-    def _new_id(self, expression: Callable[[Mapping[str, Any]], bool] | None, first: bool = False) -> int:
+    def _new_id(self, expression: Callable[[Mapping[str, Any]], bool] | None, first: bool) -> int:
         # ``first`` ones (``/api/replay``) get a negative id: published ahead of every waiting slot
         watcher_id = -self._next_id if first else self._next_id
         self._next_id += 1
@@ -290,7 +290,7 @@ class SupervisorTraceHub(TraceHub):
         """Publish ``follower``'s following slot, or withdraw it. A slot offered again gets a new id,
         so its sequence numbers never meet those of requests claimed before."""
         if offered and follower.slot is None:
-            follower.slot = self._new_id(follower.matches)
+            follower.slot = self._new_id(follower.matches, first=False)
             self._followers[follower.slot] = follower
             self._publish_pending()
         elif not offered and follower.slot is not None:
@@ -304,8 +304,8 @@ class SupervisorTraceHub(TraceHub):
         if watcher_id in self._unpublished:
             self._unpublished.remove(watcher_id)
         else:
-            self.table.withdraw(watcher_id)  # still waiting: withdrawn; claimed: no-op
-        self._expressions.pop(watcher_id, None)
+            self.table.withdraw(watcher_id)
+        del self._expressions[watcher_id]
         self._publish_pending()
 
     def _publish_pending(self) -> None:
@@ -318,11 +318,9 @@ class SupervisorTraceHub(TraceHub):
 
     def forget(self, watcher: Watcher) -> None:
         watcher_id = self._ids.pop(id(watcher), None)
-        if watcher_id is not None:
+        if watcher_id is not None:  # events still on their way are ignored (``_claimed``)
             self._withdraw(watcher_id)
-            self._by_id.pop(watcher_id, None)
-            self._dropped.pop((watcher_id, 0), None)
-            self._claimed_by.pop((watcher_id, 0), None)
+            del self._by_id[watcher_id]
         super().forget(watcher)
 
     def claim(self, arrival: float, activation: Callable[[], Mapping[str, Any]]) -> Tracer | None:
@@ -347,7 +345,7 @@ class SupervisorTraceHub(TraceHub):
             self._publish_pending()  # its slot is free
         return watcher
 
-    def deliver(self, watcher_id: int, event: dict[str, Any], worker: int = 0, sequence: int = 0) -> None:
+    def deliver(self, watcher_id: int, event: dict[str, Any], worker: int, sequence: int) -> None:
         """An event of the request ``worker`` claimed for ``watcher_id`` (dropped if its reader left)."""
         key = (watcher_id, sequence)
         self._claimed_by[key] = worker
@@ -355,16 +353,17 @@ class SupervisorTraceHub(TraceHub):
         if watcher is None:
             return
         stats = watcher.send.statistics()
-        is_last = event.get("message", {}).get("type") == "requestFinished"
-        if not is_last and stats.current_buffer_used >= stats.max_buffer_size - 1:
-            self._dropped[key] = self._dropped.get(key, 0) + 1
-            return
-        try:
-            watcher.send.send_nowait(event)
-        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-            self._dropped[key] = self._dropped.get(key, 0) + 1
+        is_last = event["message"]["type"] == "requestFinished"
+        if is_last or stats.current_buffer_used < stats.max_buffer_size - 1:  # a slot kept for the last
+            try:
+                watcher.send.send_nowait(event)
+                return
+            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # its reader left
+        self._dropped[key] = self._dropped.get(key, 0) + 1
+        self.on_drop()
 
-    def finished(self, watcher_id: int, dropped: int, sequence: int = 0) -> None:
+    def finished(self, watcher_id: int, dropped: int, sequence: int) -> None:
         key = (watcher_id, sequence)
         self._claimed_by.pop(key, None)
         watcher = self._relayed.pop(key, None) if sequence else self._by_id.get(watcher_id)
