@@ -56,7 +56,7 @@ def main() -> int:
             timings = (per_call(lambda: local.charge_tokens(1.0, 5), n, repeats),
                        per_call(lambda: shared.charge_tokens(1.0, 5), n, repeats))
         rows[name] = {"local_us": timings[0], "shared_us": timings[1], "added_us": timings[1] - timings[0]}
-    hub = WorkerTraceHub(TraceTable.create(), lambda watcher_id, watcher: None)
+    hub = WorkerTraceHub(TraceTable.create(), lambda watcher_id, sequence, watcher: None)
     plain: list[object] = []
     rows["idle trace check"] = {"local_us": per_call(lambda: bool(plain), n, repeats),
                                 "shared_us": per_call(lambda: bool(hub.watchers), n, repeats)}

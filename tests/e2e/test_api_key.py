@@ -215,10 +215,11 @@ def test_a_worker_hubs_filters_see_the_redacted_request_too():
     from trioproxy.workers.trace_relay import TraceTable, WorkerTraceHub
 
     table = TraceTable.create()
-    hub = WorkerTraceHub(table, lambda watcher_id, watcher: None)
+    hub = WorkerTraceHub(table, lambda watcher_id, sequence, watcher: None)
     hub.redaction = DEFAULT.also(headers=frozenset({b"x-team-key"}))
-    assert table.publish(1, 'request.headers["x-team-key"] == "k1" || request.headers["authorization"] == "Bearer s"')
+    assert table.publish(1, 'request.headers["x-team-key"] == "k1" || request.headers["authorization"] == "Bearer s"',
+                         following=False, first=False)
     activation = {"request": {"headers": {"x-team-key": "k1", "authorization": "Bearer s"}}}
     assert hub.claim(0.0, lambda: activation) is None  # neither secret can be tested
-    assert table.publish(2, 'request.headers["x-team-key"] == "<redacted>"')
+    assert table.publish(2, 'request.headers["x-team-key"] == "<redacted>"', following=False, first=False)
     assert hub.claim(0.0, lambda: activation) is not None
