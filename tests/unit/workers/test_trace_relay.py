@@ -59,17 +59,22 @@ class Relay:
         self.claims.clear()
 
 
+async def _events(watcher: Watcher) -> list[dict[str, Any]]:
+    """A watcher's events, read to the end of its stream."""
+    events = []
+    while True:
+        try:
+            events.append(await watcher.next_event())
+        except trio.EndOfChannel:
+            return events
+
+
 async def _paths(follower: Any, count: int) -> list[str]:
     """The paths of the next ``count`` requests on a follower's stream, each read to its end."""
     paths = []
     for _ in range(count):
         watcher = await follower.next_request()
-        events = []
-        while True:
-            try:
-                events.append(await watcher.next_event())
-            except trio.EndOfChannel:
-                break
+        events = await _events(watcher)
         assert events[-1]["message"]["type"] == "requestFinished" and watcher.dropped == 0
         paths.append(events[0]["message"]["path"])
         follower.done(watcher)
@@ -193,12 +198,7 @@ async def test_a_followed_request_whose_worker_exits_ends_its_stream():
     relay.deliver(lives, end=False)
     relay.supervisor.worker_gone(0)
     watcher = await follower.next_request()
-    events = []
-    while True:
-        try:
-            events.append(await watcher.next_event())
-        except trio.EndOfChannel:
-            break
+    events = await _events(watcher)
     assert [e["message"]["type"] for e in events] == ["requestSnapshot"]  # ended, without requestFinished
     assert watcher.dropped == 0
     follower.done(watcher)
@@ -279,12 +279,7 @@ async def test_a_slow_reader_loses_events_counted_but_never_the_last():
     tracer.finish(200, None)
     relay.deliver_all()
     watcher = await follower.next_request()
-    events = []
-    while True:
-        try:
-            events.append(await watcher.next_event())
-        except trio.EndOfChannel:
-            break
+    events = await _events(watcher)
     # the buffer holds 4: three events, and the slot kept for requestFinished
     assert [e["message"]["type"] for e in events] == ["requestSnapshot", "bodySnapshot", "bodySnapshot",
                                                       "requestFinished"]
