@@ -14,12 +14,14 @@ properly. At most ``max_watchers`` readers exist at once (the endpoint answers 4
 memory held for readers is bounded by ``max_watchers × watcher_budget`` whatever they do
 (docs/reliability.md, row 3).
 
-A ``Follower`` (``/debug/trace?follow=true``) reads every matching request on one stream. It keeps
-a one-shot watcher armed at all times: the claim that takes it arms the next one in the same
-step, so no request slips through between two (re-subscribing after each ``requestFinished``
-from the client lost most of a burst). Requests are written out whole, one after another in the
-order they were claimed; their unread events share one ``watcher_budget``, and at most
-``FOLLOW_PENDING`` requests wait behind a slow reader.
+A ``Follower`` (``/debug/trace?follow=true``) reads every matching request on one stream. It waits
+among the watchers and stays there: a claim gives it a new watcher for the request (``accept``)
+and puts it behind the others waiting, so no request slips through between two (re-subscribing
+after each ``requestFinished`` from the client lost most of a burst). Requests are written out
+whole, one after another in the order they were claimed; their unread events share one
+``watcher_budget``, and while ``FOLLOW_PENDING`` requests wait behind a slow reader it stops
+waiting (``TraceHub.offer``; under ``--workers`` the supervisor's hub publishes and withdraws it,
+workers/trace_relay.py).
 """
 
 from __future__ import annotations
@@ -44,7 +46,6 @@ DEFAULT_BUFFER = 256
 DEFAULT_MAX_WATCHERS = 16  # env TRIOPROXY_TRACE_MAX_WATCHERS overrides
 DEFAULT_WATCHER_BUDGET = 8 * 1024 * 1024  # bytes of unread events per watcher; env TRIOPROXY_TRACE_WATCHER_BUDGET
 KEEPALIVE_SECONDS = 1.0
-FOLLOW_ARMED = 1  # watchers a follower keeps waiting (a claim re-arms in the same step; workers: trace_relay)
 FOLLOW_PENDING = 64  # claimed requests a follower's reader may lag behind; past it requests go untraced
 #: ``POST /api/replay`` marks the request it sends with this header (a random value) and waits for
 #: it with a watcher whose expression matches that value; the gateway removes it from a request
@@ -372,7 +373,6 @@ class Watcher:
         self._writing = 0  # the estimate of the event the reader is writing out now
         self.forgotten = False
         self.counted = True  # in TraceHub.open (a follower's watchers count as their follower)
-        self.on_claim: Callable[[Watcher], None] | None = None  # called by the hub when a request takes it
 
     @property
     def queued_bytes(self) -> int:
@@ -406,12 +406,12 @@ class Watcher:
 
 
 class TraceHub:
-    """The watchers waiting for a request, oldest first."""
+    """The watchers (and followers) waiting for a request, in the order they take one."""
 
     def __init__(self, *, body_limit: int | None = None, buffer: int = DEFAULT_BUFFER,
                  keepalive: float = KEEPALIVE_SECONDS, max_watchers: int | None = None,
                  watcher_budget: int | None = None) -> None:
-        self.watchers: list[Watcher] = []
+        self.watchers: list[Watcher | Follower] = []
         self.keepalive = keepalive
         self.body_limit = body_limit if body_limit is not None else body_limit_from_env()
         self.buffer = buffer
@@ -429,17 +429,12 @@ class TraceHub:
             raise TooManyWatchers(f"too many trace watchers (limit {self.max_watchers})")
         self.open += 1
 
-    def watch(self, matches: Callable[[Mapping[str, Any]], bool] | None = None, *,
-              follower: Follower | None = None, first: bool = False) -> Watcher:
-        """A new reader; ``TooManyWatchers`` when ``max_watchers`` exist already. A ``follower``'s
-        watchers share its budget and its place among ``max_watchers``. ``first``: offered requests
-        before the readers already waiting (``/api/replay`` waits for its own request, which a
-        reader of every request would otherwise take)."""
-        if follower is None:
-            self._take_slot()
-        watcher = Watcher(matches, self.buffer, self.watcher_budget, lambda: self.on_drop(),
-                          follower.ledger if follower is not None else None)
-        watcher.counted = follower is None
+    def watch(self, matches: Callable[[Mapping[str, Any]], bool] | None = None, *, first: bool = False) -> Watcher:
+        """A new reader; ``TooManyWatchers`` when ``max_watchers`` exist already. ``first``: offered
+        requests before the readers already waiting (``/api/replay`` waits for its own request,
+        which a reader of every request would otherwise take)."""
+        self._take_slot()
+        watcher = Watcher(matches, self.buffer, self.watcher_budget, lambda: self.on_drop())
         if first:
             self.watchers.insert(0, watcher)
         else:
@@ -452,6 +447,13 @@ class TraceHub:
         follower = Follower(self, matches)
         follower.arm()
         return follower
+
+    def offer(self, follower: Follower, waiting: bool) -> None:
+        """A follower waits for requests (behind the others waiting), or stops waiting."""
+        if waiting and follower not in self.watchers:
+            self.watchers.append(follower)
+        elif not waiting and follower in self.watchers:
+            self.watchers.remove(follower)
 
     def forget(self, watcher: Watcher) -> None:
         """A reader went away: stop offering it requests (a claimed trace just loses its reader)."""
@@ -473,42 +475,48 @@ class TraceHub:
                 if not watcher.matches(context):
                     continue
             self.watchers.remove(watcher)
+            if isinstance(watcher, Follower):  # it waits again behind the others, before any other request runs
+                accepted = watcher.accept()
+                assert accepted is not None  # it waits only while it has room
+                watcher = accepted
             self.traced += 1
-            tracer = Tracer(watcher, arrival, self.body_limit, self.redaction)
-            if watcher.on_claim is not None:
-                watcher.on_claim(watcher)  # a follower arms its next watcher before any other request runs
-            return tracer
+            return Tracer(watcher, arrival, self.body_limit, self.redaction)
         return None
 
 
 class Follower:
     """The reader of ``/debug/trace?follow=true``: every matching request, whole, in claim order.
 
-    It owns one place among the hub's ``max_watchers`` and keeps ``FOLLOW_ARMED`` one-shot
-    watchers waiting; when a request claims one, ``_claimed`` queues it for the stream and arms
-    a new one synchronously, inside the hub's ``claim``.
+    It owns one place among the hub's ``max_watchers`` and waits among the hub's watchers while its
+    reader is fewer than ``FOLLOW_PENDING`` requests behind (``arm``); each request claimed for it
+    becomes one watcher of its own (``accept``), queued for the stream.
     """
 
     def __init__(self, hub: TraceHub, matches: Callable[[Mapping[str, Any]], bool] | None) -> None:
         self.hub = hub
         self.matches = matches
-        self.ledger = Ledger()
-        self.armed: list[Watcher] = []
+        self.ledger = Ledger()  # its requests' unread events share one budget
         self._send, self._claimed_requests = trio.open_memory_channel[Watcher](FOLLOW_PENDING)
         self.pending = 0  # claimed and not yet written out completely
         self.closed = False
 
     def arm(self) -> None:
-        while not self.closed and len(self.armed) < FOLLOW_ARMED and self.pending + len(self.armed) < FOLLOW_PENDING:
-            watcher = self.hub.watch(self.matches, follower=self)
-            watcher.on_claim = self._claimed
-            self.armed.append(watcher)
+        """Wait for requests while there is room for one more behind the reader, else stop."""
+        self.hub.offer(self, not self.closed and self.pending < FOLLOW_PENDING)
 
-    def _claimed(self, watcher: Watcher) -> None:
-        self.armed.remove(watcher)
+    def accept(self) -> Watcher | None:
+        """The watcher of a request claimed for this follower, queued for the stream (None once
+        the reader left, or is ``FOLLOW_PENDING`` behind: a claim made across workers before the
+        supervisor withdrew it)."""
+        if self.closed or self.pending >= FOLLOW_PENDING:
+            return None
+        hub = self.hub
+        watcher = Watcher(self.matches, hub.buffer, hub.watcher_budget, lambda: hub.on_drop(), self.ledger)
+        watcher.counted = False  # the follower holds the place among max_watchers
         self.pending += 1
-        self._send.send_nowait(watcher)  # never full: pending + armed <= FOLLOW_PENDING
+        self._send.send_nowait(watcher)  # never full: pending <= FOLLOW_PENDING
         self.arm()
+        return watcher
 
     async def next_request(self) -> Watcher:
         """The oldest claimed request not written out yet (waits for one)."""
@@ -521,13 +529,11 @@ class Follower:
         self.arm()
 
     def close(self) -> None:
-        """The reader left: withdraw the armed watchers and drop the queued requests' events."""
+        """The reader left: stop waiting and drop the queued requests' events."""
         if self.closed:
             return
         self.closed = True
-        for watcher in self.armed:
-            self.hub.forget(watcher)
-        self.armed.clear()
+        self.arm()
         while True:
             try:
                 self.hub.forget(self._claimed_requests.receive_nowait())

@@ -11,10 +11,11 @@ the supervisor feeds them to the watcher's stream as if the request had been its
 
 A follower (``/debug/trace?follow=true``) is one *standing* slot instead: a claim does not empty
 it but counts it (the count is the claimed request's sequence number, sent with its events) and
-moves it behind the other waiting slots, as a one-process follower re-arms behind the watchers
-already waiting. The supervisor turns each new (follower, sequence) into one request of the
-follower's stream. So no request is missed while the claim travels to the supervisor, however many
-arrive at once on however many workers; a one-shot watcher would have to be re-armed by the
+moves it behind the other waiting slots, as a claim moves a follower behind the other watchers
+in one process (``TraceHub.claim``: the same ``Follower``, whose ``offer`` this hub publishes).
+The supervisor turns each new (follower, sequence) into one request of the follower's stream
+(``Follower.accept``). So no request is missed while the claim travels to the supervisor, however
+many arrive at once on however many workers; a one-shot watcher would have to be re-armed by the
 supervisor after each claim, and the requests in between went untraced.
 """
 
@@ -28,7 +29,7 @@ from typing import Any
 import trio
 
 from ..cel import CelError, compile_expression
-from ..telemetry.trace import FOLLOW_PENDING, Follower, TraceHub, Tracer, Watcher
+from ..telemetry.trace import Follower, TraceHub, Tracer, Watcher
 from . import shared_memory
 
 _MAGIC = b"TPTRACE2"
@@ -144,7 +145,7 @@ class TraceTable:
         return [(watcher_id, expression) for _, watcher_id, expression in sorted(found)]
 
 
-class _SharedFlag(list[Watcher]):
+class _SharedFlag(list[Watcher | Follower]):
     """``TraceHub.watchers`` of a worker: the gateway's ``if runtime.trace.watchers`` reads one shared byte."""
 
     def __init__(self, table: TraceTable) -> None:
@@ -211,38 +212,6 @@ async def forward_events(watcher_id: int, sequence: int, watcher: Watcher,
 Claim = tuple[int, int]  # (watcher id, sequence): one claimed request, as the supervisor tells them apart
 
 
-class RelayedFollower(Follower):
-    """A follower in the supervisor: one following slot in the table instead of armed watchers.
-    Each request a worker claims through it becomes one of its watchers when the request's first
-    event arrives (``accept``), queued for the stream in the order the claims arrive."""
-
-    def __init__(self, hub: SupervisorTraceHub, matches: Callable[[Mapping[str, Any]], bool] | None) -> None:
-        super().__init__(hub, matches)
-        self.relay = hub
-        self.slot: int | None = None  # the watcher id of its following slot while offered
-
-    def arm(self) -> None:
-        """Offered while the reader lags fewer than ``FOLLOW_PENDING`` requests behind, withdrawn past it."""
-        self.relay.offer(self, not self.closed and self.pending < FOLLOW_PENDING)
-
-    def accept(self) -> Watcher | None:
-        """A watcher queued for a request a worker claimed (None once the reader left, or for a
-        request claimed while the slot was being withdrawn with the reader ``FOLLOW_PENDING`` behind)."""
-        if self.closed or self.pending >= FOLLOW_PENDING:
-            return None
-        # the worker matched the request, and keeps its events within the budget
-        watcher = Watcher(None, self.relay.buffer)
-        watcher.counted = False  # its follower holds the place among max_watchers
-        self.pending += 1
-        self._send.send_nowait(watcher)  # never full: pending <= FOLLOW_PENDING
-        self.arm()
-        return watcher
-
-    def close(self) -> None:
-        super().close()
-        self.arm()
-
-
 class SupervisorTraceHub(TraceHub):
     """The supervisor's hub: ``/debug/trace`` watchers are published to the workers, whose events come back."""
 
@@ -252,7 +221,8 @@ class SupervisorTraceHub(TraceHub):
         self._next_id = 1
         self._ids: dict[int, int] = {}  # id(watcher) -> watcher id, of the one-shot watchers
         self._by_id: dict[int, Watcher] = {}
-        self._followers: dict[int, RelayedFollower] = {}  # following slot's watcher id -> its follower
+        self._followers: dict[int, Follower] = {}  # following slot's watcher id -> its follower
+        self._slot_of: dict[Follower, int] = {}  # a follower -> its following slot's id, while offered
         self._relayed: dict[Claim, Watcher | None] = {}  # a follower's claimed requests (None: not traced)
         self._expressions: dict[int, str] = {}
         self._unpublished: list[int] = []  # waiting for a free slot, oldest first
@@ -271,31 +241,24 @@ class SupervisorTraceHub(TraceHub):
             self._unpublished.append(watcher_id)
         return watcher_id
 
-    def watch(self, matches: Callable[[Mapping[str, Any]], bool] | None = None, *,
-              follower: Follower | None = None, first: bool = False) -> Watcher:
-        watcher = super().watch(matches, follower=follower, first=first)
+    def watch(self, matches: Callable[[Mapping[str, Any]], bool] | None = None, *, first: bool = False) -> Watcher:
+        watcher = super().watch(matches, first=first)
         watcher_id = self._new_id(matches, first)
         self._ids[id(watcher)] = watcher_id
         self._by_id[watcher_id] = watcher
         self._publish_pending()
         return watcher
 
-    def follow(self, matches: Callable[[Mapping[str, Any]], bool] | None = None) -> Follower:
-        self._take_slot()
-        follower = RelayedFollower(self, matches)
-        follower.arm()
-        return follower
-
-    def offer(self, follower: RelayedFollower, offered: bool) -> None:
-        """Publish ``follower``'s following slot, or withdraw it. A slot offered again gets a new id,
-        so its sequence numbers never meet those of requests claimed before."""
-        if offered and follower.slot is None:
-            follower.slot = self._new_id(follower.matches, first=False)
-            self._followers[follower.slot] = follower
+    def offer(self, follower: Follower, waiting: bool) -> None:
+        """A follower waits as a following slot in the table, published or withdrawn. A slot
+        offered again gets a new id, so its sequence numbers never meet those of requests claimed
+        before; its requests become the follower's watchers as their first events arrive."""
+        if waiting and follower not in self._slot_of:
+            slot = self._slot_of[follower] = self._new_id(follower.matches, first=False)
+            self._followers[slot] = follower
             self._publish_pending()
-        elif not offered and follower.slot is not None:
-            self._withdraw(follower.slot)
-            follower.slot = None
+        elif not waiting and follower in self._slot_of:
+            self._withdraw(self._slot_of.pop(follower))
         if follower.closed:
             for watcher_id in [w for w, f in self._followers.items() if f is follower]:
                 del self._followers[watcher_id]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from trioproxy.telemetry.trace import FOLLOW_ARMED, FOLLOW_PENDING, TooManyWatchers, TraceHub
+from trioproxy.telemetry.trace import FOLLOW_PENDING, TooManyWatchers, TraceHub
 
 
 def _claim(hub: TraceHub):
@@ -17,10 +17,10 @@ def _claim(hub: TraceHub):
 async def test_every_claim_rearms_and_requests_come_out_in_claim_order():
     hub = TraceHub(max_watchers=2)
     follower = hub.follow()
-    assert hub.open == 1 and len(hub.watchers) == FOLLOW_ARMED
+    assert hub.open == 1 and hub.watchers == [follower]
     tracers = [_claim(hub) for _ in range(5)]
     assert all(t is not None for t in tracers)
-    assert len(hub.watchers) == FOLLOW_ARMED and hub.open == 1  # still armed, still one place
+    assert hub.watchers == [follower] and hub.open == 1  # still armed, still one place
     for tracer in tracers:
         tracer.finish(200, None)
     for tracer in tracers:
@@ -61,3 +61,16 @@ async def test_follow_other_than_true_or_false_is_400(gateway):
         response = await client.post(f"{gateway.admin_url}/debug/trace", params={"follow": "yes please"})
     assert response.status_code == 400
     assert response.text.startswith("invalid follow 'yes please'")
+
+
+async def test_a_watcher_waiting_behind_a_follower_gets_the_next_request():
+    """A claim puts the follower behind the others waiting: a one-shot reader is not starved."""
+    hub = TraceHub()
+    follower = hub.follow()
+    once = hub.watch()
+    first, second, third = (_claim(hub) for _ in range(3))
+    assert first.watcher is not once and second.watcher is once and third.watcher is not once
+    assert follower.pending == 2 and hub.watchers == [follower]
+    hub.forget(once)
+    follower.close()
+    assert hub.open == 0 and hub.watchers == []
